@@ -1,0 +1,1 @@
+"""The Kubernetes operator: reconciles AttributionRuns into Indexed Jobs. Never imports GPU code."""
