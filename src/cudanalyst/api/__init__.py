@@ -1,0 +1,112 @@
+"""The AttributionRun API: spec and status models, and loading a run from a YAML or JSON file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cudanalyst.api.spec import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    METRICS,
+    PLURAL,
+    SHORT_NAMES,
+    AttributionRunSpec,
+    ModelSpec,
+)
+from cudanalyst.api.status import AttributionRunStatus, Condition
+
+__all__ = [
+    "API_GROUP", "API_VERSION", "KIND", "METRICS", "PLURAL", "SHORT_NAMES",
+    "AttributionRun", "AttributionRunSpec", "AttributionRunStatus", "Condition", "ModelSpec", "Metadata",
+    "SpecError", "load_run", "parse_run",
+]
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class Metadata(BaseModel):
+    """The parts of Kubernetes object metadata the tool reads; the rest is kept as is."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    # A run's name becomes Job, ConfigMap and store-folder names, so it must be a DNS label.
+    name: str = Field(pattern=NAME_PATTERN, max_length=52)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class AttributionRun(BaseModel):
+    """A whole AttributionRun object, as applied to the cluster or run locally."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    api_version: Literal["cudanalyst.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["AttributionRun"]
+    metadata: Metadata
+    spec: AttributionRunSpec
+    status: AttributionRunStatus | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class SpecError(ValueError):
+    """An invalid run: each problem carries the field path where it was found."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]):
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  {path or '<root>'}: {msg}" for path, msg in problems)
+        super().__init__(f"{source}: invalid AttributionRun\n{lines}")
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def parse_run(data: Any, source: str = "<input>") -> AttributionRun:
+    """Validate a decoded object; raise SpecError naming every bad field by its path."""
+    if not isinstance(data, dict):
+        raise SpecError(source, [("", f"expected a mapping (an AttributionRun object), got {type(data).__name__}")])
+    try:
+        return AttributionRun.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            # Model-level validators report at the model's own path; their message names the field.
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append((_path(err["loc"]), msg))
+        raise SpecError(source, problems) from None
+
+
+def load_run(path: str | Path) -> AttributionRun:
+    """Read one AttributionRun from a YAML or JSON file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise SpecError(str(p), [("", "file not found")]) from None
+    except OSError as exc:
+        raise SpecError(str(p), [("", f"cannot read: {exc.strerror}")]) from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(str(p), [("", f"malformed YAML at {where}{problem}")]) from None
+    if len(docs) != 1:
+        raise SpecError(str(p), [("", f"expected exactly one YAML document, found {len(docs)}")])
+    return parse_run(docs[0], str(p))

@@ -1,0 +1,259 @@
+"""The AttributionRun spec: the single source of the CRD schema (see `cudanalyst.crd`).
+
+Python attributes are snake_case; the JSON/YAML names are camelCase aliases, as Kubernetes wants.
+Field documentation strings become the CRD's descriptions, so `kubectl explain` reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "cudanalyst.dev"
+API_VERSION = "v1alpha1"
+KIND = "AttributionRun"
+PLURAL = "attributionruns"
+SHORT_NAMES = ["ar"]
+
+METRICS = ("compiled", "pass", "fast")
+Metric = Literal["compiled", "pass", "fast"]
+FeedbackMode = Literal["off", "raw", "summary"]
+Control = Literal["noFeedback", "randomizedFeedback", "dummyPlan"]
+
+# A player's name is a coalition key's building block ("a,b"), so it may not hold commas or spaces.
+PLAYER_PATTERN = r"^[a-z][a-zA-Z0-9_-]{0,62}$"
+URI_PATTERN = r"^(s3://[^/\s]+(/\S*)?|file://\S+|builtin://[a-z0-9-]+/?|[^:\s]+)$"
+
+
+class Model(BaseModel):
+    """Base for every spec object: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=True
+    )
+
+
+def _check_uri(value: str) -> str:
+    if not re.match(URI_PATTERN, value):
+        raise ValueError(
+            f"not an object-store URI: {value!r} (use s3://bucket/prefix/, file:///path, builtin://example or a path)"
+        )
+    return value
+
+
+Uri = Annotated[str, Field(min_length=1, max_length=2048, pattern=URI_PATTERN), AfterValidator(_check_uri)]
+
+
+class TrajectorySpec(Model):
+    """Where the recorded agent trajectory lives and which frozen programs to replay."""
+
+    uri: Uri = Field(description="Folder (s3://, file:// or a path) holding trajectory.json and programs.jsonl.")
+    format: Literal["cudanalyst", "openevolve", "llm4ad"] = Field(
+        "cudanalyst",
+        description="cudanalyst reads the folder as is; openevolve/llm4ad are converted on the fly "
+        "(or beforehand with `cudanalyst import`).",
+    )
+    generations: list[Annotated[int, Field(ge=0)]] = Field(
+        min_length=1, max_length=64, description="Generations whose programs are frozen and replayed."
+    )
+    programs_per_generation: int = Field(
+        4, ge=1, le=1024, description="Frozen programs drawn per task and generation (seeded by sampling.seed)."
+    )
+    tasks: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=256, description="Tasks to replay; empty means every task of the trajectory."
+    )
+
+    @model_validator(mode="after")
+    def _unique_generations(self) -> TrajectorySpec:
+        if len(set(self.generations)) != len(self.generations):
+            raise ValueError("generations must be unique")
+        return self
+
+
+class FeedbackSpec(Model):
+    """How each player's report reaches the model: off, raw (the formatted report) or summary."""
+
+    mode: FeedbackMode = Field("raw", description="Default mode of every player.")
+    modes: dict[str, FeedbackMode] = Field(
+        default_factory=dict, max_length=16, description="Per-player override of mode, keyed by player name."
+    )
+
+
+class ModelSpec(Model):
+    """One model behind vLLM's OpenAI-compatible API: served locally by the runner, or an existing endpoint."""
+
+    model: str | None = Field(
+        None, max_length=2048, description="Model path (local folder or s3:// prefix synced first) or served name."
+    )
+    serve: Literal["local", "endpoint"] | None = Field(
+        None, description="local: the runner starts vLLM on loopback; endpoint: use `endpoint` as is. "
+        "Defaults to endpoint when an endpoint is given, else local."
+    )
+    endpoint: str | None = Field(
+        None, max_length=2048, pattern=r"^https?://\S+$", description="Base URL of an OpenAI-compatible server (…/v1)."
+    )
+    api: Literal["chat", "completion"] = Field(
+        "chat", description="chat for instruction-tuned models; completion for base models (no chat template)."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="vLLM --tensor-parallel-size (serve: local).")
+    max_model_len: int | None = Field(None, ge=256, description="vLLM --max-model-len (serve: local).")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
+    dtype: str = Field("auto", max_length=32, description="vLLM --dtype.")
+    extra_args: list[Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=list, max_length=64, description="Further vLLM server arguments, passed as is."
+    )
+
+    @model_validator(mode="after")
+    def _serving(self) -> ModelSpec:
+        if self.serve is None:
+            self.serve = "endpoint" if self.endpoint else "local"
+        if self.serve == "local" and not self.model:
+            raise ValueError("model is required when serve is local")
+        if self.serve == "endpoint" and not self.endpoint:
+            raise ValueError("endpoint is required when serve is endpoint")
+        return self
+
+
+class ModelsSpec(Model):
+    """The planner writes plans, the coder writes kernels, the summarizer condenses reports."""
+
+    planner: ModelSpec = Field(description="The planning model (explicit planning).")
+    coder: ModelSpec | None = Field(None, description="The coding model; defaults to the planner. "
+                                    "A different coder than planner is plan transfer.")
+    summarizer: ModelSpec | None = Field(None, description="Model for feedback summaries; defaults to the planner.")
+
+
+class SamplingSpec(Model):
+    """Decoding settings, identical for every coalition."""
+
+    rollouts: int = Field(3, ge=1, le=64, description="Independent plans per frozen program and coalition.")
+    samples_per_coalition: int = Field(5, ge=1, le=64, description="Kernels sampled per rollout (best-of-k).")
+    temperature: float = Field(0.8, ge=0, le=2)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(4096, ge=16, le=131072, description="Tokens per completion.")
+    seed: int = Field(0, ge=0, description="Seeds freezing, randomized feedback and every request.")
+
+
+class EvaluationSpec(Model):
+    """How candidate kernels are verified and timed."""
+
+    correctness_trials: int = Field(5, ge=1, le=100, description="Random inputs (seeds) a candidate must pass.")
+    rtol: float = Field(1.0e-4, ge=0)
+    atol: float = Field(1.0e-4, ge=0)
+    warmup: int = Field(3, ge=0, le=1000)
+    trials: int = Field(30, ge=1, le=10000, description="Timed trials; the median is reported.")
+    fast_tolerance: float = Field(0.12, ge=0, le=10, description="fast = correct and speedup > 1 + fastTolerance.")
+    timeout_seconds: float = Field(60, gt=0, le=3600, description="Limit for one candidate's verification.")
+    compile_workers: int = Field(4, ge=1, le=256, description="Parallel nvcc processes.")
+    gpu_workers: int = Field(2, ge=1, le=64, description="Persistent GPU worker processes (one CUDA context each).")
+
+
+class AttributionSpec(Model):
+    """Which values are computed from the outcomes."""
+
+    metrics: list[Metric] = Field(default_factory=lambda: list(METRICS), min_length=1, max_length=3)
+    estimator: Literal["exact", "msr"] = Field(
+        "exact", description="exact enumerates all 2^n coalitions; msr samples them (Maximum Sample Reuse)."
+    )
+    coalition_samples: int | None = Field(
+        None, ge=2, description="Coalitions sampled by msr (default min(2^n, 256))."
+    )
+    confidence: float = Field(0.95, gt=0, lt=1, description="Level of every reported interval.")
+    bootstrap: int = Field(1000, ge=0, le=100000, description="Bootstrap resamples (0: analytic intervals only).")
+
+
+class Toleration(Model):
+    """A Kubernetes toleration for the runner pods."""
+
+    key: str | None = Field(None, max_length=317)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class ResourcesSpec(Model):
+    """Where and how the runner pods run."""
+
+    shards: int = Field(1, ge=1, le=1024, description="Runner pods (Indexed Job completions).")
+    gpus_per_shard: int = Field(1, ge=0, le=16, description="nvidia.com/gpu per runner pod.")
+    image: str = Field("ghcr.io/cudanalyst/runner:0.1.0", min_length=1, max_length=512)
+    cpu: str | None = Field(None, max_length=32, description="CPU request of a runner pod, e.g. '8'.")
+    memory: str | None = Field(None, max_length=32, description="Memory request of a runner pod, e.g. '64Gi'.")
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(default_factory=dict, max_length=32)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    priority_class_name: str = Field("", max_length=253)
+    queue_name: str = Field("", max_length=253, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name).")
+
+
+class OutputSpec(Model):
+    """Where unit records and the report go."""
+
+    uri: Uri = Field(description="Prefix under which the run's folder <name>/ is written.")
+    delete_with_run: bool = Field(
+        False, description="Delete the run's objects when the AttributionRun is deleted (default: keep them)."
+    )
+
+
+class S3Spec(Model):
+    """Object-store connection (for every s3:// URI of the run). Credentials never appear here."""
+
+    endpoint: str = Field("", max_length=2048, description="Custom endpoint (MinIO, Ceph); empty for AWS.")
+    region: str = Field("", max_length=64)
+    credentials_secret: str = Field(
+        "", max_length=253, description="Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; "
+        "empty: the standard credential chain."
+    )
+    addressing_style: Literal["auto", "path", "virtual"] = "auto"
+
+
+class AttributionRunSpec(Model):
+    """What to replay, under which coalitions of feedback components, and how to judge the kernels."""
+
+    trajectory: TrajectorySpec
+    players: list[Annotated[str, Field(pattern=PLAYER_PATTERN)]] = Field(
+        min_length=1, max_length=16, description="The feedback components whose contributions are attributed."
+    )
+    feedback: FeedbackSpec = Field(default_factory=FeedbackSpec)
+    planning: Literal["explicit", "implicit"] = Field(
+        "explicit", description="explicit: a planner writes a plan from the reports; implicit: reports go to the coder."
+    )
+    controls: list[Control] = Field(default_factory=list, max_length=3, description="Control arms run beside the game.")
+    models: ModelsSpec
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    attribution: AttributionSpec = Field(default_factory=AttributionSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    output: OutputSpec
+    s3: S3Spec = Field(default_factory=S3Spec)
+    suspend: bool = Field(False, description="Suspends the runner Job; the only field editable once started.")
+    ttl_seconds_after_finished: int | None = Field(
+        None, ge=0, description="Delete finished child Jobs after this many seconds (never the run itself)."
+    )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> AttributionRunSpec:
+        dupes = sorted({p for p in self.players if self.players.count(p) > 1})
+        if dupes:
+            raise ValueError(f"players must be unique; repeated: {', '.join(dupes)}")
+        unknown = sorted(set(self.feedback.modes) - set(self.players))
+        if unknown:
+            raise ValueError(f"feedback.modes names players not in players: {', '.join(unknown)}")
+        if len(set(self.controls)) != len(self.controls):
+            raise ValueError("controls must be unique")
+        return self
+
+    # Convenience views used by the planner and the runner.
+    def mode_of(self, player: str) -> FeedbackMode:
+        return self.feedback.modes.get(player, self.feedback.mode)
+
+    @property
+    def coder(self) -> ModelSpec:
+        return self.models.coder or self.models.planner
+
+    @property
+    def summarizer(self) -> ModelSpec:
+        return self.models.summarizer or self.models.planner

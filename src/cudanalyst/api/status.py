@@ -1,0 +1,106 @@
+"""The AttributionRun status: small on purpose (etcd objects are about 1 MB at most).
+
+Every field the operator writes is declared here, and so in the CRD: kopf's status patches of undeclared
+fields would be pruned silently by the API server. Per-coalition detail lives in the report object whose
+URI is `reportUri`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cudanalyst.api.spec import Metric, Model
+
+CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Succeeded", "Failed", "Suspended", "Queued")
+Phase = Literal["Pending", "Queued", "Running", "Suspended", "Aggregating", "Succeeded", "Failed", "Stalled"]
+
+
+class Condition(Model):
+    """A kstatus-style condition (Ready, Reconciling and Stalled carry kstatus polarity)."""
+
+    type: Literal["Ready", "Reconciling", "Stalled", "Succeeded", "Failed", "Suspended", "Queued"]
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field("", max_length=128, description="CamelCase reason, e.g. Unschedulable, InvalidSpec.")
+    message: str = Field("", max_length=4096, description="What happened and, for failures, what to do.")
+    last_transition_time: str | None = Field(None, description="RFC 3339 time of the last status change.")
+    observed_generation: int | None = Field(None, ge=0)
+
+
+class StageProgress(Model):
+    done: int = Field(0, ge=0)
+    total: int = Field(0, ge=0)
+
+
+class Progress(Model):
+    """Units finished over units planned; readable without opening unit records."""
+
+    done: int = Field(0, ge=0, description="Units with an outcome record.")
+    total: int = Field(0, ge=0, description="Units in the plan.")
+    percent: float = Field(0.0, ge=0, le=100)
+    text: str = Field("0/0", max_length=64, description="done/total, for the printer column.")
+    eta_seconds: int | None = Field(None, ge=0, description="Estimated seconds to completion at the current rate.")
+    failures: int = Field(0, ge=0, description="Units that ended in an error of the runner itself.")
+    llm: StageProgress = Field(default_factory=StageProgress, description="Units through the LLM stage.")
+    kernels: StageProgress = Field(default_factory=StageProgress, description="Units through the kernel stage.")
+
+
+class ShardCounts(Model):
+    active: int = Field(0, ge=0)
+    succeeded: int = Field(0, ge=0)
+    failed: int = Field(0, ge=0)
+
+
+class PlayerValue(Model):
+    """A Banzhaf value with its interval, for one metric and generation ('pooled' = all generations)."""
+
+    player: str
+    metric: Metric
+    generation: str = Field(description="A generation number, or 'pooled'.")
+    value: float
+    low: float
+    high: float
+
+
+class InteractionValue(Model):
+    """A pairwise Banzhaf interaction index with its interval."""
+
+    players: str = Field(description="The pair, as 'a,b' in the order of spec.players.")
+    metric: Metric
+    generation: str
+    value: float
+    low: float
+    high: float
+
+
+class Results(Model):
+    """The headline numbers; everything else is in the report object."""
+
+    top_player: str = Field("", description="Player with the largest pooled Banzhaf value on the first metric.")
+    metric: str = Field("", description="The metric top_player was chosen on.")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    banzhaf: list[PlayerValue] = Field(default_factory=list, max_length=512)
+    top_interactions: list[InteractionValue] = Field(
+        default_factory=list, max_length=32, description="The strongest pairwise interactions (by |value|)."
+    )
+    not_evaluated: list[Metric] = Field(
+        default_factory=list, description="Metrics that could not be evaluated (e.g. pass and fast with no GPU)."
+    )
+
+
+class AttributionRunStatus(Model):
+    """Observed state, written only by the operator through the status subresource."""
+
+    phase: Phase | None = Field(None, description="For display only; use conditions to judge state.")
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    observed_generation: int | None = Field(None, ge=0)
+    start_time: str | None = Field(None, description="RFC 3339 time the run started (spec frozen from then on).")
+    completion_time: str | None = None
+    progress: Progress = Field(default_factory=Progress)
+    gpu_seconds: float = Field(0.0, ge=0, description="GPU-seconds used by runner pods so far.")
+    job_name: str | None = Field(None, max_length=253, description="The child Indexed Job.")
+    shards: ShardCounts = Field(default_factory=ShardCounts)
+    results: Results | None = None
+    report_uri: str | None = Field(None, max_length=2048, description="Full report object in the store.")
+    message: str = Field("", max_length=4096, description="Latest human-readable summary.")

@@ -1,0 +1,198 @@
+"""The CustomResourceDefinition, generated from the pydantic models (the single source of the schema).
+
+`cudanalyst crd --write` regenerates `manifests/crd.yaml` and `charts/cudanalyst/templates/crd.yaml`;
+a test fails when the checked-in files drift from the models.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cudanalyst.api import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    AttributionRun,
+    AttributionRunSpec,
+)
+
+CRD_NAME = f"{PLURAL}.{API_GROUP}"
+MANIFEST_PATH = Path("manifests/crd.yaml")
+CHART_PATH = Path("charts/cudanalyst/templates/crd.yaml")
+
+# JSON-Schema keys that a structural OpenAPI v3 schema of a CRD does not accept.
+_DROP = {"title", "additionalProperties", "$defs", "discriminator", "examples", "const"}
+
+PRINTER_COLUMNS = [
+    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Progress", "type": "string", "jsonPath": ".status.progress.text"},
+    {"name": "Top player", "type": "string", "jsonPath": ".status.results.topPlayer"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Reason", "type": "string", "priority": 1,
+     "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+]
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    """Turn pydantic's JSON Schema into a structural OpenAPI v3 schema: refs inlined, nulls as nullable."""
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
+        return _structural(merged, defs)
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        nullable = len(options) < len(node["anyOf"])
+        if len(options) == 1:
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            out = _structural({**options[0], **rest}, defs)
+            if nullable:
+                out["nullable"] = True
+                if out.get("default", 0) is None:
+                    del out["default"]
+            return out
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        if key == "default" and value is None:
+            continue
+        if key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            bound = "minimum" if key == "exclusiveMinimum" else "maximum"
+            out[bound] = value
+            out[key] = True
+            continue
+        if key == "properties":
+            out[key] = {name: _structural(sub, defs) for name, sub in value.items()}
+            continue
+        out[key] = _structural(value, defs)
+    if node.get("type") == "object" and "properties" not in node:
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            out["additionalProperties"] = _structural(extra, defs)
+        else:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def _default_nested_objects(schema: dict[str, Any]) -> None:
+    """Give optional object properties a `{}` default so the API server fills in their own defaults."""
+    required = set(schema.get("required", []))
+    for name, sub in schema.get("properties", {}).items():
+        if sub.get("type") == "object" and "properties" in sub:
+            _default_nested_objects(sub)
+            if name not in required and not sub.get("nullable"):
+                sub.setdefault("default", {})
+
+
+def _immutability_rule() -> dict[str, str]:
+    # Compare every spec field except `suspend`; a field may be absent on either side.
+    checks = []
+    for field in AttributionRunSpec.model_fields.values():
+        name = field.alias
+        if name == "suspend":
+            continue
+        checks.append(
+            f"(has(self.spec.{name}) == has(oldSelf.spec.{name}) && "
+            f"(!has(self.spec.{name}) || self.spec.{name} == oldSelf.spec.{name}))"
+        )
+    started = "has(oldSelf.status) && has(oldSelf.status.startTime)"
+    return {
+        "rule": f"!({started}) || ({' && '.join(checks)})",
+        "message": "spec is immutable once the run has started (status.startTime is set); "
+        "only spec.suspend may change",
+        "reason": "FieldValueForbidden",
+    }
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The CRD's openAPIV3Schema for version v1alpha1."""
+    raw = AttributionRun.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    schema = _structural(raw, defs)
+    schema["properties"]["metadata"] = {"type": "object"}
+    # apiVersion and kind are checked by the API server itself; enums here would only get in the way.
+    for key in ("apiVersion", "kind"):
+        schema["properties"][key] = {"type": "string"}
+    schema["required"] = ["spec"]
+    spec = schema["properties"]["spec"]
+    _default_nested_objects(spec)
+    spec["x-kubernetes-validations"] = [
+        {"rule": "self.players.all(p, self.players.exists_one(q, q == p))",
+         "message": "spec.players must be unique", "fieldPath": ".players"},
+        {"rule": "!has(self.feedback.modes) || self.feedback.modes.all(k, k in self.players)",
+         "message": "spec.feedback.modes may only name players listed in spec.players",
+         "fieldPath": ".feedback.modes"},
+        {"rule": "self.trajectory.generations.all(g, self.trajectory.generations.exists_one(h, h == g))",
+         "message": "spec.trajectory.generations must be unique", "fieldPath": ".trajectory.generations"},
+    ]
+    schema["x-kubernetes-validations"] = [_immutability_rule()]
+    return schema
+
+
+def build_crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition object."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/name": "cudanalyst"}},
+        "spec": {
+            "group": API_GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": SHORT_NAMES,
+                "categories": ["cudanalyst"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `cudanalyst crd --write` from the pydantic models in src/cudanalyst/api. Do not edit.\n"
+
+
+def render_manifest() -> str:
+    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+
+
+def render_chart_template() -> str:
+    """The chart's copy: kept on uninstall, and optional through `.Values.crds.install`."""
+    crd = build_crd()
+    crd["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
+    body = yaml.safe_dump(crd, sort_keys=False, width=120)
+    return HEADER + "{{- if .Values.crds.install }}\n" + body + "{{- end }}\n"
+
+
+def write_files(root: Path) -> list[Path]:
+    written = []
+    for rel, text in ((MANIFEST_PATH, render_manifest()), (CHART_PATH, render_chart_template())):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        written.append(path)
+    return written
