@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Builds the test control plane (issue 6) from Go modules into a cache folder outside the repo:
+#   ${CUDANALYST_CACHE:-$HOME/.cache/cudanalyst}/control-plane/<k8s-version>/bin/
+#     etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
+# Versions are pinned in scripts/control-plane/versions.env. Each binary has a stamp naming what it
+# was built from; a binary whose stamp matches is kept, so a second run builds nothing.
+#
+# Usage: scripts/build-control-plane.sh            build what is missing
+#        scripts/build-control-plane.sh --bin-dir  print the bin folder and exit
+#        scripts/build-control-plane.sh --check    exit 0 when everything is built, 1 otherwise
+# Exit status: 0 on success; 1 when a piece fails to build (its name, module and log are printed);
+# 2 on bad usage or a missing Go toolchain.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+src_dir="$here/control-plane"
+
+# versions.env holds plain KEY=VALUE lines; read them without evaluating anything.
+while IFS='=' read -r key value; do
+  case "$key" in ''|'#'*) continue ;; esac
+  declare "$key=$value"
+done < "$src_dir/versions.env"
+
+cache_root="${CUDANALYST_CACHE:-$HOME/.cache/cudanalyst}/control-plane/$K8S_VERSION"
+bin_dir="$cache_root/bin"
+stamp_dir="$cache_root/stamps"
+work_dir="$cache_root/src"
+log_dir="$cache_root/logs"
+
+pieces=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
+
+# What each binary is built from; the stamp is this string plus the Go version.
+origin() {
+  case "$1" in
+    etcd) echo "go.etcd.io/etcd/server/v3@$ETCD_VERSION" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
+      echo "k8s.io/kubernetes/cmd/$1@$K8S_VERSION staging@$K8S_STAGING_VERSION" ;;
+    kwok) echo "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
+    helm) echo "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
+  esac
+}
+
+stamp_of() { echo "$(origin "$1") $(go env GOVERSION) trimpath stripped"; }
+
+is_built() {
+  [[ -x "$bin_dir/$1" && -f "$stamp_dir/$1" ]] && [[ "$(cat "$stamp_dir/$1")" == "$(stamp_of "$1")" ]]
+}
+
+case "${1:-}" in
+  --bin-dir) echo "$bin_dir"; exit 0 ;;
+  --check|"") ;;
+  *) echo "usage: $0 [--bin-dir|--check]" >&2; exit 2 ;;
+esac
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "error: the Go toolchain (go) is not on PATH; install Go >= 1.26 first" >&2
+  exit 2
+fi
+
+if [[ "${1:-}" == "--check" ]]; then
+  missing=0
+  for p in "${pieces[@]}"; do
+    if is_built "$p"; then echo "built:   $p"; else echo "missing: $p"; missing=1; fi
+  done
+  exit "$missing"
+fi
+
+mkdir -p "$bin_dir" "$stamp_dir" "$work_dir" "$log_dir"
+
+# One build at a time per cache folder: CI and a developer may run this script together.
+exec 9>"$cache_root/.lock"
+if ! flock -n 9; then
+  echo "another build holds $cache_root/.lock; waiting for it"
+  flock 9
+fi
+
+export GOFLAGS=-mod=mod
+export GOMAXPROCS="${GOMAXPROCS:-$(nproc)}"
+export CGO_ENABLED=0   # static binaries: nothing from the host's C library is needed at run time
+build_flags=(-trimpath -p "$GOMAXPROCS")
+base_ldflags="-s -w"
+
+# Wrapper module for k8s.io/kubernetes: it requires the release and replaces every k8s.io/* staging
+# module (which the release points at ./staging/...) with the matching published version. The list
+# is taken from the release's own go.mod so that a version bump needs no edit here.
+prepare_kubernetes_module() {
+  local mod="$work_dir/kubernetes"
+  [[ -f "$mod/.ready-$K8S_VERSION" ]] && return 0
+  rm -rf "$mod" && mkdir -p "$mod"
+  local upstream
+  upstream="$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+    | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+  [[ -f "$upstream" ]] || { echo "cannot download k8s.io/kubernetes@$K8S_VERSION" >&2; return 1; }
+  local go_line
+  go_line="$(grep -m1 '^go ' "$upstream")"
+  {
+    echo "module cudanalyst.dev/control-plane/kubernetes"
+    echo
+    echo "$go_line"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    grep -E '^[[:space:]]+k8s\.io/[^ ]+ => \./staging/' "$upstream" \
+      | awk -v v="$K8S_STAGING_VERSION" '{print "\t" $1 " => " $1 " " v}'
+    echo ")"
+  } > "$mod/go.mod"
+  # A package of our own so that `go mod tidy` keeps the commands' dependencies in go.sum.
+  cat > "$mod/tools.go" <<'EOF'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+EOF
+  (cd "$mod" && go mod tidy) && touch "$mod/.ready-$K8S_VERSION"
+}
+
+prepare_etcd_module() {
+  local mod="$work_dir/etcd"
+  [[ -f "$mod/.ready-$ETCD_VERSION" ]] && return 0
+  rm -rf "$mod" && mkdir -p "$mod"
+  cp "$src_dir/etcd/main.go" "$mod/main.go"
+  (cd "$mod" && go mod init cudanalyst.dev/control-plane/etcd \
+    && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" && go mod tidy) \
+    && touch "$mod/.ready-$ETCD_VERSION"
+}
+
+k8s_ldflags() {
+  local major minor
+  major="${K8S_VERSION#v}"; major="${major%%.*}"
+  minor="${K8S_VERSION#v*.}"; minor="${minor%%.*}"
+  local pkg=k8s.io/component-base/version
+  echo "$base_ldflags -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor" \
+       "-X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+}
+
+# Builds one piece into a temporary file, then moves it into place, so an interrupted build
+# leaves no half-written binary behind.
+build_piece() {
+  local p="$1" out="$bin_dir/.$1.tmp"
+  rm -f "$out"
+  # Every step ends in `|| return 1`: this runs under `if`, where bash ignores `set -e`.
+  case "$p" in
+    etcd)
+      prepare_etcd_module || return 1
+      (cd "$work_dir/etcd" && go build "${build_flags[@]}" -ldflags="$base_ldflags" -o "$out" .) \
+        || return 1 ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
+      prepare_kubernetes_module || return 1
+      (cd "$work_dir/kubernetes" && go build "${build_flags[@]}" -ldflags="$(k8s_ldflags)" \
+        -o "$out" "k8s.io/kubernetes/cmd/$p") || return 1 ;;
+    kwok)
+      GOBIN="$bin_dir/.kwok.d" go install "${build_flags[@]}" \
+        -ldflags="$base_ldflags -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
+        "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" || return 1
+      mv "$bin_dir/.kwok.d/kwok" "$out" || return 1 ;;
+    helm)
+      GOBIN="$bin_dir/.helm.d" go install "${build_flags[@]}" \
+        -ldflags="$base_ldflags -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+        "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" || return 1
+      mv "$bin_dir/.helm.d/helm" "$out" || return 1 ;;
+  esac
+  "$out" --help >/dev/null 2>&1 || "$out" version >/dev/null 2>&1 \
+    || { echo "built $p does not run" >&2; return 1; }
+  mv "$out" "$bin_dir/$p" && stamp_of "$p" > "$stamp_dir/$p"
+}
+
+echo "control plane cache: $bin_dir"
+built_any=0
+for p in "${pieces[@]}"; do
+  if is_built "$p"; then
+    echo "cached:   $p ($(origin "$p"))"
+    continue
+  fi
+  echo "building: $p ($(origin "$p")) ..."
+  started=$SECONDS
+  log="$log_dir/$p.log"
+  if ! build_piece "$p" >"$log" 2>&1; then
+    echo "error: failed to build $p from $(origin "$p"); the end of $log:" >&2
+    tail -n 30 "$log" >&2
+    rm -f "$bin_dir/.$p.tmp"
+    exit 1
+  fi
+  rm -rf "$bin_dir/.$p.d"
+  echo "built:    $p in $((SECONDS - started)) s, $(du -h "$bin_dir/$p" | cut -f1)"
+  built_any=1
+done
+[[ $built_any == 1 ]] && echo "done: all pieces built" || echo "done: nothing to build"
