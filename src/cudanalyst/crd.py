@@ -196,3 +196,32 @@ def write_files(root: Path) -> list[Path]:
         tmp.replace(path)
         written.append(path)
     return written
+
+
+def to_json_schema(node: Any) -> Any:
+    """The CRD's OpenAPI schema as strict Draft 4 JSON Schema, for checking objects before they are sent.
+
+    Strict: an object field the CRD does not declare is an error here, because the API server would
+    prune it silently.
+    """
+    if isinstance(node, list):
+        return [to_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: to_json_schema(v) for k, v in node.items()
+           if not k.startswith("x-kubernetes-") and k not in ("nullable", "default")}
+    if node.get("type") == "object" and "properties" in node:
+        out["additionalProperties"] = False
+    if node.get("nullable"):
+        return {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def validator(part: str | None = None) -> Any:
+    """A jsonschema validator for the whole object, or for one top-level part ('spec', 'status')."""
+    import jsonschema
+
+    schema = openapi_schema()
+    if part:
+        schema = schema["properties"][part]
+    return jsonschema.Draft4Validator(to_json_schema(schema))

@@ -62,6 +62,9 @@ class SpecError(ValueError):
     def __init__(self, source: str, problems: list[tuple[str, str]]):
         self.source = source
         self.problems = problems
+        if len(problems) == 1 and not problems[0][0]:
+            super().__init__(f"{source}: {problems[0][1]}")
+            return
         lines = "\n".join(f"  {path or '<root>'}: {msg}" for path, msg in problems)
         super().__init__(f"{source}: invalid AttributionRun\n{lines}")
 

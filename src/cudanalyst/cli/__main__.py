@@ -1,0 +1,7 @@
+"""`python -m cudanalyst.cli`."""
+
+import sys
+
+from cudanalyst.cli import main
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+"""`cudanalyst crd`: print the CustomResourceDefinition generated from the models, or write/check its copies."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cudanalyst import crd
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("crd", help="print or write the generated CRD", description=__doc__)
+    p.add_argument("--write", action="store_true",
+                   help=f"write {crd.MANIFEST_PATH} and {crd.CHART_PATH} under --root")
+    p.add_argument("--check", action="store_true", help="exit 1 if the files under --root differ from the models")
+    p.add_argument("--root", default=".", help="repository root (default: .)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.root)
+    if args.check:
+        stale = [str(rel) for rel, text in ((crd.MANIFEST_PATH, crd.render_manifest()),
+                                            (crd.CHART_PATH, crd.render_chart_template()))
+                 if not (root / rel).is_file() or (root / rel).read_text() != text]
+        if stale:
+            print(f"out of date: {', '.join(stale)}; run `cudanalyst crd --write`", file=sys.stderr)
+            return 1
+        print("CRD files match the models")
+        return 0
+    if args.write:
+        for path in crd.write_files(root):
+            print(f"wrote {path}")
+        return 0
+    sys.stdout.write(crd.render_manifest())
+    return 0

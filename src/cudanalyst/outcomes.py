@@ -1,0 +1,96 @@
+"""Unit records: what the LLM stage writes (candidates) and what the kernel stage writes (outcomes).
+
+Labels are ordered fail < compile < pass < fast. A label says what was *established*: on a machine with no
+GPU the kernel stage can only establish `compile`, so `evaluatedUpTo` is `compile` and the pass and fast
+metrics are reported as not evaluated, never guessed.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Label(str, Enum):
+    FAIL = "fail"
+    COMPILE = "compile"
+    PASS = "pass"
+    FAST = "fast"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    def __lt__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, Label):
+            return NotImplemented
+        return self.rank < other.rank
+
+    def __le__(self, other: object) -> bool:  # type: ignore[override]
+        if not isinstance(other, Label):
+            return NotImplemented
+        return self.rank <= other.rank
+
+
+_RANK = {Label.FAIL: 0, Label.COMPILE: 1, Label.PASS: 2, Label.FAST: 3}
+
+# Cumulative metrics: a metric is reached by its label and every better one.
+METRIC_THRESHOLD = {"compiled": Label.COMPILE, "pass": Label.PASS, "fast": Label.FAST}
+
+
+def reaches(label: Label, metric: str) -> bool:
+    return label.rank >= METRIC_THRESHOLD[metric].rank
+
+
+def evaluated(evaluated_up_to: Label, metric: str) -> bool:
+    """Whether the evaluation could establish `metric` at all."""
+    return evaluated_up_to.rank >= METRIC_THRESHOLD[metric].rank
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+class UnitRef(_Record):
+    """Identity of a unit: which frozen program, coalition, arm, rollout and sample."""
+
+    key: str
+    run: str
+    task: str
+    generation: int
+    program_id: str
+    coalition: list[str] = Field(description="Players whose feedback was given, in spec order.")
+    arm: str = Field("coalition", description="coalition (the game) or a control arm.")
+    rollout: int = 0
+    sample: int = 0
+
+
+class CandidateRecord(UnitRef):
+    """Written by the LLM stage: the prompts, the completion and the extracted kernel."""
+
+    prompt_version: str = ""
+    prompts: dict[str, str] = Field(default_factory=dict, description="planner / coder prompts as sent.")
+    plan: str | None = None
+    completion: str = ""
+    code: str | None = Field(None, description="Extracted CUDA source; None when no usable code was found.")
+    reason: str = Field("", description="Why there is no code, or what went wrong.")
+    models: dict[str, str] = Field(default_factory=dict)
+    seed: int | None = None
+    tokens: dict[str, int] = Field(default_factory=dict, description="prompt / completion token counts.")
+    error: str | None = Field(None, description="A runner error (server down, context too long, ...).")
+
+
+class OutcomeRecord(UnitRef):
+    """Written by the kernel stage: the established label and its evidence."""
+
+    label: Label
+    evaluated_up_to: Label = Field(description="The highest label this evaluation could establish.")
+    reason: str = ""
+    speedup: float | None = Field(None, description="Frozen program's time / candidate's time.")
+    speedup_vs_baseline: float | None = None
+    time_ms: float | None = None
+    resources: dict[str, Any] = Field(default_factory=dict, description="registers, shared, spills, ...")
+    gpu_seconds: float = 0.0

@@ -1,0 +1,65 @@
+"""A run's place in the world: its plan from spec + trajectory, and its folder in the object store.
+
+Layout of one run under `<spec.output.uri>/<name>/`:
+  spec.json, plan.json, feedback/<programId>.json, candidates/<unitKey>.json, outcomes/<unitKey>.json,
+  progress/shard-<i>.json, report/ (report.json, report.html, *.png)
+"""
+
+from __future__ import annotations
+
+import os
+
+from cudanalyst.api import AttributionRun
+from cudanalyst.plan import Plan, make_plan
+from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
+from cudanalyst.trajectory import TrajectoryError, freeze, load_trajectory
+
+# Where the runner pod mounts spec.s3.credentialsSecret (the operator sets this up).
+CREDENTIALS_DIR_ENV = "CUDANALYST_S3_CREDENTIALS_DIR"
+
+
+class PlanError(ValueError):
+    """The run cannot be planned: its trajectory or store is unreadable, or a generation is empty."""
+
+
+def s3_settings(run: AttributionRun) -> S3Settings:
+    s3 = run.spec.s3
+    return S3Settings(
+        endpoint=s3.endpoint,
+        region=s3.region,
+        addressing_style=s3.addressing_style,
+        credentials_dir=os.environ.get(CREDENTIALS_DIR_ENV, ""),
+    )
+
+
+def plan_run(run: AttributionRun) -> Plan:
+    """Load the trajectory, freeze its programs (seeded) and build the plan."""
+    spec = run.spec
+    try:
+        trajectory = load_trajectory(spec.trajectory.uri, s3_settings(run))
+        programs = freeze(trajectory.programs, spec.trajectory.generations,
+                          spec.trajectory.programs_per_generation, spec.sampling.seed, spec.trajectory.tasks)
+    except (TrajectoryError, StoreError) as exc:
+        raise PlanError(str(exc)) from None
+    return make_plan(run, programs)
+
+
+def run_store(run: AttributionRun) -> ObjectStore:
+    """The run's own folder: `<output.uri>/<name>/`."""
+    return open_store(run.spec.output.uri, s3_settings(run)).child(f"{run.metadata.name}/")
+
+
+def candidate_key(unit_key: str) -> str:
+    return f"candidates/{unit_key}.json"
+
+
+def outcome_key(unit_key: str) -> str:
+    return f"outcomes/{unit_key}.json"
+
+
+def progress_key(shard: int) -> str:
+    return f"progress/shard-{shard}.json"
+
+
+def feedback_key(program_id: str) -> str:
+    return f"feedback/{program_id}.json"
