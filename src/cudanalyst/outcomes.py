@@ -7,14 +7,14 @@ metrics are reported as not evaluated, never guessed.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
-class Label(str, Enum):
+class Label(StrEnum):
     FAIL = "fail"
     COMPILE = "compile"
     PASS = "pass"
