@@ -1,0 +1,165 @@
+"""Pure: from what the operator observes (Job, Pods, progress) to the run's phase and kstatus conditions.
+
+Polarity follows kstatus: Ready is True only when the run succeeded; Reconciling is True while work goes
+on; Stalled is True when nothing more happens without a person (bad spec, failed run, unpullable image).
+Succeeded/Failed/Suspended/Queued say the rest. Phase is for display only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudanalyst.operator.pods import job_condition
+
+from cudanalyst.api.status import CONDITION_TYPES
+
+ACTIVE_PHASES = {"Pending", "Queued", "Running", "Aggregating"}
+WARNING_PHASES = {"Failed", "Stalled"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The run's state in one word, why, and in a sentence."""
+
+    phase: str
+    reason: str
+    message: str
+    stalled: bool = False
+
+
+@dataclass
+class Observation:
+    generation: int
+    spec_suspend: bool
+    queued: bool
+    job: dict[str, Any] | None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    done: int = 0
+    total: int = 0
+    aggregated: bool = False
+
+
+def worst_problem(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A stalling problem before a passing one; among equals the lowest shard, so the message is stable."""
+    problems = [p["problem"] for p in sorted(pods, key=lambda p: str(p.get("shard"))) if p.get("problem")]
+    stalled = [p for p in problems if p.get("stalled")]
+    return (stalled or problems or [None])[0]
+
+
+def _progress_text(obs: Observation) -> str:
+    return f"{obs.done}/{obs.total} units"
+
+
+def judge(obs: Observation) -> Verdict:
+    """The run's verdict from one observation (the caller handles invalid specs separately)."""
+    job = obs.job
+    problem = worst_problem(obs.pods)
+    if job is None:
+        if obs.total and obs.done >= obs.total:
+            # The Job is gone (TTL, or deleted) after finishing every unit: the results are what count.
+            return _finished(obs)
+        return Verdict("Pending", "CreatingJob", "creating the runner Job")
+    if job_condition(job, "Complete") or job_condition(job, "SuccessCriteriaMet"):
+        return _finished(obs)
+    failed = job_condition(job, "Failed") or job_condition(job, "FailureTarget")
+    if failed:
+        reason = failed.get("reason") or "JobFailed"
+        text = failed.get("message") or "the runner Job failed"
+        if job.get("failedIndexes"):
+            text += f" (failed shards: {job['failedIndexes']})"
+        if problem:
+            text += f"; {problem['message']}"
+        text += f"; finished units are kept in the store ({_progress_text(obs)})"
+        return Verdict("Failed", reason, text, stalled=True)
+    if job.get("suspend"):
+        if obs.spec_suspend:
+            return Verdict("Suspended", "Suspended", f"suspended by spec.suspend at {_progress_text(obs)}")
+        if obs.queued:
+            return Verdict("Queued", "WaitingForAdmission", "waiting for Kueue to admit the runner Job")
+        return Verdict("Running", "Resuming", "resuming the runner Job")
+    if problem:
+        return Verdict("Running", problem["reason"], problem["message"], stalled=bool(problem.get("stalled")))
+    if not job.get("active"):
+        return Verdict("Running", "PodsStarting", f"waiting for runner pods ({_progress_text(obs)})")
+    return Verdict("Running", "Running", f"{job.get('active', 0)} shard(s) running, {_progress_text(obs)}")
+
+
+def _finished(obs: Observation) -> Verdict:
+    if obs.aggregated:
+        return Verdict("Succeeded", "Succeeded", f"all {obs.total} units evaluated; attribution written")
+    return Verdict("Aggregating", "Aggregating", f"runner Job complete; computing the attribution of {obs.total} units")
+
+
+def invalid(reason: str, message: str) -> Verdict:
+    """A spec the operator cannot run: Stalled, with the field path in the message."""
+    return Verdict("Stalled", reason, message, stalled=True)
+
+
+def _truth(verdict: Verdict) -> dict[str, bool]:
+    phase = verdict.phase
+    return {
+        "Ready": phase == "Succeeded",
+        "Reconciling": phase in ACTIVE_PHASES and not verdict.stalled,
+        "Stalled": verdict.stalled or phase in WARNING_PHASES,
+        "Succeeded": phase == "Succeeded",
+        "Failed": phase == "Failed",
+        "Suspended": phase == "Suspended",
+        "Queued": phase == "Queued",
+    }
+
+
+def conditions_for(
+    verdict: Verdict, previous: list[dict[str, Any]], generation: int, now: str
+) -> list[dict[str, Any]]:
+    """All condition types, each keeping its lastTransitionTime while its status does not change."""
+    before = {cond.get("type"): cond for cond in previous}
+    out = []
+    for kind, truth in zip(CONDITION_TYPES, (_truth(verdict)[k] for k in CONDITION_TYPES), strict=True):
+        status = "True" if truth else "False"
+        old = before.get(kind, {})
+        changed = old.get("status") != status
+        out.append({
+            "type": kind,
+            "status": status,
+            "reason": verdict.reason,
+            "message": verdict.message,
+            "lastTransitionTime": now if changed or not old.get("lastTransitionTime") else old["lastTransitionTime"],
+            "observedGeneration": generation,
+        })
+    return out
+
+
+def status_for(verdict: Verdict, previous: dict[str, Any], generation: int, now: str) -> dict[str, Any]:
+    """The status fields that follow from a verdict (the caller adds progress, results and times)."""
+    status: dict[str, Any] = {
+        "phase": verdict.phase,
+        "conditions": conditions_for(verdict, previous.get("conditions") or [], generation, now),
+        "observedGeneration": generation,
+        "message": verdict.message,
+    }
+    if verdict.phase in ("Succeeded", "Failed") and not previous.get("completionTime"):
+        status["completionTime"] = now
+    return status
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+def transition_event(previous: dict[str, Any], verdict: Verdict) -> Event | None:
+    """An event when the phase or its reason changes; none for a mere progress update."""
+    old_reason = next(
+        (cond.get("reason") for cond in previous.get("conditions") or [] if cond.get("type") == "Ready"), None
+    )
+    if previous.get("phase") == verdict.phase and old_reason == verdict.reason:
+        return None
+    kind = "Warning" if verdict.phase in WARNING_PHASES or verdict.stalled else "Normal"
+    return Event(kind, verdict.reason, verdict.message)
+
+
+def is_finished(status: dict[str, Any] | None) -> bool:
+    return bool(status) and status.get("phase") in ("Succeeded", "Failed")  # type: ignore[union-attr]

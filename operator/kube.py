@@ -1,0 +1,62 @@
+"""The few Kubernetes API calls the operator makes itself (kopf does the watching and status patches).
+
+Creation is idempotent: a 409 means the child already exists under its deterministic name, which is
+success (a restarted operator creates nothing twice).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        """In a pod: the service account; elsewhere: $KUBECONFIG or ~/.kube/config (as kopf logs in)."""
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except ConfigException:
+            config.load_kube_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    def close(self) -> None:
+        self.api.close()
+
+    def create_configmap(self, namespace: str, body: dict[str, Any]) -> bool:
+        """True when created now, False when it already existed."""
+        try:
+            self.core.create_namespaced_config_map(namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+        try:
+            self.batch.create_namespaced_job(namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def set_job_suspend(self, namespace: str, name: str, suspend: bool) -> bool:
+        """False when the Job does not exist (finished and cleaned up, or not created yet)."""
+        try:
+            self.batch.patch_namespaced_job(name, namespace, {"spec": {"suspend": suspend}}, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
