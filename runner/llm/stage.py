@@ -1,0 +1,451 @@
+"""The LLM stage of one shard: summaries, plans and candidate kernels for the shard's pending units.
+
+Order of work (each phase sends all its requests at once, then the next phase starts):
+  1. summaries of the reports in `summary` mode, cached per program and player;
+  2. plans (explicit planning), one per (program, coalition, arm, rollout), stored once;
+  3. candidates: one coder request per (program, coalition, arm, rollout) with n = samplesPerCoalition.
+
+Models: phases run one after the other on the shard's GPU. A local server is kept between phases
+whose model spec is identical (coder defaults to planner: one server for both), and replaced when
+it differs (plan transfer: the planner's server serves every plan of the shard, is stopped, then the
+coder's server starts). So one model at a time holds the GPU, and every server is stopped before
+the kernel stage times anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudanalyst.runner.llm.client import ClientSettings, GenerationRequest, GenerationResult, generate
+from cudanalyst.runner.llm.extract import extract_kernel
+from cudanalyst.runner.llm.prompts import (
+    TEMPLATE_VERSION,
+    ProgramView,
+    Prompt,
+    Report,
+    coder_prompt_implicit,
+    coder_prompt_with_plan,
+    dummy_plan,
+    planner_prompt,
+    summarizer_prompt,
+)
+from cudanalyst.runner.llm.serving import (
+    DEFAULT_HEALTH_TIMEOUT_S,
+    Endpoint,
+    LocalServer,
+    ServingError,
+    remote_endpoint,
+)
+from cudanalyst.runner.llm.serving import start_local_server as _start_local_server
+from cudanalyst.runner.units import Failure, Progress, UnitStore, group_key
+from cudanalyst.runner.weights import WeightsError, resolve_model_path
+
+from cudanalyst.api import AttributionRun, ModelSpec
+from cudanalyst.outcomes import CandidateRecord
+from cudanalyst.plan import Unit
+from cudanalyst.store import S3Settings
+from cudanalyst.tasks import get_task
+from cudanalyst.trajectory import FrozenProgram
+
+PLAN_MAX_TOKENS = 1024
+SUMMARY_MAX_TOKENS = 512
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S
+    client: ClientSettings = field(default_factory=ClientSettings)
+    server_env: dict[str, str] = field(default_factory=dict)
+    log_dir: str | None = None
+    weights_cache: Path | None = None
+    s3: S3Settings | None = None
+
+
+@dataclass
+class Group:
+    """Units that share one prompt: same program, coalition, arm and rollout; one request, n samples."""
+
+    key: str
+    program: FrozenProgram
+    coalition: tuple[str, ...]
+    arm: str
+    rollout: int
+    units: list[Unit]
+    plan: str | None = None
+    planner_prompt: Prompt | None = None
+    planner_meta: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False
+
+
+def derive_seed(*parts: object) -> int:
+    """A request seed from the run seed and the request's identity: stable across retries and shards."""
+    digest = hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def make_groups(run_name: str, units: Sequence[Unit], programs: dict[str, FrozenProgram]) -> list[Group]:
+    groups: dict[str, Group] = {}
+    for u in units:
+        key = group_key(run_name, u.program_id, u.coalition, u.arm, u.rollout)
+        if key not in groups:
+            groups[key] = Group(key, programs[u.program_id], u.coalition, u.arm, u.rollout, [])
+        groups[key].units.append(u)
+    return list(groups.values())
+
+
+def no_report_text(player: str) -> str:
+    return f"(the {player} produced no report for this program)"
+
+
+def donor_program(program: FrozenProgram, player: str, programs: Sequence[FrozenProgram], seed: int) -> FrozenProgram:
+    """randomizedFeedback: another program of the run, seeded, whose report stands in for this one's.
+
+    Same task preferred (the report then looks plausible), and one that has a report of this player.
+    """
+    others = [p for p in programs if p.program_id != program.program_id]
+    if not others:
+        return program
+    for pool in ([p for p in others if p.task == program.task and player in p.feedback],
+                 [p for p in others if player in p.feedback], others):
+        if pool:
+            pool = sorted(pool, key=lambda p: p.program_id)
+            return random.Random(derive_seed(seed, "randomizedFeedback", program.program_id, player)).choice(pool)
+    return others[0]
+
+
+class ModelServers:
+    """At most one local vLLM server at a time, reused while consecutive phases want the same model."""
+
+    def __init__(self, settings: StageSettings, seed: int,
+                 start: Callable[..., Any] = _start_local_server) -> None:
+        self.settings = settings
+        self.seed = seed
+        self._start = start
+        self._key: str | None = None
+        self._ctx: Any = None
+        self._server: LocalServer | None = None
+        self.served_seconds = 0.0
+        self._since = 0.0
+
+    def endpoint(self, spec: ModelSpec) -> Endpoint:
+        if spec.serve == "endpoint":
+            return remote_endpoint(spec)
+        key = spec.model_dump_json()
+        if self._server is not None and key == self._key:
+            return self._server.endpoint
+        self.stop()
+        assert spec.model is not None
+        try:
+            path = resolve_model_path(spec.model, self.settings.s3, self.settings.weights_cache)
+        except WeightsError as exc:
+            raise ServingError(str(exc)) from None
+        name = Path(spec.model.rstrip("/")).name or "model"
+        self._ctx = self._start(path, spec, served_name=name, seed=self.seed,
+                                health_timeout_s=self.settings.health_timeout_s,
+                                env=self.settings.server_env, log_dir=self.settings.log_dir)
+        self._server = self._ctx.__enter__()
+        self._key = key
+        self._since = time.monotonic()
+        assert self._server is not None
+        return self._server.endpoint
+
+    def stop(self) -> None:
+        if self._ctx is not None:
+            self.served_seconds += time.monotonic() - self._since
+            ctx, self._ctx, self._server, self._key = self._ctx, None, None, None
+            ctx.__exit__(None, None, None)
+
+
+@contextmanager
+def _stopping(servers: ModelServers) -> Iterator[ModelServers]:
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+class LlmStage:
+    """Runs the LLM stage for a shard's units; records go to the store as each request finishes."""
+
+    def __init__(self, run: AttributionRun, programs: Sequence[FrozenProgram], units: Sequence[Unit],
+                 store: UnitStore, progress: Progress, shard: int, settings: StageSettings) -> None:
+        self.run = run
+        self.spec = run.spec
+        self.name = run.metadata.name
+        self.all_programs = list(programs)
+        self.programs = {p.program_id: p for p in programs}
+        self.units = list(units)
+        self.store = store
+        self.progress = progress
+        self.shard = shard
+        self.settings = settings
+        self.failures: list[Failure] = []
+        self._lock = threading.Lock()
+        self._last_progress = 0.0
+        self.token_counts = {"prompt": 0, "completion": 0}
+
+    # ------------------------------------------------------------------ inputs
+    def view(self, program: FrozenProgram) -> ProgramView:
+        return ProgramView(get_task(program.task).contract(), program.source, program.generation,
+                           tuple(program.context.history))
+
+    def _shown_players(self, group: Group) -> list[str]:
+        if group.arm == "noFeedback":
+            return []
+        return [p for p in self.spec.players if p in group.coalition and self.spec.mode_of(p) != "off"]
+
+    def _report_source(self, group: Group, player: str) -> FrozenProgram:
+        if group.arm == "randomizedFeedback":
+            return donor_program(group.program, player, self.all_programs, self.spec.sampling.seed)
+        return group.program
+
+    def reports(self, group: Group, summaries: dict[tuple[str, str], str]) -> list[Report]:
+        out = []
+        for player in self._shown_players(group):
+            source = self._report_source(group, player)
+            raw = source.feedback.get(player)
+            if self.spec.mode_of(player) == "summary" and raw:
+                out.append(Report(player, summaries[(source.program_id, player)], "summary"))
+            else:
+                out.append(Report(player, raw or no_report_text(player), "raw"))
+        return out
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _ref(self, unit: Unit) -> dict[str, Any]:
+        return {"key": unit.key, "run": self.name, "task": unit.task, "generation": unit.generation,
+                "program_id": unit.program_id, "coalition": list(unit.coalition), "arm": unit.arm,
+                "rollout": unit.rollout, "sample": unit.sample}
+
+    def _fail_units(self, units: Sequence[Unit], phase: str, kind: str, reason: str,
+                    prompts: dict[str, str] | None = None, plan: str | None = None) -> None:
+        for u in units:
+            self.store.write_error(CandidateRecord(**self._ref(u), prompt_version=TEMPLATE_VERSION,
+                                                   prompts=prompts or {}, plan=plan, reason=reason,
+                                                   error=f"{phase}: {reason}", errorKind=kind, phase=phase))
+        with self._lock:
+            self.failures.append(Failure("llm", f"{phase}:{kind}", reason, [u.key for u in units]))
+            self.progress.failures = list(self.failures)
+
+    def _tick(self, force: bool = False) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if force or now - self._last_progress >= PROGRESS_EVERY_S:
+                self._last_progress = now
+                self.store.write_progress(self.shard, self.progress)
+
+    # ------------------------------------------------------------------ phases
+    def run_stage(self) -> list[Failure]:
+        groups = make_groups(self.name, self.units, self.programs)
+        if not groups:
+            return []
+        servers = ModelServers(self.settings, self.spec.sampling.seed)
+        with _stopping(servers):
+            summaries = self._summaries(groups, servers)
+            live = [g for g in groups if not g.failed]
+            if self.spec.planning == "explicit":
+                self._plans(live, summaries, servers)
+                live = [g for g in live if not g.failed]
+            self._candidates(live, summaries, servers)
+        # Time a local model held the shard's GPU(s); endpoints cost this shard nothing.
+        self.progress.gpu_seconds += servers.served_seconds
+        self._tick(force=True)
+        return self.failures
+
+    def _endpoint_or_fail(self, servers: ModelServers, spec: ModelSpec, phase: str,
+                          units: Sequence[Unit]) -> Endpoint | None:
+        try:
+            return servers.endpoint(spec)
+        except ServingError as exc:
+            self._fail_units(units, phase, "serving", str(exc))
+            return None
+
+    def _summaries(self, groups: list[Group], servers: ModelServers) -> dict[tuple[str, str], str]:
+        """Summaries of every report shown in summary mode, from the cache or the summarizer."""
+        needed: dict[tuple[str, str], list[Group]] = {}
+        for g in groups:
+            for player in self._shown_players(g):
+                source = self._report_source(g, player)
+                if self.spec.mode_of(player) == "summary" and source.feedback.get(player):
+                    needed.setdefault((source.program_id, player), []).append(g)
+        summaries: dict[tuple[str, str], str] = {}
+        todo = []
+        for (pid, player) in needed:
+            cached = self.store.read_summary(pid, player)
+            if cached is not None:
+                summaries[(pid, player)] = str(cached["summary"])
+            else:
+                todo.append((pid, player))
+        if not todo:
+            return summaries
+        spec = self.spec.summarizer
+        units = [u for key in todo for g in needed[key] for u in g.units]
+        endpoint = self._endpoint_or_fail(servers, spec, "summarizer", units)
+        if endpoint is None:
+            for key in todo:
+                for g in needed[key]:
+                    g.failed = True
+            return summaries
+        prompts = {key: summarizer_prompt(key[1], self.programs_by_id(key[0]).feedback[key[1]]) for key in todo}
+        requests = [
+            GenerationRequest(f"{pid}/{player}", prompts[(pid, player)].rendered(spec.api), 1,
+                              derive_seed(self.spec.sampling.seed, "summary", pid, player),
+                              SUMMARY_MAX_TOKENS, temperature=0.0, top_p=1.0)
+            for pid, player in todo
+        ]
+        for (pid, player), res in zip(todo, generate(endpoint, requests, self.settings.client), strict=True):
+            if res.ok:
+                stored = self.store.write_summary(pid, player, {
+                    "programId": pid, "player": player, "summary": res.texts[0].strip(),
+                    "model": spec.model, "promptVersion": TEMPLATE_VERSION, "seed": res.seed,
+                    "prompt": _prompt_text(prompts[(pid, player)].rendered(spec.api)),
+                    "tokens": {"prompt": res.prompt_tokens, "completion": res.completion_tokens[0]},
+                })
+                summaries[(pid, player)] = str(stored["summary"])
+            else:
+                units = [u for g in needed[(pid, player)] for u in g.units]
+                self._fail_units(units, "summarizer", res.error_kind or "error", res.error or "")
+                for g in needed[(pid, player)]:
+                    g.failed = True
+        return summaries
+
+    def programs_by_id(self, program_id: str) -> FrozenProgram:
+        return self.programs[program_id]
+
+    def _plans(self, groups: list[Group], summaries: dict[tuple[str, str], str], servers: ModelServers) -> None:
+        spec = self.spec.models.planner
+        todo = []
+        for g in groups:
+            g.planner_prompt = planner_prompt(self.view(g.program), self.reports(g, summaries))
+            if g.arm == "dummyPlan":
+                g.plan = dummy_plan()
+                g.planner_meta = {"dummy": True}
+                continue
+            stored = self.store.read_plan(g.key)
+            if stored is not None:
+                g.plan, g.planner_meta = str(stored["plan"]), stored
+            else:
+                todo.append(g)
+        if not todo:
+            return
+        endpoint = self._endpoint_or_fail(servers, spec, "planner", [u for g in todo for u in g.units])
+        if endpoint is None:
+            for g in todo:
+                g.failed = True
+            return
+        requests = []
+        for g in todo:
+            assert g.planner_prompt is not None
+            requests.append(GenerationRequest(
+                g.key, g.planner_prompt.rendered(spec.api), 1,
+                derive_seed(self.spec.sampling.seed, "planner", g.key),
+                min(PLAN_MAX_TOKENS, self.spec.sampling.max_tokens),
+                self.spec.sampling.temperature, self.spec.sampling.top_p))
+        for g, res in zip(todo, generate(endpoint, requests, self.settings.client), strict=True):
+            assert g.planner_prompt is not None
+            prompt_text = _prompt_text(g.planner_prompt.rendered(spec.api))
+            if not res.ok:
+                g.failed = True
+                self._fail_units(g.units, "planner", res.error_kind or "error", res.error or "",
+                                 prompts={"planner": prompt_text})
+                continue
+            self._count(res)
+            meta = self.store.write_plan(g.key, {
+                "groupKey": g.key, "plan": res.texts[0], "model": spec.model, "api": spec.api,
+                "seed": res.seed, "promptVersion": TEMPLATE_VERSION, "prompt": prompt_text,
+                "finishReason": res.finish_reasons[0],
+                "tokens": {"prompt": res.prompt_tokens, "completion": res.completion_tokens[0]},
+            })
+            g.plan, g.planner_meta = str(meta["plan"]), meta
+
+    def _coder_prompt(self, g: Group, summaries: dict[tuple[str, str], str]) -> Prompt:
+        if self.spec.planning == "explicit":
+            return coder_prompt_with_plan(self.view(g.program), g.plan or "")
+        return coder_prompt_implicit(self.view(g.program), self.reports(g, summaries))
+
+    def _candidates(self, groups: list[Group], summaries: dict[tuple[str, str], str],
+                    servers: ModelServers) -> None:
+        if not groups:
+            return
+        spec = self.spec.coder
+        endpoint = self._endpoint_or_fail(servers, spec, "coder", [u for g in groups for u in g.units])
+        if endpoint is None:
+            return
+        sampling = self.spec.sampling
+        prompts = {g.key: self._coder_prompt(g, summaries) for g in groups}
+        by_key = {g.key: g for g in groups}
+        requests = [
+            GenerationRequest(g.key, prompts[g.key].rendered(spec.api), sampling.samples_per_coalition,
+                              derive_seed(sampling.seed, "coder", g.key), sampling.max_tokens,
+                              sampling.temperature, sampling.top_p)
+            for g in groups
+        ]
+
+        def record(res: GenerationResult) -> None:
+            g = by_key[res.key]
+            self._write_group(g, res, _prompt_text(prompts[g.key].rendered(spec.api)), endpoint)
+            self._tick()
+
+        generate(endpoint, requests, self.settings.client, on_result=record)
+
+    def _write_group(self, g: Group, res: GenerationResult, coder_prompt: str, endpoint: Endpoint) -> None:
+        prompts = {"coder": coder_prompt}
+        if g.planner_prompt is not None and self.spec.planning == "explicit":
+            prompts["planner"] = str(g.planner_meta.get("prompt") or
+                                     _prompt_text(g.planner_prompt.rendered(self.spec.models.planner.api)))
+        if not res.ok:
+            self._fail_units(g.units, "coder", res.error_kind or "error", res.error or "", prompts, g.plan)
+            return
+        self._count(res)
+        models = {"coder": self.spec.coder.model or endpoint.model}
+        if self.spec.planning == "explicit":
+            models["planner"] = "" if g.arm == "dummyPlan" else (self.spec.models.planner.model or "")
+        task_kernels = get_task(g.program.task).kernel_names
+        for u in g.units:
+            text = res.texts[u.sample] if u.sample < len(res.texts) else None
+            ex = extract_kernel(text, task_kernels)
+            reason = "" if ex.ok else (ex.reason or "no usable code")
+            tokens = {"coderPrompt": res.prompt_tokens or 0}
+            count = res.completion_tokens[u.sample] if u.sample < len(res.completion_tokens) else None
+            if count is not None:
+                tokens["coderCompletion"] = count
+            plan_tokens = g.planner_meta.get("tokens") or {}
+            if plan_tokens.get("prompt") is not None:
+                tokens["plannerPrompt"] = int(plan_tokens["prompt"])
+            if plan_tokens.get("completion") is not None:
+                tokens["plannerCompletion"] = int(plan_tokens["completion"])
+            record = CandidateRecord(
+                **self._ref(u), prompt_version=TEMPLATE_VERSION, prompts=prompts, plan=g.plan,
+                completion=text or "", code=ex.code, reason=reason, models=models, seed=res.seed,
+                tokens=tokens,
+                api={"coder": self.spec.coder.api, "planner": self.spec.models.planner.api},
+                sampleIndex=u.sample, samplesInRequest=len(res.texts),
+                finishReason=res.finish_reasons[u.sample] if u.sample < len(res.finish_reasons) else None,
+                plannerSeed=g.planner_meta.get("seed"),
+                extraction={"method": ex.method, "blocks": ex.blocks, "kernels": ex.kernels, "notes": ex.notes},
+            )
+            if self.store.write_candidate(record):
+                with self._lock:
+                    self.progress.llm_done += 1
+            if not ex.ok and self.store.write_no_code_outcome(record):
+                with self._lock:
+                    self.progress.kernels_done += 1
+
+    def _count(self, res: GenerationResult) -> None:
+        with self._lock:
+            self.token_counts["prompt"] += res.prompt_tokens or 0
+            self.token_counts["completion"] += sum(c or 0 for c in res.completion_tokens)
+
+
+def _prompt_text(rendered: list[dict[str, str]] | str) -> str:
+    """The exact prompt as sent: the text for completion endpoints, the JSON messages for chat."""
+    return rendered if isinstance(rendered, str) else json.dumps(rendered, ensure_ascii=False)

@@ -1,0 +1,1 @@
+"""Prompt templates, one folder per version; a changed wording is a new version folder."""

@@ -1,0 +1,183 @@
+"""`cudanalyst-runner`: run one shard of an AttributionRun (the LLM stage, the kernel stage, or both).
+
+  cudanalyst-runner --spec run.yaml --shard I --of N [--stage llm|kernels|all]
+
+The stages meet only in the run's store: the LLM stage writes candidates/<unit>.json, the kernel
+stage reads them and writes outcomes/<unit>.json, so they can run on different machines. Finished
+units are never redone; a restarted shard continues where the last one stopped.
+
+Exit status: 0 every unit of the shard finished the requested stages; 1 some did not (their reasons
+are in errors/<unit>.json and progress/shard-<i>.json; run the same command again to resume);
+2 invalid input (spec, shard numbers, trajectory, unknown task).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cudanalyst.runner.llm.client import ClientSettings
+from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
+from cudanalyst.runner.llm.stage import LlmStage, StageSettings
+from cudanalyst.runner.units import Failure, Progress, UnitStore
+
+from cudanalyst.api import AttributionRun, SpecError, load_run
+from cudanalyst.outcomes import Label, OutcomeRecord
+from cudanalyst.plan import Unit, shard_units
+from cudanalyst.runs import PlanError, plan_run, run_store, s3_settings
+from cudanalyst.store import StoreError
+from cudanalyst.tasks import UnknownTaskError, get_task
+from cudanalyst.trajectory import FrozenProgram
+
+log = logging.getLogger("cudanalyst.runner")
+
+EXIT_OK, EXIT_UNFINISHED, EXIT_INVALID = 0, 1, 2
+
+
+class InvalidInput(ValueError):
+    """Input the shard cannot run with; exit status 2."""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="cudanalyst-runner", description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", required=True, help="AttributionRun YAML or JSON file")
+    p.add_argument("--shard", type=int, default=None,
+                   help="shard index 0..N-1 (default: $JOB_COMPLETION_INDEX, as set in an Indexed Job)")
+    p.add_argument("--of", type=int, required=True, dest="of", help="number of shards (spec.resources.shards)")
+    p.add_argument("--stage", choices=("llm", "kernels", "all"), default="all")
+    p.add_argument("--health-timeout", type=float, default=DEFAULT_HEALTH_TIMEOUT_S,
+                   help="seconds to wait for a local vLLM server's /health (default %(default)s)")
+    p.add_argument("--concurrency", type=int, default=ClientSettings.concurrency,
+                   help="requests in flight per model server (default %(default)s)")
+    p.add_argument("--request-timeout", type=float, default=ClientSettings.timeout_s,
+                   help="seconds per request before it is retried (default %(default)s)")
+    p.add_argument("--retries", type=int, default=ClientSettings.retries,
+                   help="retries of a request on connection errors and 5xx (default %(default)s)")
+    p.add_argument("--log-dir", default=None, help="folder for vLLM server logs (default: a temp folder)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    if args.shard is None:
+        env = os.environ.get("JOB_COMPLETION_INDEX")
+        if env is None or not env.isdigit():
+            p.error("--shard is required (or set JOB_COMPLETION_INDEX)")
+        args.shard = int(env)
+    return args
+
+
+def check_tasks(programs: Sequence[FrozenProgram]) -> None:
+    for task in sorted({p.task for p in programs}):
+        try:
+            get_task(task)
+        except UnknownTaskError as exc:
+            raise InvalidInput(f"trajectory: {exc}") from None
+
+
+def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], units: Sequence[Unit],
+                     store: UnitStore, progress: Progress) -> list[Failure]:
+    """The kernel stage (its own package) over the shard's candidates that have no outcome yet."""
+    finished = store.finished_candidates()
+    done = store.finished_outcomes()
+    todo = [u for u in units if u.key in finished and u.key not in done]
+    if not todo:
+        return []
+    try:
+        from cudanalyst.runner.kernels import stage as kernels
+    except ImportError as exc:
+        return [Failure("kernels", "unavailable", f"the kernel stage cannot be loaded: {exc}", [u.key for u in todo])]
+    jobs = []
+    for u in todo:
+        record = store.read_candidate(u.key)
+        jobs.append(kernels.KernelJob(key=u.key, task=u.task, source=record.code,
+                                      frozen_source=programs[u.program_id].source))
+    failures: list[Failure] = []
+    by_key = {u.key: u for u in todo}
+    t0 = time.monotonic()
+    try:
+        results = kernels.evaluate_candidates(jobs, run.spec.evaluation, gpu=None)
+    except Exception as exc:  # noqa: BLE001 - a broken stage fails the shard with its reason, units stay open
+        return [Failure("kernels", "error", f"{type(exc).__name__}: {exc}", list(by_key))]
+    for res in results:
+        u = by_key[res.key]
+        record = OutcomeRecord(
+            key=u.key, run=run.metadata.name, task=u.task, generation=u.generation, program_id=u.program_id,
+            coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample,
+            label=Label(_field(res, "label")), evaluated_up_to=Label(_field(res, "evaluated_up_to")),
+            reason=str(_field(res, "reason", "")), speedup=_field(res, "speedup", None),
+            speedup_vs_baseline=_field(res, "speedup_vs_baseline", None), time_ms=_field(res, "time_ms", None),
+            resources=dict(_field(res, "resources", {}) or {}), gpu_seconds=float(_field(res, "gpu_seconds", 0.0)),
+        )
+        if store.write_outcome(record):
+            progress.kernels_done += 1
+        progress.gpu_seconds += record.gpu_seconds
+    missing = set(by_key) - {r.key for r in results}
+    if missing:
+        failures.append(Failure("kernels", "missing", "the kernel stage returned no result", sorted(missing)))
+    log.info("kernel stage: %d candidates in %.1f s", len(results), time.monotonic() - t0)
+    return failures
+
+
+def _field(obj: Any, name: str, default: Any = ...) -> Any:
+    value = obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
+    if value is ...:
+        raise AttributeError(f"kernel result lacks {name!r}")
+    return value.value if hasattr(value, "value") else value
+
+
+def run_shard(args: argparse.Namespace) -> int:
+    try:
+        run = load_run(args.spec)
+        plan = plan_run(run)
+        units = shard_units(plan, args.shard, args.of)
+        check_tasks(plan.programs)
+    except (SpecError, PlanError, InvalidInput, ValueError) as exc:
+        print(f"cudanalyst-runner: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    store = UnitStore(run_store(run))
+    keys = {u.key for u in units}
+    stages = ["llm", "kernels"] if args.stage == "all" else [args.stage]
+    progress = Progress(args.shard, args.of, len(units), stages=stages)
+    finished = store.finished_candidates() & keys
+    progress.llm_done = len(finished)
+    progress.kernels_done = len(store.finished_outcomes() & keys)
+    store.write_progress(args.shard, progress)
+    programs = {p.program_id: p for p in plan.programs}
+    failures: list[Failure] = []
+
+    if "llm" in stages:
+        pending = [u for u in units if u.key not in finished]
+        log.info("shard %d/%d: %d units, %d pending for the LLM stage", args.shard, args.of, len(units), len(pending))
+        settings = StageSettings(
+            health_timeout_s=args.health_timeout,
+            client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout),
+            log_dir=args.log_dir, s3=s3_settings(run),
+        )
+        failures += LlmStage(run, plan.programs, pending, store, progress, args.shard, settings).run_stage()
+    if "kernels" in stages:
+        failures += run_kernel_stage(run, programs, units, store, progress)
+
+    progress.failures = failures
+    progress.state = "failed" if failures else "succeeded"
+    store.write_progress(args.shard, progress)
+    for f in failures:
+        print(f"cudanalyst-runner: {f.stage} {f.kind}: {len(f.units)} unit(s) unfinished: {f.reason}", file=sys.stderr)
+    return EXIT_UNFINISHED if failures else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return run_shard(args)
+    except StoreError as exc:
+        print(f"cudanalyst-runner: object store: {exc}", file=sys.stderr)
+        return EXIT_UNFINISHED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
