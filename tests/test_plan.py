@@ -1,0 +1,123 @@
+"""The plan: a pure, deterministic function of spec + trajectory; shards partition the units."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cudanalyst.api import parse_run
+from cudanalyst.plan import coalitions, make_plan, shard_units, unit_key
+from cudanalyst.runs import PlanError, plan_run
+from cudanalyst.trajectory import FrozenProgram, TrajectoryError, dump_programs, freeze, manifest_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def programs(tasks=("gemm", "atax"), generations=(0, 10), per=5) -> list[FrozenProgram]:
+    return [
+        FrozenProgram(task=t, generation=g, program_id=f"{t}-g{g}-p{i}", source=f"// {t} {g} {i}",
+                      feedback={"debugger": "ok", "analyzer": "regs 32", "profiler": "1.0 ms"})
+        for t in tasks for g in generations for i in range(per)
+    ]
+
+
+def run_for(trajectory_uri: str, **spec_edits) -> object:
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    data = copy.deepcopy(data)
+    data["spec"]["trajectory"] = {"uri": trajectory_uri, "generations": [0, 10], "programsPerGeneration": 2}
+    for k, v in spec_edits.items():
+        data["spec"][k] = v
+    return parse_run(data)
+
+
+@pytest.fixture
+def trajectory_dir(tmp_path) -> Path:
+    progs = programs()
+    (tmp_path / "programs.jsonl").write_text(dump_programs(progs))
+    (tmp_path / "trajectory.json").write_text(manifest_for(progs).model_dump_json(by_alias=True))
+    return tmp_path
+
+
+def test_coalitions_follow_bitmasks():
+    c = coalitions(["a", "b", "c"])
+    assert len(c) == 8 and c[0] == () and c[5] == ("a", "c") and c[7] == ("a", "b", "c")
+
+
+def test_unit_count_and_unique_keys(trajectory_dir):
+    run = run_for(str(trajectory_dir))
+    plan = plan_run(run)
+    spec = run.spec
+    n_programs = 2 * 2 * 2  # tasks x generations x programsPerGeneration
+    arms = 2 ** len(spec.players) + len(spec.controls)
+    assert len(plan.programs) == n_programs
+    assert len(plan.units) == n_programs * arms * spec.sampling.rollouts * spec.sampling.samples_per_coalition
+    assert len({u.key for u in plan.units}) == len(plan.units)
+
+
+def test_plan_is_deterministic_and_shards_partition(trajectory_dir):
+    run = run_for(str(trajectory_dir), resources={"shards": 3, "gpusPerShard": 0})
+    a, b = plan_run(run), plan_run(run)
+    assert [u.key for u in a.units] == [u.key for u in b.units]
+    shards = [shard_units(a, i, 3) for i in range(3)]
+    keys = [u.key for s in shards for u in s]
+    assert sorted(keys) == sorted(u.key for u in a.units)
+    # a frozen program's units stay in one shard (shared prompt prefix, feedback computed once)
+    owner = {}
+    for i, s in enumerate(shards):
+        for u in s:
+            assert owner.setdefault(u.program_id, i) == i
+    with pytest.raises(ValueError, match="--of 2"):
+        shard_units(a, 0, 2)
+
+
+def test_more_shards_than_programs_still_spreads_work(trajectory_dir):
+    run = run_for(str(trajectory_dir), resources={"shards": 16, "gpusPerShard": 0})
+    plan = plan_run(run)
+    assert all(plan.shards), [len(s) for s in plan.shards]
+
+
+def test_unit_key_depends_on_every_part():
+    base = unit_key("r", "p", ("a",), "coalition", 0, 0)
+    assert base == unit_key("r", "p", ("a",), "coalition", 0, 0)
+    others = {unit_key("r2", "p", ("a",), "coalition", 0, 0), unit_key("r", "p2", ("a",), "coalition", 0, 0),
+              unit_key("r", "p", ("b",), "coalition", 0, 0), unit_key("r", "p", ("a",), "dummyPlan", 0, 0),
+              unit_key("r", "p", ("a",), "coalition", 1, 0), unit_key("r", "p", ("a",), "coalition", 0, 1)}
+    assert base not in others and len(others) == 6
+
+
+def test_freeze_is_seeded_and_stable():
+    progs = programs(per=10)
+    a = freeze(progs, [0, 10], 3, seed=7)
+    assert [p.program_id for p in a] == [p.program_id for p in freeze(progs, [0, 10], 3, seed=7)]
+    assert [p.program_id for p in a] != [p.program_id for p in freeze(progs, [0, 10], 3, seed=8)]
+    # choosing for one task does not change another task's choice
+    only_gemm = freeze(progs, [0, 10], 3, seed=7, tasks=["gemm"])
+    assert [p.program_id for p in only_gemm] == [p.program_id for p in a if p.task == "gemm"]
+
+
+def test_empty_generation_is_named():
+    with pytest.raises(TrajectoryError, match="generation 30 has no program"):
+        freeze(programs(), [0, 30], 2, seed=0)
+    with pytest.raises(TrajectoryError, match="spec.trajectory.tasks.*conv2d"):
+        freeze(programs(), [0], 2, seed=0, tasks=["conv2d"])
+
+
+def test_plan_errors_name_the_trajectory(tmp_path):
+    with pytest.raises(PlanError, match="programs.jsonl"):
+        plan_run(run_for(str(tmp_path)))
+    (tmp_path / "programs.jsonl").write_text('{"task": "gemm"}\n')
+    with pytest.raises(PlanError, match=r"programs.jsonl:1: generation"):
+        plan_run(run_for(str(tmp_path)))
+
+
+def test_make_plan_counts_control_arms():
+    run = run_for("unused", controls=["noFeedback", "randomizedFeedback", "dummyPlan"])
+    plan = make_plan(run, programs(tasks=("gemm",), generations=(0,), per=1))
+    arms = plan.summary()["unitsByArm"]
+    per = run.spec.sampling.rollouts * run.spec.sampling.samples_per_coalition
+    assert arms == {"coalition": 8 * per, "noFeedback": per, "randomizedFeedback": per, "dummyPlan": per}
+    randomized = [u for u in plan.units if u.arm == "randomizedFeedback"]
+    assert randomized[0].coalition == tuple(run.spec.players)
