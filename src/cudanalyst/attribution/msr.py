@@ -1,0 +1,73 @@
+"""Maximum Sample Reuse (Wang & Jia, AISTATS 2023) for Banzhaf values and interactions.
+
+With coalitions drawn uniformly (each player in with probability 1/2), the Banzhaf interaction of a set
+S of order k is an alternating sum over L <= S of E[v(U) | U n S = L]:
+
+    I_B(S) = sum over L <= S of (-1)^(k - |L|) E[v(U) | U n S = L]
+
+MSR estimates each conditional mean by the mean of v over *all* sampled coalitions in that group, so every
+sample is reused for every index. With every coalition present once the group means are exact, and so is
+the estimate. Shapley weights do not factorise this way, so MSR gives Banzhaf indices only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from cudanalyst.attribution.games import FloatArray, masks_of_order, popcounts
+
+IntArray = npt.NDArray[np.int64]
+
+
+def sample_coalitions(n: int, count: int, rng: np.random.Generator) -> IntArray:
+    """`count` coalitions drawn uniformly with replacement, as masks."""
+    bits = rng.integers(0, 2, size=(count, n), dtype=np.int64)
+    return bits @ (np.int64(1) << np.arange(n, dtype=np.int64))
+
+
+def group_matrix(masks: IntArray, n: int, order: int) -> tuple[FloatArray, FloatArray]:
+    """One-hot (samples, targets x 2^order) of each sample's group L = U n S per target S, and the signs.
+
+    The signs (targets x 2^order,) are (-1)^(order - |L|).
+    """
+    targets = masks_of_order(n, order)
+    members = [[i for i in range(n) if s >> i & 1] for s in targets]
+    # Group id of sample U for target S: the bits of U at S's members, packed (a software pext).
+    group = np.zeros((masks.size, len(targets)), dtype=np.int64)
+    for j in range(order):
+        member_bit = np.array([m[j] for m in members], dtype=np.int64)
+        group |= ((masks[:, None] >> member_bit[None, :]) & 1) << j
+    width = 1 << order
+    column = group + np.arange(len(targets))[None, :] * width
+    onehot = np.zeros((masks.size, len(targets) * width))
+    np.put_along_axis(onehot, column, 1.0, axis=1)
+    signs = np.tile(np.where((order - popcounts(order)) % 2 == 0, 1.0, -1.0), len(targets))
+    return onehot, signs
+
+
+def msr_interactions(
+    masks: npt.ArrayLike, values: npt.ArrayLike, n: int, order: int = 1, weights: npt.ArrayLike | None = None
+) -> tuple[FloatArray, FloatArray]:
+    """MSR estimates of the order-`order` Banzhaf indices (aligned with `masks_of_order`) and their SEs.
+
+    `values` may carry a leading batch axis (bootstrap replicates), as may `weights` (multiplicities
+    of the samples). An index whose groups are not all observed is NaN. The standard error treats the
+    samples of each group as a random sample of that group (it includes the noise in v and the spread
+    of v across coalitions): SE^2 = sum over groups of s_g^2 / n_g.
+    """
+    m = np.asarray(masks, dtype=np.int64)
+    v = np.asarray(values, dtype=np.float64)
+    w = np.ones(m.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    onehot, signs = group_matrix(m, n, order)
+    width = 1 << order
+    count = w @ onehot
+    total = (w * v) @ onehot
+    square = (w * v * v) @ onehot
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / count, np.nan)
+        spread = np.where(count > 1, (square - count * mean**2) / (count - 1), np.nan)
+        estimate = (signs * mean).reshape(*mean.shape[:-1], -1, width).sum(axis=-1)
+        se = np.sqrt(np.maximum(spread / count, 0.0)).reshape(*mean.shape[:-1], -1, width)
+        se = np.sqrt((se**2).sum(axis=-1))
+    return estimate, se
