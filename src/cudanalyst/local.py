@@ -1,0 +1,189 @@
+"""The local executor: the operator's plan, run on this machine with shards as subprocesses.
+
+One pass of `cudanalyst run`:
+  1. check the spec, the output folder and (when resuming) that the folder belongs to this spec;
+  2. serve each `serve: local` model once with vLLM, shared by every shard (a pod serves its own);
+  3. run every shard's LLM stage at once against those servers;
+  4. stop the servers, so the GPU is quiet, then run the kernel stage shard by shard (timing holds the GPU);
+  5. build the report.
+Everything lands in the run's folder of the object store, so stopping and running again resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudanalyst.api import AttributionRun
+from cudanalyst.plan import Plan, plan_digest
+from cudanalyst.runs import plan_run, progress_key, run_store, s3_settings
+from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
+
+# Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
+RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
+POLL_S = 1.0
+
+
+class RunInputError(ValueError):
+    """Input that stops the run before any work starts (exit status 2)."""
+
+
+@dataclass
+class StageStatus:
+    done: int = 0
+    total: int = 0
+    failures: int = 0
+
+
+@dataclass
+class Snapshot:
+    llm: StageStatus = field(default_factory=StageStatus)
+    kernels: StageStatus = field(default_factory=StageStatus)
+    gpu_seconds: float = 0.0
+
+
+def outcome_spec(run: AttributionRun) -> dict[str, Any]:
+    spec = run.spec.model_dump(by_alias=True, mode="json")
+    return {k: v for k, v in spec.items() if k not in RESUMABLE_FIELDS}
+
+
+def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
+    """Check the run folder is writable and ours, then record spec.json and plan.json."""
+    try:
+        store = run_store(run)
+        try:
+            previous = store.get_json("spec.json")
+        except ObjectNotFound:
+            previous = None
+        if previous is not None:
+            ours = outcome_spec(run)
+            theirs = {k: v for k, v in previous.get("spec", {}).items() if k not in RESUMABLE_FIELDS}
+            if ours != theirs:
+                changed = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+                raise RunInputError(
+                    f"{store.uri}: this run folder was made by a different spec (spec.{', spec.'.join(changed)} "
+                    "differ); give the run another metadata.name or spec.output.uri, or delete the folder"
+                )
+        store.put_json("spec.json", {"metadata": {"name": run.metadata.name},
+                                     "spec": run.spec.model_dump(by_alias=True, mode="json")})
+        store.put_json("plan.json", plan.summary())
+    except StoreError as exc:
+        raise RunInputError(f"output folder {run.spec.output.uri!r} is not usable: {exc}") from None
+    return store
+
+
+def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
+    snap = Snapshot()
+    for i in range(shards):
+        try:
+            prog = store.get_json(progress_key(i))
+        except (ObjectNotFound, ValueError):
+            continue
+        stages = prog.get("byStage", {})
+        for name in ("llm", "kernels"):
+            st = getattr(snap, name)
+            st.done += int(stages.get(name, {}).get("done", 0))
+            st.total += int(stages.get(name, {}).get("total", prog.get("total", 0)))
+        failed = int(prog.get("failedUnits", 0))
+        snap.llm.failures += failed if "llm" in prog.get("stages", []) else 0
+        snap.kernels.failures += failed if prog.get("stages") == ["kernels"] else 0
+        snap.gpu_seconds += float(prog.get("gpuSeconds", 0.0))
+    return snap
+
+
+@contextlib.contextmanager
+def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float) -> Iterator[AttributionRun]:
+    """Serve each distinct local model once; yield the run with those models as endpoints."""
+    from cudanalyst.runner.llm.serving import start_local_server
+    from cudanalyst.runner.weights import resolve_model_path
+
+    data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
+    models = data["spec"]["models"]
+    with contextlib.ExitStack() as stack:
+        served: dict[str, str] = {}
+        for role in ("planner", "coder", "summarizer"):
+            model = models.get(role)
+            if not model or model.get("serve") != "local":
+                continue
+            name = model["model"]
+            if name not in served:
+                spec_model = getattr(run.spec.models, role)
+                path = resolve_model_path(name, s3_settings(run))
+                server = stack.enter_context(start_local_server(
+                    path, spec_model, served_name=name, seed=run.spec.sampling.seed,
+                    health_timeout_s=health_timeout_s, log_dir=log_dir))
+                served[name] = server.endpoint.base_url
+            models[role] = {**model, "serve": "endpoint", "endpoint": served[name]}
+        yield AttributionRun.model_validate(data)
+
+
+def _launch(spec_path: Path, shard: int, of: int, stage: str, log_dir: str) -> subprocess.Popen[bytes]:
+    log = open(Path(log_dir) / f"shard-{shard}-{stage}.log", "ab")  # noqa: SIM115 - owned by the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "cudanalyst.runner.shard", "--spec", str(spec_path), "--shard", str(shard),
+         "--of", str(of), "--stage", stage, "--log-dir", log_dir],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def run_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str, parallel: bool,
+              tick: Callable[[], None]) -> dict[int, int]:
+    """Run one stage over the shards; return each shard's exit status. Ctrl-C stops every child."""
+    codes: dict[int, int] = {}
+    waves = [shards] if parallel else [[s] for s in shards]
+    for wave in waves:
+        procs = {s: _launch(spec_path, s, of, stage, log_dir) for s in wave}
+        try:
+            while any(p.poll() is None for p in procs.values()):
+                tick()
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            _stop(list(procs.values()))
+            raise
+        codes.update({s: p.returncode for s, p in procs.items()})
+        tick()
+    return codes
+
+
+def write_spec_file(run: AttributionRun, folder: str) -> Path:
+    path = Path(folder) / "spec.json"
+    path.write_text(json.dumps(run.to_dict()))
+    return path
+
+
+def prepare(run: AttributionRun) -> tuple[Plan, ObjectStore]:
+    plan = plan_run(run)
+    return plan, prepare_folder(run, plan)
+
+
+def work_dir(run: AttributionRun) -> str:
+    return tempfile.mkdtemp(prefix=f"cudanalyst-{run.metadata.name}-")
+
+
+__all__ = ["RunInputError", "Snapshot", "plan_digest", "prepare", "read_snapshot", "run_stage",
+           "shared_servers", "write_spec_file", "work_dir"]
