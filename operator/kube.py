@@ -6,6 +6,7 @@ success (a restarted operator creates nothing twice).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from kubernetes import client, config
@@ -26,7 +27,9 @@ class Kube:
         try:
             config.load_incluster_config(client_configuration=configuration)
         except ConfigException:
-            config.load_kube_config(client_configuration=configuration)
+            # $KUBECONFIG as it is now, not as it was when the kubernetes package was imported.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                    client_configuration=configuration)
         return cls(client.ApiClient(configuration))
 
     def close(self) -> None:

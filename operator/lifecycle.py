@@ -1,0 +1,255 @@
+"""What the handlers do, as plain methods over plain data: start a run, follow it, suspend it, clean up.
+
+The kopf handlers in handlers.py only unpack kopf's arguments and call these, so each step can be read
+(and tested) without kopf's machinery. Status goes into kopf's `patch.status`; nothing here writes spec.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from cudanalyst.operator import constants as c
+from cudanalyst.operator.conditions import (
+    Observation,
+    Verdict,
+    invalid,
+    is_finished,
+    judge,
+    status_for,
+    transition_event,
+)
+from cudanalyst.operator.config import OperatorConfig
+from cudanalyst.operator.jobs import owner_view, runner_job, spec_configmap
+from cudanalyst.operator.kube import Kube
+from cudanalyst.operator.metrics import Metrics
+from cudanalyst.operator.pods import job_summary
+from cudanalyst.operator.progress import read_shards, summarize
+
+from cudanalyst.api import AttributionRun, SpecError, parse_run
+from cudanalyst.plan import Plan
+from cudanalyst.runs import PlanError, plan_run, run_store
+from cudanalyst.store import ObjectStore, StoreError
+
+log = logging.getLogger("cudanalyst.operator")
+
+# Waiting for something outside the spec (a trajectory not uploaded yet, a store coming back).
+RETRY_DELAY = 60.0
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Services:
+    """Everything the operator reaches outside itself, replaceable one piece at a time."""
+
+    config: OperatorConfig
+    metrics: Metrics = field(default_factory=Metrics)
+    kube_factory: Callable[[], Kube] = Kube.from_environment
+    plan: Callable[[AttributionRun], Plan] = plan_run
+    store: Callable[[AttributionRun], ObjectStore] = run_store
+    aggregate: Callable[[AttributionRun, ObjectStore], tuple[dict[str, Any], str]] | None = None
+    clock: Callable[[], datetime] = utc_now
+    _kube: Kube | None = None
+
+    @property
+    def kube(self) -> Kube:
+        if self._kube is None:
+            self._kube = self.kube_factory()
+        return self._kube
+
+
+def parse_body(body: dict[str, Any]) -> AttributionRun:
+    """The run as the API server holds it, validated by the same models that generated the CRD."""
+    meta = body.get("metadata") or {}
+    doc = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
+        "spec": body.get("spec"),
+    }
+    return parse_run(doc, source=f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def spec_problem_text(exc: SpecError) -> str:
+    return "; ".join(f"{path or '<root>'}: {msg}" for path, msg in exc.problems)
+
+
+def _changed(current: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Only the status fields whose value differs, so a quiet run causes no API writes."""
+    return {k: v for k, v in new.items() if current.get(k) != v}
+
+
+class Operations:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    # ---- events and status
+
+    def _apply(self, body: dict[str, Any], patch: kopf.Patch, verdict: Verdict, extra: dict[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        current = dict(body.get("status") or {})
+        generation = int(meta.get("generation") or 1)
+        new = status_for(verdict, current, generation, rfc3339(self.s.clock()))
+        new.update(extra)
+        for key, value in _changed(current, new).items():
+            patch.status[key] = value
+        event = transition_event(current, verdict)
+        if event is not None:
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        self.s.metrics.set_phase(meta.get("namespace", ""), meta.get("name", ""), verdict.phase)
+
+    def _stall(self, body: dict[str, Any], patch: kopf.Patch, reason: str, message: str) -> None:
+        self._apply(body, patch, invalid(reason, message), {})
+
+    # ---- start (create, resume, edits before the start)
+
+    def start(self, body: dict[str, Any], patch: kopf.Patch) -> None:
+        status = body.get("status") or {}
+        if is_finished(status):
+            return
+        try:
+            run = parse_body(body)
+        except SpecError as exc:
+            text = spec_problem_text(exc)
+            self._stall(body, patch, "InvalidSpec", f"invalid spec: {text}")
+            raise kopf.PermanentError(f"invalid spec: {text}") from None
+        try:
+            plan = self.s.plan(run)
+            store = self.s.store(run)
+            store.put_json("spec.json", {k: v for k, v in run.to_dict().items() if k != "status"})
+            store.put_json("plan.json", plan.summary())
+        except PlanError as exc:
+            # Not permanent: the trajectory may be uploaded after the run is applied.
+            self._stall(body, patch, "PlanFailed", f"cannot plan the run: {exc}")
+            raise kopf.TemporaryError(f"cannot plan the run: {exc}", delay=RETRY_DELAY) from None
+        except StoreError as exc:
+            self._stall(body, patch, "StoreUnavailable", f"cannot write to spec.output.uri: {exc}")
+            raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from None
+        job = self.ensure_children(body, run)
+        now = rfc3339(self.s.clock())
+        total = len(plan.units)
+        obs = Observation(int(body["metadata"].get("generation") or 1), run.spec.suspend,
+                          bool(run.spec.resources.queue_name), job_summary(job), total=total)
+        extra: dict[str, Any] = {
+            "startTime": status.get("startTime") or now,
+            "jobName": c.job_name(run.metadata.name),
+        }
+        progress = dict(status.get("progress") or {})
+        if progress.get("total") != total:
+            extra["progress"], _ = summarize([], total, None, self.s.clock())
+        self._apply(body, patch, judge(obs), extra)
+        self.s.metrics.set_progress(run.metadata.namespace or "", run.metadata.name, 0, total)
+
+    def ensure_children(self, body: dict[str, Any], run: AttributionRun) -> dict[str, Any]:
+        """Create the spec ConfigMap and the Indexed Job if absent; returns the Job manifest."""
+        namespace = body["metadata"]["namespace"]
+        configmap = spec_configmap(run)
+        job = runner_job(run, self.s.config)
+        kopf.adopt([configmap, job], owner=owner_view(body))  # owner reference, namespace, labels
+        kube = self.s.kube
+        if kube.create_configmap(namespace, configmap):
+            log.info("created ConfigMap %s/%s", namespace, configmap["metadata"]["name"])
+        if kube.create_job(namespace, job):
+            kopf.event(body, type="Normal", reason="JobCreated",
+                       message=f"created Indexed Job {job['metadata']['name']} with {run.spec.resources.shards} shard(s)")
+        return job
+
+    # ---- follow
+
+    def observe(self, body: dict[str, Any], patch: kopf.Patch, jobs: list[dict[str, Any]],
+                pods: list[dict[str, Any]]) -> None:
+        status = dict(body.get("status") or {})
+        if is_finished(status) or not status.get("startTime"):
+            return
+        try:
+            run = parse_body(body)
+        except SpecError:
+            return  # the start handler has said so already
+        meta = body["metadata"]
+        total = int((status.get("progress") or {}).get("total") or 0)
+        now = self.s.clock()
+        extra: dict[str, Any] = {}
+        store = self.s.store(run)
+        try:
+            progress, gpu_seconds = summarize(read_shards(store, run.spec.resources.shards), total,
+                                              status.get("startTime"), now)
+            extra["progress"] = progress
+            extra["gpuSeconds"] = gpu_seconds
+            done = progress["done"]
+        except StoreError as exc:
+            log.warning("%s/%s: progress unavailable: %s", meta.get("namespace"), meta.get("name"), exc)
+            done = int((status.get("progress") or {}).get("done") or 0)
+        job = jobs[0] if jobs else None
+        if job is not None:
+            extra["shards"] = {"active": job["active"], "succeeded": job["succeeded"], "failed": job["failed"]}
+        obs = Observation(int(meta.get("generation") or 1), run.spec.suspend, bool(run.spec.resources.queue_name),
+                          job, pods, done=done, total=total)
+        verdict = judge(obs)
+        if verdict.phase == "Pending":
+            self.ensure_children(body, run)  # the Job was deleted before finishing: make it again
+        if verdict.phase == "Aggregating":
+            verdict = self._aggregate(run, store, obs, extra)
+        self._apply(body, patch, verdict, extra)
+        self.s.metrics.set_progress(meta.get("namespace", ""), meta.get("name", ""), done, total)
+
+    def _aggregate(self, run: AttributionRun, store: ObjectStore, obs: Observation,
+                   extra: dict[str, Any]) -> Verdict:
+        if self.s.aggregate is None:
+            return judge(obs)
+        try:
+            results, report_uri = self.s.aggregate(run, store)
+        except StoreError as exc:
+            log.warning("%s: aggregation waits for the store: %s", run.metadata.name, exc)
+            return judge(obs)
+        extra["results"] = results
+        extra["reportUri"] = report_uri
+        obs.aggregated = True
+        return judge(obs)
+
+    # ---- suspend
+
+    def suspend(self, body: dict[str, Any], patch: kopf.Patch, suspend: bool) -> None:
+        status = body.get("status") or {}
+        if not status.get("startTime") or is_finished(status):
+            return
+        meta = body["metadata"]
+        try:
+            run = parse_body(body)
+        except SpecError:
+            return
+        # A queued run's Job is unsuspended by Kueue on admission, not by us.
+        job_suspend = suspend or (bool(run.spec.resources.queue_name) and status.get("phase") == "Queued")
+        found = self.s.kube.set_job_suspend(meta["namespace"], c.job_name(meta["name"]), job_suspend)
+        if not found:
+            return
+        progress = status.get("progress") or {}
+        obs = Observation(int(meta.get("generation") or 1), suspend, bool(run.spec.resources.queue_name),
+                          {"suspend": job_suspend, "active": 0, "conditions": []},
+                          done=int(progress.get("done") or 0), total=int(progress.get("total") or 0))
+        self._apply(body, patch, judge(obs), {})
+
+    # ---- delete
+
+    def delete_results(self, body: dict[str, Any]) -> None:
+        """Only when spec.output.deleteWithRun asks: results stay in the store by default."""
+        run = parse_body(body)
+        store = self.s.store(run)
+        keys = list(store.list(""))
+        for key in keys:
+            store.delete(key)
+        log.info("deleted %d objects of run %s from %s", len(keys), run.metadata.name, store.uri)
+
+    def forget(self, body: dict[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        self.s.metrics.forget(meta.get("namespace", ""), meta.get("name", ""))
