@@ -1,0 +1,174 @@
+"""The self-contained HTML page of a report: figures embedded as data: URIs, tables, provenance.
+
+No scripts, no external styles or fonts: the file opens the same from a laptop, an S3 console
+download or a CI artifact.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cudanalyst.report.table import NOT_EVALUATED, from_report, plain_rows
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1300px;color:#222;
+padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem}h2{margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
+table{border-collapse:collapse;margin:.6rem 0;font-size:.9rem}
+th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:right;vertical-align:top}
+th:first-child,td:first-child{text-align:left}th{background:#f4f4f4}
+td.ne{color:#888;font-style:italic}figure{margin:1rem 0}figure img{max-width:100%;height:auto}
+figcaption{color:#555;font-size:.9rem}.note{color:#555;font-size:.9rem}
+pre{background:#f7f7f7;padding:.8rem;overflow:auto;font-size:.8rem;text-align:left}
+.badge{display:inline-block;padding:.1rem .5rem;border-radius:.6rem;background:#eee;font-size:.8rem}
+.ne-badge{background:#fbe9d0}
+"""
+
+FIGURE_CAPTIONS = {
+    "attribution.png": "Banzhaf value of each player per generation, per metric; bands and bars are the "
+                       "analytic intervals; the diamond at the right is pooled over all generations.",
+    "interactions.png": "Pairwise Banzhaf interactions (pooled): red = the pair does better together than "
+                        "apart, blue = they substitute for each other.",
+    "coalitions.png": "Outcome rate of every coalition (pooled), with intervals; control arms in grey.",
+    "tasks.png": "Per-task breakdown: pooled Banzhaf value of each player on each task.",
+}
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _fmt(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return NOT_EVALUATED
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    head, *body = rows
+    out = ["<table><thead><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr></thead><tbody>"]
+    for row in body:
+        out.append("<tr>")
+        for cell in row:
+            cls = ' class="ne"' if NOT_EVALUATED in str(cell) else ""
+            out.append(f"<td{cls}>{_e(cell)}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _interval(est: Mapping[str, Any] | None, signed: bool = True) -> str:
+    if not est or est.get("value") is None:
+        return NOT_EVALUATED
+    text = _fmt(est["value"], signed)
+    if est.get("low") is not None:
+        text += f" [{_fmt(est['low'], signed)}, {_fmt(est['high'], signed)}]"
+    return text
+
+
+def _figure(name: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(name)}" data-file="{_e(name)}">'
+            f"<figcaption>{_e(FIGURE_CAPTIONS.get(name, name))} (also saved as {_e(name)})</figcaption></figure>")
+
+
+def _results_section(report: Mapping[str, Any]) -> str:
+    att = report["attribution"]
+    parts = ["<h2>Results</h2>", f"<p>Pooled over generations {_e(report['generations'])}.</p>",
+             _table(plain_rows(from_report(report)))]
+    for gen in report["generations"]:
+        parts.append(f"<h3>Generation {_e(gen)}</h3>")
+        parts.append(_table(plain_rows(from_report(report, gen))))
+    rows = [["metric", "player", "Banzhaf", "bootstrap interval", "Shapley"]]
+    for game in (g for g in att["games"] if g["pooled"]):
+        for player in att["players"]:
+            b = game["banzhaf"].get(player)
+            s = (game.get("shapley") or {}).get(player)
+            boot = (f"[{_fmt(b['bootstrapLow'], True)}, {_fmt(b['bootstrapHigh'], True)}]"
+                    if b and b.get("bootstrapLow") is not None else ("-" if game["evaluated"] else NOT_EVALUATED))
+            rows.append([game["metric"], player, _interval(b), boot, _interval(s) if s else "-"])
+    parts += ["<h3>Banzhaf beside Shapley (pooled)</h3>", _table(rows)]
+    pair_rows = [["metric", "pair", "interaction"]]
+    for game in (g for g in att["games"] if g["pooled"]):
+        for pair, est in game["interactions"].items():
+            pair_rows.append([game["metric"], pair, _interval(est)])
+    if len(att["players"]) > 1:
+        parts += ["<h3>Pairwise interactions (pooled)</h3>", _table(pair_rows)]
+    return "".join(parts)
+
+
+def _coalitions_section(report: Mapping[str, Any]) -> str:
+    att = report["attribution"]
+    pooled = {g["metric"]: g for g in att["games"] if g["pooled"]}
+    keys = sorted({k for g in pooled.values() for k in g["values"]}, key=lambda k: (k.count(",") + bool(k), k))
+    rows = [["coalition", *att["metrics"]]]
+    for key in keys:
+        rows.append([key or "(none)", *(_interval(pooled[m]["values"].get(key), signed=False) if m in pooled and
+                                        pooled[m]["evaluated"] else NOT_EVALUATED for m in att["metrics"])])
+    out = ["<h2>Outcome rates per coalition</h2>", _table(rows)]
+    controls = [c for c in att.get("controls", []) if c["pooled"]]
+    if controls:
+        crow = [["control arm", "metric", "rate"]]
+        for c in controls:
+            est = next(iter(c["rates"].values()), None)
+            crow.append([c["arm"], c["metric"], _interval(est, signed=False) if c["evaluated"] else NOT_EVALUATED])
+        out += ["<h3>Control arms</h3>", _table(crow)]
+    labels = report["units"]["labels"]
+    lrow = [["arm", "fail", "compile", "pass", "fast"]]
+    lrow += [[arm, *(str(c[k]) for k in ("fail", "compile", "pass", "fast"))] for arm, c in labels.items()]
+    out += ["<h3>Sample labels (unit records)</h3>", _table(lrow)]
+    return "".join(out)
+
+
+def _tasks_section(report: Mapping[str, Any]) -> str:
+    att = report["attribution"]
+    rows = [["task", "programs", "metric", *att["players"]]]
+    for task in report["tasks"]:
+        for game in task["games"]:
+            rows.append([task["task"], str(task["programs"]), game["metric"],
+                         *(_interval(game["banzhaf"].get(p)) if game["evaluated"] else NOT_EVALUATED
+                           for p in att["players"])])
+    return "<h2>Per-task breakdown</h2>" + _table(rows)
+
+
+def _provenance_section(report: Mapping[str, Any]) -> str:
+    prov = report["provenance"]
+    rows = [["item", "value"]]
+    for key, label in (("run", "run"), ("runFolder", "run folder"), ("createdAt", "report created"),
+                       ("codeVersion", "cudanalyst version"), ("gitCommit", "git commit"),
+                       ("promptTemplateVersion", "prompt-template version"), ("planDigest", "plan digest")):
+        rows.append([label, str(prov.get(key) or "unknown")])
+    for role, model in prov.get("models", {}).items():
+        rows.append([f"model: {role}", model])
+    for role, names in prov.get("modelsInCandidates", {}).items():
+        rows.append([f"model served ({role})", ", ".join(names)])
+    spec = json.dumps(prov["spec"], indent=2, sort_keys=False)
+    return ("<h2>Provenance</h2>" + _table(rows) +
+            f"<details open><summary>spec</summary><pre>{_e(spec)}</pre></details>")
+
+
+def render_html(report: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
+    """The whole page; `figures` maps file names to PNG bytes, in display order."""
+    not_eval = report["notEvaluated"]
+    badge = "".join(f' <span class="badge ne-badge">{_e(m)}: {NOT_EVALUATED}</span>' for m in not_eval)
+    units = report["units"]
+    planned = f" of {units['planned']} planned units" if units.get("planned") else ""
+    header = (f"<h1>Attribution report: {_e(report['run'])}</h1>"
+              f"<p>Players: {_e(', '.join(report['players']))}. Metrics: {_e(', '.join(report['metrics']))}"
+              f"{badge}. {units['outcomes']} outcome records"
+              f"{planned}; "
+              f"intervals at {report['confidence'] * 100:g}% confidence.</p>")
+    if not_eval:
+        header += (f'<p class="note">{_e(", ".join(not_eval))} could not be evaluated by this run (its kernel '
+                   f"stage established outcomes only up to {_e(', '.join(report['units']['evaluatedUpTo']))}): "
+                   "they are shown as not evaluated, not as zeros.</p>")
+    notes = "".join(f"<li>{_e(n)}</li>" for n in report["attribution"].get("notes", []))
+    figs = "".join(_figure(name, png) for name, png in figures.items())
+    body = (header + "<h2>Figures</h2>" + figs + _results_section(report) + _coalitions_section(report) +
+            _tasks_section(report) + _provenance_section(report) + f"<h2>Method notes</h2><ul>{notes}</ul>")
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(report["run"])}: '
+            f"cudanalyst report</title><style>{STYLE}</style></head><body>{body}</body></html>\n")

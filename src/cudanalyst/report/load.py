@@ -1,0 +1,110 @@
+"""Reading a run folder (`<output.uri>/<name>/`) from the object store: spec, plan, outcomes, provenance."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudanalyst.api import AttributionRun, SpecError, parse_run
+from cudanalyst.attribution.values import OutcomeError, parse_records
+from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.store import ObjectNotFound, ObjectStore
+
+SPEC_KEY = "spec.json"
+PLAN_KEY = "plan.json"
+OUTCOMES_PREFIX = "outcomes/"
+CANDIDATES_PREFIX = "candidates/"
+# Provenance (prompt-template version, models) is read from this many candidate records: they are
+# written by one runner version per run, and reading every one of a large run over S3 costs minutes.
+PROVENANCE_SAMPLE = 64
+_READERS = 16
+
+
+class ReportError(ValueError):
+    """The folder is not a run folder, or its records cannot be read; the message names the object."""
+
+
+@dataclass
+class RunFolder:
+    uri: str
+    run: AttributionRun
+    plan: dict[str, Any] | None
+    outcomes: list[OutcomeRecord]
+    prompt_versions: list[str] = field(default_factory=list)
+    candidate_models: dict[str, list[str]] = field(default_factory=dict)
+    candidates_read: int = 0
+
+
+def _get_json(store: ObjectStore, key: str) -> Any:
+    try:
+        return json.loads(store.get_bytes(key))
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{store.uri_of(key)}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
+
+
+def load_spec(store: ObjectStore) -> AttributionRun:
+    """spec.json holds the whole AttributionRun (or, from older writers, its spec alone)."""
+    try:
+        data = _get_json(store, SPEC_KEY)
+    except ObjectNotFound:
+        raise ReportError(f"{store.uri} is not a run folder: it has no {SPEC_KEY} "
+                          f"(give the run's own folder, <output.uri>/<name>/)") from None
+    if isinstance(data, dict) and "spec" not in data and "trajectory" in data:
+        name = store.uri.rstrip("/").rsplit("/", 1)[-1]
+        data = {"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": name},
+                "spec": data}
+    if isinstance(data, dict):
+        data.pop("status", None)  # a snapshot of status says nothing the records do not
+    try:
+        return parse_run(data, store.uri_of(SPEC_KEY))
+    except SpecError as exc:
+        raise ReportError(str(exc)) from None
+
+
+def _read_many(store: ObjectStore, keys: list[str]) -> list[tuple[str, Any]]:
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        return list(pool.map(lambda k: (store.uri_of(k), _get_json(store, k)), keys))
+
+
+def load_outcomes(store: ObjectStore) -> list[OutcomeRecord]:
+    keys = [k for k in store.list(OUTCOMES_PREFIX) if k.endswith(".json")]
+    if not keys:
+        raise ReportError(f"{store.uri_of(OUTCOMES_PREFIX)}: no outcome records yet (has the kernel stage run?)")
+    try:
+        return parse_records(_read_many(store, keys))
+    except OutcomeError as exc:
+        raise ReportError(str(exc)) from None
+
+
+def load_run_folder(store: ObjectStore) -> RunFolder:
+    """Everything a report needs from one run folder.
+
+    Raises ReportError (bad input, naming the object) or StoreError (the store itself failed)."""
+    try:
+        run = load_spec(store)
+        plan = _get_json(store, PLAN_KEY) if store.exists(PLAN_KEY) else None
+        outcomes = load_outcomes(store)
+        folder = RunFolder(store.uri, run, plan, outcomes)
+        candidate_keys = []
+        for key in store.list(CANDIDATES_PREFIX):
+            if key.endswith(".json"):
+                candidate_keys.append(key)
+            if len(candidate_keys) >= PROVENANCE_SAMPLE:
+                break
+        versions: set[str] = set()
+        models: dict[str, set[str]] = {}
+        for _, cand in _read_many(store, candidate_keys):
+            if not isinstance(cand, dict):
+                continue
+            if cand.get("promptVersion"):
+                versions.add(str(cand["promptVersion"]))
+            for role, model in (cand.get("models") or {}).items():
+                models.setdefault(str(role), set()).add(str(model))
+        folder.prompt_versions = sorted(versions)
+        folder.candidate_models = {role: sorted(names) for role, names in sorted(models.items())}
+        folder.candidates_read = len(candidate_keys)
+    except ObjectNotFound as exc:  # listed a moment ago, gone now: the folder changed under us
+        raise ReportError(str(exc)) from None
+    return folder
