@@ -1,0 +1,371 @@
+"""Hardened correctness checks of a candidate, run inside a GPU worker.
+
+For every seed (fresh random inputs each), the candidate runs twice. Each run:
+- outputs and scratch buffers are prefilled with NaN, so a kernel that writes nothing (or part) fails;
+- the launch stream is synchronized, and the outputs copied on a separate non-blocking stream; then the
+  whole device is synchronized and the outputs read again. If the two readings differ, some work was
+  still running after the launch stream finished (a side stream, or work outliving the launch): fail;
+- the inputs are read back and must be bit-for-bit unchanged;
+- outputs must have the reference's shape and match it within the task's per-dtype tolerance;
+- the second run must match the first within the same tolerance (no state carried across calls).
+
+The checks on host arrays are pure functions (unit-tested without a GPU); `handle_verify` is the
+worker's entry point and needs pycuda.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cudanalyst.tasks.base import Role, Task, Tolerance
+
+if TYPE_CHECKING:
+    from cudanalyst.runner.kernels.worker import GpuSession
+
+
+class ContractError(ValueError):
+    """The candidate does not follow the task's contract (missing kernel, bad launch configuration)."""
+
+
+# ---- static contract checks (pure) ------------------------------------------------------------------
+
+_QUALIFIER = r"(?:__\w+__(?:\s*\([^()]*\))?\s+)*"
+_KERNEL_DEF = re.compile(
+    r'extern\s+"C"\s+' + _QUALIFIER + r"void\s+" + _QUALIFIER + r"(?P<name>\w+)\s*\((?P<params>[^()]*)\)\s*\{"
+)
+_IGNORED_WORDS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "signed"}
+
+
+def _param_shape(decl: str) -> tuple[str, int]:
+    """(base type, pointer depth) of one C parameter declaration; names and qualifiers are ignored."""
+    words = [w for w in re.findall(r"[A-Za-z_]\w*", decl) if w not in _IGNORED_WORDS]
+    stars = decl.count("*") + decl.count("[")
+    if len(words) >= 2:
+        words = words[:-1]  # the parameter's name
+    return " ".join(words), stars
+
+
+def check_signatures(task: Task, source: str) -> list[str]:
+    """Problems with the candidate's kernel definitions against the contract; [] when none are seen.
+
+    Only kernels the regular expression recognises are compared (a macro-built definition is left
+    to the module load, which reports a missing symbol by name).
+    """
+    problems: list[str] = []
+    found = {m["name"]: m["params"] for m in _KERNEL_DEF.finditer(source)}
+    for kernel in task.kernels:
+        expected = [_param_shape(p.c_decl()) for p in task.params]
+        if kernel.name not in found:
+            if not re.search(rf"\b{re.escape(kernel.name)}\b", source):
+                problems.append(f"kernel {kernel.name!r} is not defined; expected: {task.signature(kernel.name)}")
+            continue
+        decls = [d for d in (x.strip() for x in found[kernel.name].split(",")) if d and d != "void"]
+        got = [_param_shape(d) for d in decls]
+        if got != expected:
+            problems.append(
+                f"kernel {kernel.name!r} has parameters ({', '.join(decls)}); the contract requires "
+                f"({task.parameter_list()})"
+            )
+        if not re.search(rf"\b{re.escape(kernel.launch_symbol)}\b", source):
+            problems.append(
+                f'launch configuration {kernel.launch_symbol} is not defined; expected: extern "C" __constant__ '
+                f"int {kernel.launch_symbol}[6] = {{gridX, gridY, gridZ, blockX, blockY, blockZ}};"
+            )
+    return problems
+
+
+def check_launch_config(name: str, cfg: Sequence[int]) -> str | None:
+    """Why a LAUNCH_<kernel> array cannot be launched, or None. Limits are CUDA's for sm_90."""
+    grid, block = tuple(int(x) for x in cfg[:3]), tuple(int(x) for x in cfg[3:6])
+    if min(grid) < 1 or min(block) < 1:
+        return f"LAUNCH_{name} = {list(cfg)}: every grid and block size must be >= 1"
+    if grid[0] > 2**31 - 1 or grid[1] > 65535 or grid[2] > 65535:
+        return f"LAUNCH_{name} = {list(cfg)}: grid exceeds (2^31-1, 65535, 65535)"
+    if block[0] > 1024 or block[1] > 1024 or block[2] > 64 or block[0] * block[1] * block[2] > 1024:
+        return f"LAUNCH_{name} = {list(cfg)}: block exceeds 1024 threads (or 1024 x 1024 x 64)"
+    return None
+
+
+# ---- checks on host arrays (pure) ---------------------------------------------------------------------
+
+
+def tolerance_for(task: Task, rtol: float | None = None, atol: float | None = None) -> Tolerance:
+    """The task's per-dtype tolerance; the spec's rtol/atol apply to float32 tasks (their defaults agree)."""
+    base = task.tolerance()
+    if task.dtype == "float32" and rtol is not None and atol is not None:
+        return Tolerance(rtol=rtol, atol=atol)
+    return base
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
+
+
+def compare_output(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> str | None:
+    """Why `got` is not an acceptable output `name`, or None."""
+    if got.shape != want.shape:
+        return f"output {name}: shape {got.shape}, expected {want.shape}"
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    unwritten = np.isnan(got64) & ~np.isnan(want64)
+    if unwritten.any():
+        first = _index(int(np.flatnonzero(unwritten)[0]), got.shape)
+        return (f"output {name}: {int(unwritten.sum())} of {got.size} elements were never written "
+                f"(still the NaN the harness prefilled), first at {list(first)}")
+    close = np.isclose(got64, want64, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+    if not close.all():
+        bad = np.flatnonzero(~close)
+        first = int(bad[0])
+        err = np.abs(got64 - want64)
+        return (f"output {name}: {bad.size} of {got.size} elements differ from the reference beyond "
+                f"rtol={tol.rtol:g}, atol={tol.atol:g}; first at {list(_index(first, got.shape))}: got "
+                f"{got64.flat[first]:.6g}, expected {want64.flat[first]:.6g}; max abs error {np.nanmax(err):.3g}")
+    return None
+
+
+def compare_runs(first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray], tol: Tolerance) -> str | None:
+    for name, a in first.items():
+        b = second[name]
+        if not np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=tol.rtol, atol=tol.atol, equal_nan=True):
+            return f"output {name}: the second run of the candidate differs from the first (state kept between calls?)"
+    return None
+
+
+def modified_inputs(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray]) -> str | None:
+    for name, a in before.items():
+        b = after[name]
+        if not np.array_equal(a, b, equal_nan=True):
+            changed = int(np.sum(~((a == b) | (np.isnan(a) & np.isnan(b)))))
+            return f"input {name} was modified by the candidate ({changed} of {a.size} elements changed)"
+    return None
+
+
+def late_writes(at_stream_sync: Mapping[str, np.ndarray], at_device_sync: Mapping[str, np.ndarray]) -> str | None:
+    for name, a in at_stream_sync.items():
+        if not np.array_equal(a, at_device_sync[name], equal_nan=True):
+            return (f"output {name} changed after the launch stream had finished: work was left running on "
+                    "another stream or after the launch returned")
+    return None
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------------
+
+_ARG_CODES = {"float32": "f", "float64": "d", "int32": "i"}
+_NAN_WORD = {"float32": 0x7FC00000, "float64": 0x7FF80000}  # repeated 32-bit words are NaN in both
+
+
+@dataclass
+class _Kernel:
+    function: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+class ContractLauncher:
+    """Launches a task's kernels in contract order, with the launch configuration the module defines."""
+
+    def __init__(self, cuda: Any, task: Task, module: Any) -> None:
+        self.task = task
+        signature = "".join("i" if p.role is Role.STEP else "P" if p.is_array else _ARG_CODES[p.dtype]
+                            for p in task.params)
+        self.kernels: list[_Kernel] = []
+        for k in task.kernels:
+            try:
+                fn = module.get_function(k.name)
+            except cuda.Error as exc:
+                raise ContractError(f'kernel {k.name!r} is not in the module (define it extern "C"; expected: '
+                                    f"{task.signature(k.name)}): {exc}") from None
+            try:
+                ptr, size = module.get_global(k.launch_symbol)
+            except cuda.Error:
+                raise ContractError(f'launch configuration {k.launch_symbol} is not in the module (define it as '
+                                    f'extern "C" __constant__ int {k.launch_symbol}[6])') from None
+            if size != 24:
+                raise ContractError(f"{k.launch_symbol} has {size} bytes; it must be int[6] (24 bytes)")
+            cfg = np.empty(6, dtype=np.int32)
+            cuda.memcpy_dtoh(cfg, ptr)
+            if (why := check_launch_config(k.name, cfg)) is not None:
+                raise ContractError(why)
+            fn.prepare(signature)
+            self.kernels.append(_Kernel(fn, tuple(int(x) for x in cfg[:3]), tuple(int(x) for x in cfg[3:6])))  # type: ignore[arg-type]
+
+    def __call__(self, stream: Any, buffers: Buffers) -> None:
+        for step in range(self.task.repeat):
+            args = buffers.args(step)
+            for k in self.kernels:
+                k.function.prepared_async_call(k.grid, k.block, stream, *args)
+
+
+class Buffers:
+    """Device arrays for one set of inputs; `reset` restores the state before a run."""
+
+    def __init__(self, cuda: Any, task: Task, inputs: Mapping[str, np.ndarray]) -> None:
+        self.cuda, self.task, self.inputs = cuda, task, inputs
+        self.device: dict[str, Any] = {}
+        self.pristine: dict[str, Any] = {}
+        for p in task.params:
+            if p.is_array:
+                nbytes = max(1, int(np.prod(task.shape(p.name))) * np.dtype(p.dtype).itemsize)
+                self.device[p.name] = cuda.mem_alloc(nbytes)
+                if p.role is Role.INOUT:  # a device copy, so timing can restore it without host traffic
+                    self.pristine[p.name] = cuda.to_device(inputs[p.name])
+
+    def reset(self) -> None:
+        cuda = self.cuda
+        for p in self.task.params:
+            if p.role is Role.IN or p.role is Role.INOUT:
+                cuda.memcpy_htod(self.device[p.name], self.inputs[p.name])
+            elif p.role in (Role.OUT, Role.TEMP):
+                words = int(np.prod(self.task.shape(p.name))) * np.dtype(p.dtype).itemsize // 4
+                cuda.memset_d32(self.device[p.name], _NAN_WORD.get(p.dtype, 0x7FFFFFFF), words)
+
+    def restore_async(self, stream: Any) -> None:
+        """Device-to-device restore of in/out arrays (for timing: keeps values from growing run to run)."""
+        for name, src in self.pristine.items():
+            nbytes = self.inputs[name].nbytes
+            self.cuda.memcpy_dtod_async(self.device[name], src, nbytes, stream)
+
+    def args(self, step: int) -> list[Any]:
+        out: list[Any] = []
+        for p in self.task.params:
+            if p.is_array:
+                out.append(self.device[p.name])
+            elif p.role is Role.STEP:
+                out.append(np.int32(step))
+            else:
+                out.append(np.dtype(p.dtype).type(self.inputs[p.name]))
+        return out
+
+    def read(self, names: Sequence[str], stream: Any | None = None) -> dict[str, np.ndarray]:
+        """Copy arrays to the host; with a stream, asynchronously on it (the caller synchronizes it)."""
+        out: dict[str, np.ndarray] = {}
+        for name in names:
+            p = self.task.param(name)
+            if stream is None:
+                host = np.empty(self.task.shape(name), dtype=p.dtype)
+                self.cuda.memcpy_dtoh(host, self.device[name])
+            else:
+                host = self.cuda.pagelocked_empty(self.task.shape(name), dtype=p.dtype)
+                self.cuda.memcpy_dtoh_async(host, self.device[name], stream)
+            out[name] = host
+        return out
+
+    def free(self) -> None:
+        for mem in (*self.device.values(), *self.pristine.values()):
+            mem.free()
+        self.device.clear()
+        self.pristine.clear()
+
+
+Launch = Callable[[Any, Buffers], None]
+
+
+@dataclass
+class RunReading:
+    outputs: dict[str, np.ndarray]  # read after the launch stream's sync, on a non-blocking stream
+    outputs_after_device_sync: dict[str, np.ndarray]
+    inputs_after: dict[str, np.ndarray]
+
+
+def run_once(session: GpuSession, task: Task, launch: Launch, buffers: Buffers) -> RunReading:
+    cuda = session.cuda
+    buffers.reset()
+    stream = cuda.Stream()
+    copy_stream = cuda.Stream(flags=1)  # CU_STREAM_NON_BLOCKING: not ordered after other streams' work
+    launch(stream, buffers)
+    stream.synchronize()
+    early = buffers.read(task.outputs, copy_stream)
+    copy_stream.synchronize()
+    early = {k: np.array(v) for k, v in early.items()}
+    session.context.synchronize()
+    late = buffers.read(task.outputs)
+    ins = buffers.read([p.name for p in task.params if p.role is Role.IN])
+    return RunReading(early, late, ins)
+
+
+def verify_candidate(
+    session: GpuSession, task: Task, launch: Launch, seeds: Sequence[int], tol: Tolerance,
+    references: Callable[[int], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] | None = None,
+) -> tuple[bool, str, float]:
+    """(correct, reason, max abs error) over all seeds; stops at the first failed check."""
+    worst = 0.0
+    for seed in seeds:
+        inputs, want = references(seed) if references else _fresh(task, seed)
+        buffers = Buffers(session.cuda, task, inputs)
+        try:
+            first = run_once(session, task, launch, buffers)
+            second = run_once(session, task, launch, buffers)
+        finally:
+            buffers.free()
+        ins = {p.name: inputs[p.name] for p in task.params if p.role is Role.IN}
+        for reading in (first, second):
+            problem = (late_writes(reading.outputs, reading.outputs_after_device_sync)
+                       or modified_inputs(ins, reading.inputs_after)
+                       or next((why for name in task.outputs
+                                if (why := compare_output(name, reading.outputs[name], want[name], tol))), None))
+            if problem:
+                run = "first" if reading is first else "second"
+                return False, f"seed {seed}, {run} run: {problem}", worst
+        if (problem := compare_runs(first.outputs, second.outputs, tol)) is not None:
+            return False, f"seed {seed}: {problem}", worst
+        for name in task.outputs:
+            worst = max(worst, float(np.nanmax(np.abs(first.outputs[name].astype(np.float64) - want[name]), initial=0)))
+    return True, f"correct on {len(seeds)} seeds, each run twice", worst
+
+
+def _fresh(task: Task, seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    inputs = task.make_inputs(seed)
+    return inputs, task.reference(inputs)
+
+
+def resolve_task(name: str, sizes: Mapping[str, int] | None) -> Task:
+    from cudanalyst.tasks import get_task
+
+    task = get_task(name)
+    if sizes and dict(sizes) != dict(task.sizes):
+        task = task.with_sizes(**sizes)
+    return task
+
+
+def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any]:
+    """The worker's `verify` request: task, sizes, cubin, seeds, rtol, atol, keep (cache the module)."""
+    started = time.monotonic()
+    task = resolve_task(request["task"], request.get("sizes"))
+    tol = tolerance_for(task, request.get("rtol"), request.get("atol"))
+    cuda = session.cuda
+
+    def references(seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        key = (task.name, tuple(sorted(task.sizes.items())), seed)
+        if key not in session.references:
+            session.references[key] = _fresh(task, seed)
+            while len(session.references) > 64:
+                session.references.popitem(last=False)
+        return session.references[key]
+
+    try:
+        module = session.module(request["cubin"]) if request.get("keep") else cuda.module_from_buffer(request["cubin"])
+    except cuda.Error as exc:
+        return {"ok": True, "correct": False, "stage": "load", "seconds": time.monotonic() - started,
+                "reason": f"the module could not be loaded: {exc}", "sticky": not session.healthy()}
+    try:
+        launcher = ContractLauncher(cuda, task, module)
+        correct, reason, worst = verify_candidate(session, task, launcher, request["seeds"], tol, references)
+    except ContractError as exc:
+        return {"ok": True, "correct": False, "stage": "contract", "reason": str(exc),
+                "seconds": time.monotonic() - started}
+    except cuda.Error as exc:
+        sticky = not session.healthy()
+        note = " (the CUDA context was lost; the worker restarts)" if sticky else ""
+        return {"ok": True, "correct": False, "stage": "run", "sticky": sticky,
+                "reason": f"the kernel failed at run time: {exc}{note}", "seconds": time.monotonic() - started}
+    finally:
+        del module
+        gc.collect()  # unload a candidate's module now: it may hold large static device arrays
+    return {"ok": True, "correct": correct, "stage": "verify", "reason": reason, "maxAbsError": worst,
+            "tolerance": {"rtol": tol.rtol, "atol": tol.atol}, "seconds": time.monotonic() - started}
