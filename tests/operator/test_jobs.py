@@ -1,0 +1,134 @@
+"""The Indexed Job and spec ConfigMap built from a run (pure functions, no cluster)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cudanalyst.operator.config import OperatorConfig
+from cudanalyst.operator.jobs import child_labels, owner_view, runner_job, spec_configmap
+
+from cudanalyst.api import parse_run
+
+
+def make_run(**spec: Any) -> Any:
+    body: dict[str, Any] = {
+        "apiVersion": "cudanalyst.dev/v1alpha1",
+        "kind": "AttributionRun",
+        "metadata": {"name": "gemm", "namespace": "lab", "labels": {
+            "cudanalyst.dev/batch": "b7", "kueue.x-k8s.io/priority-class": "high",
+            "app.kubernetes.io/instance": "argo-app", "argocd.argoproj.io/instance": "x"}},
+        "spec": {
+            "trajectory": {"uri": "s3://bucket/traj/", "generations": [10]},
+            "players": ["debugger", "analyzer"],
+            "models": {"planner": {"model": "/models/p"}},
+            "output": {"uri": "s3://bucket/runs/"},
+            **spec,
+        },
+    }
+    return parse_run(body)
+
+
+CONFIG = OperatorConfig(runner_service_account="runner-sa", backoff_limit_per_index=3,
+                        runner_pod_labels={"cudanalyst.dev/egress": "runner"})
+
+
+def pod_spec(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["template"]["spec"]
+
+
+def test_indexed_job_runs_one_pod_per_shard_with_the_runner_command() -> None:
+    job = runner_job(make_run(resources={"shards": 4, "gpusPerShard": 2}), CONFIG)
+    assert job["metadata"]["name"] == "gemm-runner"
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 4, 4)
+    assert spec["backoffLimitPerIndex"] == 3
+    container = pod_spec(job)["containers"][0]
+    assert container["command"] == ["cudanalyst-runner"]
+    assert container["args"] == ["--spec", "/etc/cudanalyst/spec.json", "--shard", "$(JOB_COMPLETION_INDEX)",
+                                 "--of", "4", "--stage", "all"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod_spec(job)["restartPolicy"] == "Never"
+    assert pod_spec(job)["serviceAccountName"] == "runner-sa"
+    assert pod_spec(job)["automountServiceAccountToken"] is False
+
+
+def test_pod_failure_policy_ignores_disruptions_and_fails_the_index_on_invalid_input() -> None:
+    rules = runner_job(make_run(), CONFIG)["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1]["action"] == "FailIndex"
+    assert rules[1]["onExitCodes"] == {"containerName": "runner", "operator": "In", "values": [2]}
+
+
+def test_labels_pass_through_except_gitops_tracking() -> None:
+    run = make_run(resources={"queueName": "gpu-queue"})
+    labels = child_labels(run)
+    assert labels["cudanalyst.dev/batch"] == "b7"
+    assert labels["kueue.x-k8s.io/priority-class"] == "high"
+    assert labels["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert labels["cudanalyst.dev/run"] == "gemm"
+    assert "app.kubernetes.io/instance" not in labels and "argocd.argoproj.io/instance" not in labels
+    job = runner_job(run, CONFIG)
+    assert job["metadata"]["labels"] == labels
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["cudanalyst.dev/egress"] == "runner" and pod_labels["cudanalyst.dev/run"] == "gemm"
+    view = owner_view({"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {
+        "name": "gemm", "namespace": "lab", "uid": "u1", "labels": run.metadata.labels}})
+    assert "app.kubernetes.io/instance" not in view["metadata"]["labels"]
+    assert view["metadata"]["uid"] == "u1"
+
+
+def test_queued_run_starts_suspended_so_kueue_can_admit_it() -> None:
+    assert runner_job(make_run(resources={"queueName": "q"}), CONFIG)["spec"]["suspend"] is True
+    assert runner_job(make_run(), CONFIG)["spec"]["suspend"] is False
+    assert runner_job(make_run(suspend=True), CONFIG)["spec"]["suspend"] is True
+
+
+def test_scheduling_fields_reach_the_pod() -> None:
+    run = make_run(resources={"nodeSelector": {"nvidia.com/gpu.product": "H200"},
+                              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                              "priorityClassName": "research", "cpu": "8", "memory": "64Gi"},
+                   ttlSecondsAfterFinished=600)
+    job = runner_job(run, CONFIG)
+    pod = pod_spec(job)
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "H200"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["priorityClassName"] == "research"
+    resources = pod["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "8", "memory": "64Gi"}
+    assert resources["limits"]["memory"] == "64Gi"
+    assert job["spec"]["ttlSecondsAfterFinished"] == 600
+
+
+def test_no_gpu_request_when_gpus_per_shard_is_zero() -> None:
+    job = runner_job(make_run(resources={"gpusPerShard": 0}), CONFIG)
+    assert "nvidia.com/gpu" not in json.dumps(job)
+
+
+def test_s3_credentials_only_as_a_secret_reference() -> None:
+    run = make_run(s3={"endpoint": "http://minio.store:9000", "region": "eu-1", "credentialsSecret": "s3-creds"})
+    job = runner_job(run, CONFIG)
+    pod = pod_spec(job)
+    assert {"name": "s3-credentials", "secret": {"secretName": "s3-creds"}} in pod["volumes"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["CUDANALYST_S3_CREDENTIALS_DIR"] == "/var/run/secrets/cudanalyst/s3"
+    assert env["AWS_ENDPOINT_URL_S3"] == "http://minio.store:9000"
+    assert not any("SECRET" in name and value for name, value in env.items() if name != "CUDANALYST_S3_CREDENTIALS_DIR")
+
+
+def test_pod_is_non_root_without_capabilities() -> None:
+    pod = pod_spec(runner_job(make_run(), CONFIG))
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = pod["containers"][0]["securityContext"]
+    assert container["capabilities"] == {"drop": ["ALL"]} and container["allowPrivilegeEscalation"] is False
+
+
+def test_configmap_holds_the_spec_the_runner_reads() -> None:
+    run = make_run()
+    cm = spec_configmap(run)
+    assert cm["metadata"]["name"] == "gemm-spec"
+    doc = json.loads(cm["data"]["spec.json"])
+    assert "status" not in doc
+    again = parse_run(doc)
+    assert again.spec == run.spec and again.metadata.name == "gemm"
