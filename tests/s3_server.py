@@ -21,6 +21,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +42,7 @@ class S3Endpoint:
     access_key_id: str = "testing"
     secret_access_key: str = "testing"
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    log: Any = field(default=None, repr=False)
     _client: Any = field(default=None, repr=False)
 
     def client(self, access_key_id: str | None = None, secret_access_key: str | None = None) -> Any:
@@ -66,7 +68,8 @@ class S3Endpoint:
 
     def post(self, path: str, body: bytes = b"") -> bytes:
         """POST to moto's control API (e.g. /moto-api/reset-auth)."""
-        req = urllib.request.Request(self.url + path, data=body, method="POST")
+        req = urllib.request.Request(self.url + path, data=body, method="POST",
+                                     headers={"Content-Type": "text/plain"})  # form bodies are parsed away
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.read()
 
@@ -78,6 +81,8 @@ class S3Endpoint:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+        if self.log is not None:
+            self.log.close()
 
 
 def free_port() -> int:
@@ -92,17 +97,21 @@ def start_moto_server(env: dict[str, str] | None = None, attempts: int = 3) -> S
     for _ in range(attempts):  # a port taken between free_port() and bind: try another
         port = free_port()
         proc_env = {**os.environ, **(env or {})}
+        # The server logs every request: a file, never an unread pipe, which would fill and
+        # block the server mid-test.
+        log = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the server; closed in stop()
         proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             env=proc_env,
         )
-        endpoint = S3Endpoint(url=f"http://127.0.0.1:{port}", process=proc)
+        endpoint = S3Endpoint(url=f"http://127.0.0.1:{port}", process=proc, log=log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                last_error = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace")[-2000:]
+                log.seek(0)
+                last_error = log.read().decode(errors="replace")[-2000:]
                 break
             try:
                 with urllib.request.urlopen(endpoint.url + "/moto-api/data.json", timeout=1):

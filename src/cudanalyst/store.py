@@ -401,6 +401,11 @@ class S3Store(ObjectStore):
         return self._bucket
 
     @property
+    def client(self) -> Any:
+        """The boto3 client (shared by every store opened with the same settings)."""
+        return self._client
+
+    @property
     def uri(self) -> str:
         return f"s3://{self._bucket}/{self._prefix}"
 
