@@ -94,9 +94,9 @@ def popcounts(n: int) -> npt.NDArray[np.int64]:
 
 
 def masks_of_order(n: int, order: int) -> npt.NDArray[np.int64]:
-    """Masks with exactly `order` members, in lexicographic order of their member indices."""
-    if not 0 <= order <= n:
-        raise ValueError(f"order must be between 0 and {n}, got {order}")
+    """Masks with exactly `order` members, in lexicographic order of their member indices (none if order > n)."""
+    if order < 0:
+        raise ValueError(f"order must be 0 or more, got {order}")
     # Lexicographic by members (0,1), (0,2), ..., (1,2), ...: the order pair keys are printed in.
     masks = [sum(1 << i for i in combo) for combo in combinations(range(n), order)]
     return np.asarray(masks, dtype=np.int64)

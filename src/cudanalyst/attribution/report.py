@@ -61,7 +61,7 @@ class GameResult(_Model):
     reason: str = ""
     estimator: Literal["exact", "msr"]
     coalitions: int = Field(description="Coalitions with outcomes.")
-    programs: int = Field(description="Frozen programs counted per coalition (most over coalitions).")
+    programs: int = Field(description="Frozen programs counted per coalition and rollout (the most of any).")
     rollouts: int
     values: dict[str, Estimate] = Field(description="v(S) per coalition.")
     banzhaf: dict[str, Estimate]
@@ -99,11 +99,16 @@ def _keyed(players: Sequence[str], masks: np.ndarray, values: FloatArray) -> dic
     return {coalition_key(int(m), players): float(x) for m, x in zip(masks, values, strict=True)}
 
 
+def check_order(order: int, n: int) -> None:
+    """Orders 1..n; the default pairs are allowed with one player (there are just none to report)."""
+    if not 1 <= order <= max(n, 2):
+        raise ValueError(f"order must be between 1 and the number of players ({n}), got {order}")
+
+
 def game_indices(game: Game, order: int = 2, shapley_interactions: bool = False) -> dict[str, object]:
     """{"players", "banzhaf", "interactions", "shapley", "moebius"} of an exact game, as plain floats."""
     n, p, v = game.n, game.players, game.values
-    if not 1 <= order <= n:
-        raise ValueError(f"order must be between 1 and the number of players ({n}), got {order}")
+    check_order(order, n)
     table = tf.banzhaf_interaction_table(v)
     m = tf.moebius(v)
     out: dict[str, object] = {
@@ -233,7 +238,7 @@ def attribute_counts(
     value_keys = [coalition_key(int(m), players) for m in counts.masks]
     common = dict(
         metric=metric, generation=generation, pooled=generation is None, estimator=chosen,
-        coalitions=int(counts.masks.size), programs=int(counts.totals.sum(axis=1).max()),
+        coalitions=int(counts.masks.size), programs=int(counts.totals.max()),
         rollouts=int(counts.rollouts.size),
     )
     if not counts.evaluated:
@@ -265,9 +270,7 @@ def attribute_tables(
     seed: int = 0,
 ) -> AttributionReport:
     """Every game (metric x generation and pooled) and every control arm's rates."""
-    n = len(tables.players)
-    if not 1 <= order <= n:
-        raise ValueError(f"order must be between 1 and the number of players ({n}), got {order}")
+    check_order(order, len(tables.players))
     games, controls = [], []
     z = z_value(confidence)
     for (arm, metric, generation), counts in tables.counts.items():

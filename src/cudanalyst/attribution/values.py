@@ -51,11 +51,6 @@ class RateCounts:
     def evaluated(self) -> bool:
         return not self.undetermined.any()
 
-    @property
-    def programs(self) -> IntArray:
-        """Programs counted per coalition (summed over rollouts)."""
-        return self.totals.sum(axis=1)
-
     def rates(self) -> npt.NDArray[np.float64]:
         """v for each coalition: mean over the rollouts that have programs of the per-rollout fraction."""
         with np.errstate(invalid="ignore", divide="ignore"):

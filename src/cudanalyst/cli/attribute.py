@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from cudanalyst.attribution.games import GameError, check_players, load_game_file
-from cudanalyst.attribution.report import attribute_tables, game_indices
+from cudanalyst.attribution.report import attribute_tables, check_order, game_indices
 from cudanalyst.attribution.values import OutcomeError, parse_records, tabulate
 from cudanalyst.outcomes import METRIC_THRESHOLD
 from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
@@ -67,9 +67,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _game(args: argparse.Namespace) -> dict[str, Any]:
     game = load_game_file(args.game)
-    if not 1 <= args.order <= game.n:
-        raise InputError(f"--order {args.order}: must be between 1 and the number of players ({game.n})")
+    _check_order(args.order, game.n)
     return game_indices(game, args.order, args.shapley_interactions)
+
+
+def _check_order(order: int, n: int) -> None:
+    try:
+        check_order(order, n)
+    except ValueError as exc:
+        raise InputError(f"--order {order}: {exc}") from exc
 
 
 def _spec_of(store: ObjectStore) -> dict[str, Any]:
@@ -114,12 +120,11 @@ def _outcomes(args: argparse.Namespace) -> dict[str, Any]:
     if replicates < 0:
         raise InputError(f"--bootstrap {replicates}: must be 0 or more")
     estimator = args.estimator or attribution.get("estimator", "auto")
-    if not 1 <= args.order <= len(players):
-        raise InputError(f"--order {args.order}: must be between 1 and the number of players ({len(players)})")
+    _check_order(args.order, len(players))
 
     keys = [k for k in store.list("outcomes/") if k.endswith(".json")]
     if not keys:
-        raise InputError(f"{store.uri_of('outcomes/')}: no outcome records (outcomes/*.json)")
+        raise InputError(f"{store.uri}: no outcome records (outcomes/*.json)")
     records = parse_records((store.uri_of(k), store.get_json(k)) for k in keys)
     tables = tabulate(records, players, metrics)
     try:
