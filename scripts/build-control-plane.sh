@@ -15,11 +15,17 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src_dir="$here/control-plane"
 
-# versions.env holds plain KEY=VALUE lines; read them without evaluating anything.
+# versions.env holds plain KEY=VALUE lines; read them without evaluating anything. Another file
+# can be named by CUDANALYST_CONTROL_PLANE_VERSIONS (the script's own tests use that).
+versions_file="${CUDANALYST_CONTROL_PLANE_VERSIONS:-$src_dir/versions.env}"
+[[ -r "$versions_file" ]] || { echo "error: cannot read versions file $versions_file" >&2; exit 2; }
 while IFS='=' read -r key value; do
   case "$key" in ''|'#'*) continue ;; esac
   declare "$key=$value"
-done < "$src_dir/versions.env"
+done < "$versions_file"
+for key in K8S_VERSION K8S_STAGING_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION; do
+  [[ -n "${!key:-}" ]] || { echo "error: $versions_file does not set $key" >&2; exit 2; }
+done
 
 cache_root="${CUDANALYST_CACHE:-$HOME/.cache/cudanalyst}/control-plane/$K8S_VERSION"
 bin_dir="$cache_root/bin"

@@ -1,0 +1,133 @@
+"""Session fixtures for a real Kubernetes control plane on loopback (issue 6).
+
+Started in order and stopped in reverse: etcd -> kube-apiserver -> kube-controller-manager ->
+kube-scheduler -> kwok (+ fake GPU nodes). `cluster` is what tests use; `harness` ends pods.
+The binaries come from scripts/build-control-plane.sh; without them every test here is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cp_cluster import (  # noqa: E402
+    BUILD_SCRIPT,
+    ApiServer,
+    Cluster,
+    Etcd,
+    bin_dir,
+    check_alive,
+    missing_binaries,
+    start_apiserver,
+    start_controller_manager,
+    start_etcd,
+    start_kwok,
+    start_scheduler,
+    wait_for,
+)
+from cp_harness import PodHarness  # noqa: E402
+from cp_process import Component  # noqa: E402
+
+GPU_NODES = 4
+GPUS_PER_NODE = 8
+
+
+@pytest.fixture(scope="session")
+def control_plane_bins() -> Path:
+    folder = bin_dir()
+    missing = missing_binaries(folder)
+    if missing:
+        pytest.skip(f"control-plane binaries not built ({', '.join(missing)} missing in {folder}); "
+                    f"run {BUILD_SCRIPT} first")
+    if importlib.util.find_spec("kubernetes") is None:
+        pytest.skip("the kubernetes Python client is not installed; run: pip install -e '.[operator]'")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def control_plane_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("control-plane")
+
+
+@pytest.fixture(scope="session")
+def etcd(control_plane_bins: Path, control_plane_dir: Path) -> Iterator[Etcd]:
+    server = start_etcd(control_plane_bins, control_plane_dir)
+    yield server
+    server.component.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(control_plane_bins: Path, control_plane_dir: Path, etcd: Etcd) -> Iterator[ApiServer]:
+    api = start_apiserver(control_plane_bins, control_plane_dir, etcd)
+    yield api
+    api.component.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_controller_manager(control_plane_bins: Path, control_plane_dir: Path,
+                            kube_apiserver: ApiServer) -> Iterator[Component]:
+    comp = start_controller_manager(control_plane_bins, control_plane_dir, kube_apiserver)
+    yield comp
+    comp.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_scheduler(control_plane_bins: Path, control_plane_dir: Path,
+                   kube_apiserver: ApiServer) -> Iterator[Component]:
+    comp = start_scheduler(control_plane_bins, control_plane_dir, kube_apiserver)
+    yield comp
+    comp.stop()
+
+
+@pytest.fixture(scope="session")
+def kwok(control_plane_bins: Path, control_plane_dir: Path, kube_apiserver: ApiServer,
+         kube_controller_manager: Component, kube_scheduler: Component) -> Iterator[Component]:
+    comp = start_kwok(control_plane_bins, control_plane_dir, kube_apiserver)
+    yield comp
+    comp.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(control_plane_bins: Path, control_plane_dir: Path, etcd: Etcd, kube_apiserver: ApiServer,
+            kube_controller_manager: Component, kube_scheduler: Component, kwok: Component) -> Cluster:
+    """The running cluster with GPU_NODES fake nodes of GPUS_PER_NODE `nvidia.com/gpu` each."""
+    c = Cluster(kube_apiserver, control_plane_bins, control_plane_dir,
+                [etcd.component, kube_apiserver.component, kube_controller_manager, kube_scheduler, kwok])
+    # The controller-manager is working once its service-account controller has acted.
+    wait_for(lambda: c.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
+             60, "the controller-manager to create the default service account")
+    c.add_gpu_nodes(GPU_NODES, GPUS_PER_NODE)
+    return c
+
+
+@pytest.fixture
+def core_v1(cluster: Cluster) -> Iterator[Any]:
+    from kubernetes import client
+
+    with cluster.api_client() as api:
+        yield client.CoreV1Api(api)
+
+
+@pytest.fixture
+def harness(core_v1: Any) -> PodHarness:
+    return PodHarness(core_v1)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, core_v1: Any) -> Iterator[str]:
+    """A fresh namespace per test (with its default service account), deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core_v1.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: core_v1.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+             30, f"the default service account in namespace {name}")
+    yield name
+    check_alive(cluster.components)  # a component that died mid-test explains odd failures
+    core_v1.delete_namespace(name)
