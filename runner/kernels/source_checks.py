@@ -71,7 +71,8 @@ def fast_index_names(text: str) -> set[str]:
 
 
 def _fast_pattern(names: set[str]) -> str:
-    alts = [_TX] + [rf"\b{re.escape(n)}\b" for n in sorted(names)]
+    # (?<!\.): a variable named `x` must not match the `.x` of blockIdx.x
+    alts = [_TX] + [rf"(?<![.\w]){re.escape(n)}\b" for n in sorted(names)]
     return "(?:" + "|".join(alts) + ")"
 
 
@@ -109,8 +110,8 @@ def check_uncoalesced(text: str, fast: set[str]) -> list[Finding]:
     for name, pos, subs in _subscripts(text):
         if name in shared or name.startswith("LAUNCH_") or len(subs) != 1:
             continue
-        m = strided.search(subs[0])
-        if m is None or re.fullmatch(r"\s*1\s*", subs[0][m.end() - 1 :][:1] or ""):
+        index = re.sub(r"\*\s*1\b|\b1\s*\*", "", subs[0])  # a stride of 1 is no stride
+        if strided.search(index) is None:
             continue
         line = _line_of(text, pos)
         if (line, name) in seen:
