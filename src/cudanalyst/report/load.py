@@ -71,7 +71,7 @@ def _read_many(store: ObjectStore, keys: list[str]) -> list[tuple[str, Any]]:
 def load_outcomes(store: ObjectStore) -> list[OutcomeRecord]:
     keys = [k for k in store.list(OUTCOMES_PREFIX) if k.endswith(".json")]
     if not keys:
-        raise ReportError(f"{store.uri_of(OUTCOMES_PREFIX)}: no outcome records yet (has the kernel stage run?)")
+        raise ReportError(f"{store.uri.rstrip('/')}/{OUTCOMES_PREFIX}: no outcome records yet (has the kernel stage run?)")
     try:
         return parse_records(_read_many(store, keys))
     except OutcomeError as exc:
