@@ -94,6 +94,11 @@ def attribution_figure(attribution: dict[str, Any]) -> bytes:
     return _png(fig)
 
 
+def _ink(value: float, bound: float) -> str:
+    """White text on the dark ends of the diverging colormap, black elsewhere."""
+    return "white" if np.isfinite(value) and abs(value) > 0.6 * bound else "black"
+
+
 def interaction_matrix(game: dict[str, Any], players: Sequence[str]) -> np.ndarray:
     """Symmetric n x n matrix of pairwise interactions (NaN on the diagonal and where unknown)."""
     n = len(players)
@@ -133,7 +138,8 @@ def interactions_figure(attribution: dict[str, Any]) -> bytes:
             for i in range(n):
                 for j in range(n):
                     if i != j and np.isfinite(mat[i, j]):
-                        ax.text(j, i, f"{mat[i, j]:+.2f}", ha="center", va="center", fontsize=8)
+                        ax.text(j, i, f"{mat[i, j]:+.2f}", ha="center", va="center", fontsize=8,
+                                color=_ink(mat[i, j], bound))
         ax.set_title(f"{metric} (pooled)")
         fig.colorbar(image, ax=ax, shrink=0.8, label="interaction")
     return _png(fig)
@@ -216,7 +222,7 @@ def tasks_figure(tasks: list[dict[str, Any]], players: Sequence[str], metrics: S
             for i in range(mat.shape[0]):
                 for j in range(mat.shape[1]):
                     text = f"{mat[i, j]:+.2f}" if np.isfinite(mat[i, j]) else "n/a"
-                    ax.text(j, i, text, ha="center", va="center", fontsize=8)
+                    ax.text(j, i, text, ha="center", va="center", fontsize=8, color=_ink(mat[i, j], bound))
         ax.set_title(f"{metric}: Banzhaf per task")
         fig.colorbar(image, ax=ax, shrink=0.8)
     return _png(fig)

@@ -62,11 +62,13 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def _interval(est: Mapping[str, Any] | None, signed: bool = True) -> str:
+    """value [low, high]; unsigned values are rates, whose intervals are clipped to [0, 1]."""
     if not est or est.get("value") is None:
         return NOT_EVALUATED
     text = _fmt(est["value"], signed)
-    if est.get("low") is not None:
-        text += f" [{_fmt(est['low'], signed)}, {_fmt(est['high'], signed)}]"
+    if est.get("low") is not None and est.get("high") is not None:
+        low, high = (est["low"], est["high"]) if signed else (max(est["low"], 0.0), min(est["high"], 1.0))
+        text += f" [{_fmt(low, signed)}, {_fmt(high, signed)}]"
     return text
 
 
