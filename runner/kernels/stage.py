@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudanalyst.runner.kernels.timing import speedup
-from cudanalyst.runner.kernels.verify import check_signatures
 
 from cudanalyst.tasks import Task, UnknownTaskError, get_task
+from cudanalyst.tasks.conformance import contract_problems
 
 SEED_BASE = 1000  # correctness seeds are SEED_BASE + 0..correctnessTrials-1; timing uses SEED_BASE - 1
 
@@ -133,7 +133,7 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
         if job.source is None or not job.source.strip():
             results[job.key] = _fail(job, "no kernel source was extracted from the completion")
             continue
-        if problems := check_signatures(tasks[job.key], job.source):
+        if problems := contract_problems(tasks[job.key], job.source):
             results[job.key] = _fail(job, "contract: " + "; ".join(problems))
             continue
         todo.append(job)

@@ -16,7 +16,6 @@ worker's entry point and needs pycuda.
 from __future__ import annotations
 
 import gc
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,51 +33,7 @@ class ContractError(ValueError):
     """The candidate does not follow the task's contract (missing kernel, bad launch configuration)."""
 
 
-# ---- static contract checks (pure) ------------------------------------------------------------------
-
-_QUALIFIER = r"(?:__\w+__(?:\s*\([^()]*\))?\s+)*"
-_KERNEL_DEF = re.compile(
-    r'extern\s+"C"\s+' + _QUALIFIER + r"void\s+" + _QUALIFIER + r"(?P<name>\w+)\s*\((?P<params>[^()]*)\)\s*\{"
-)
-_IGNORED_WORDS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "signed"}
-
-
-def _param_shape(decl: str) -> tuple[str, int]:
-    """(base type, pointer depth) of one C parameter declaration; names and qualifiers are ignored."""
-    words = [w for w in re.findall(r"[A-Za-z_]\w*", decl) if w not in _IGNORED_WORDS]
-    stars = decl.count("*") + decl.count("[")
-    if len(words) >= 2:
-        words = words[:-1]  # the parameter's name
-    return " ".join(words), stars
-
-
-def check_signatures(task: Task, source: str) -> list[str]:
-    """Problems with the candidate's kernel definitions against the contract; [] when none are seen.
-
-    Only kernels the regular expression recognises are compared (a macro-built definition is left
-    to the module load, which reports a missing symbol by name).
-    """
-    problems: list[str] = []
-    found = {m["name"]: m["params"] for m in _KERNEL_DEF.finditer(source)}
-    for kernel in task.kernels:
-        expected = [_param_shape(p.c_decl()) for p in task.params]
-        if kernel.name not in found:
-            if not re.search(rf"\b{re.escape(kernel.name)}\b", source):
-                problems.append(f"kernel {kernel.name!r} is not defined; expected: {task.signature(kernel.name)}")
-            continue
-        decls = [d for d in (x.strip() for x in found[kernel.name].split(",")) if d and d != "void"]
-        got = [_param_shape(d) for d in decls]
-        if got != expected:
-            problems.append(
-                f"kernel {kernel.name!r} has parameters ({', '.join(decls)}); the contract requires "
-                f"({task.parameter_list()})"
-            )
-        if not re.search(rf"\b{re.escape(kernel.launch_symbol)}\b", source):
-            problems.append(
-                f'launch configuration {kernel.launch_symbol} is not defined; expected: extern "C" __constant__ '
-                f"int {kernel.launch_symbol}[6] = {{gridX, gridY, gridZ, blockX, blockY, blockZ}};"
-            )
-    return problems
+# ---- launch configuration (pure) ----------------------------------------------------------------------
 
 
 def check_launch_config(name: str, cfg: Sequence[int]) -> str | None:

@@ -1,0 +1,94 @@
+"""The profiler's raw text report: event timings against the task baseline, then Nsight Compute.
+
+Nsight Compute runs with `--clock-control none` (the card's clocks are left as they are) over the
+first launch of each kernel of the program. Where the GPU grants no performance counters (common in
+pods without the capability), the report says so and the event timings stand alone.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cudanalyst.runner.kernels.sanitizer import launch_command
+from cudanalyst.runner.kernels.timing import speedup
+from cudanalyst.runner.kernels.worker import scrubbed_environment
+
+from cudanalyst.tasks import Task
+
+NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis")
+_NO_COUNTERS = re.compile(r"ERR_NVGPUCTRPERM|LibraryNotLoaded|Failed to initialize the profiler|"
+                          r"not supported|permission", re.IGNORECASE)
+
+
+def find_ncu() -> str | None:
+    return shutil.which("ncu") or next(
+        (str(p) for p in sorted(Path("/usr/local").glob("cuda*/bin/ncu"), reverse=True)), None)
+
+
+def timing_lines(program: dict[str, Any] | None, baseline: dict[str, Any] | None) -> list[str]:
+    """The event-timing part of the report (pure)."""
+    if program is None:
+        return ["Event timings: the program could not be timed."]
+    out = [f"Event timings (CUDA events, L2 flushed, {program['trials']} trials): program median "
+           f"{program['median_ms']:.4f} ms (IQR/median {program['iqr_over_median']:.1%}, CV {program['cv']:.1%})"]
+    if baseline is not None:
+        s = speedup(baseline["median_ms"], program["median_ms"])
+        out.append(f"  task baseline median {baseline['median_ms']:.4f} ms -> program is "
+                   f"{s:.2f}x the baseline's speed" if s else "  baseline could not be compared")
+    return out
+
+
+def clean_ncu_output(text: str) -> list[str]:
+    """Nsight Compute's text without its progress lines, trailing blanks or doc links (pure)."""
+    keep = []
+    for line in text.splitlines():
+        if line.startswith("==PROF==") or not line.strip():
+            continue
+        keep.append(re.sub(r"\s+$", "", line))
+    return keep
+
+
+def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0) -> tuple[bool, list[str]]:
+    """(counters were read, lines)."""
+    exe = find_ncu()
+    if exe is None:
+        return False, ["Nsight Compute (ncu) is not installed here."]
+    with tempfile.TemporaryDirectory(prefix="cudanalyst-ncu-") as work:
+        path = Path(work) / "program.cubin"
+        path.write_bytes(cubin)
+        cmd = [exe, "--clock-control", "none", "--launch-count", str(len(task.kernels))]
+        for s in NCU_SECTIONS:
+            cmd += ["--section", s]
+        cmd += launch_command(task, path)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                               env=scrubbed_environment(), cwd=work)
+        except subprocess.TimeoutExpired:
+            return False, [f"Nsight Compute did not finish within {timeout_s:g} s."]
+    text = p.stdout + p.stderr
+    lines = clean_ncu_output(text)
+    if p.returncode != 0 or "Section:" not in text:
+        first = next((x for x in lines if "ERROR" in x or _NO_COUNTERS.search(x)), lines[-1] if lines else "")
+        return False, [f"Nsight Compute could not read the GPU's performance counters here (exit status "
+                       f"{p.returncode}: {first.strip()}); only the event timings above are available."]
+    return True, lines
+
+
+def profiler_report(task: Task, cubin: bytes | None, program: dict[str, Any] | None,
+                    baseline: dict[str, Any] | None, *, gpu: bool, use_ncu: bool = True) -> str:
+    head = [f"Profiler report: task {task.name} on the GPU"]
+    if not gpu:
+        return "\n".join([f"Profiler report: task {task.name}",
+                          "Not run: no GPU on this machine, so there are no timings or counters."])
+    if cubin is None:
+        return "\n".join([*head, "Not run: the program did not compile (see the debugger report)."])
+    lines = head + timing_lines(program, baseline)
+    if use_ncu:
+        ok, ncu = ncu_report(task, cubin)
+        lines += (["Nsight Compute (--clock-control none):"] + [f"  {x}" for x in ncu]) if ok else ncu
+    return "\n".join(lines)

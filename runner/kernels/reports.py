@@ -1,0 +1,63 @@
+"""The three feedback reports of one frozen program: debugger, analyzer, profiler (raw text).
+
+They describe the program being improved, so they are computed once per frozen program (Nsight Compute
+costs seconds), never per candidate. On a GPU the program is also verified: when it fails, the
+debugger report gets the compute-sanitizer part.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cudanalyst.runner.kernels.analyzer import analyze
+from cudanalyst.runner.kernels.compile import CompileCache, compile_task_source, default_cache_dir
+from cudanalyst.runner.kernels.debugger import compile_report
+from cudanalyst.runner.kernels.profiler import profiler_report
+from cudanalyst.runner.kernels.sanitizer import sanitizer_report
+
+from cudanalyst.tasks import UnknownTaskError, get_task
+
+PLAYERS = ("debugger", "analyzer", "profiler")
+
+
+def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, pool: Any | None = None,
+                           use_ncu: bool = True) -> dict[str, str]:
+    try:
+        task = get_task(task_name)
+    except UnknownTaskError as exc:
+        return dict.fromkeys(PLAYERS, f"No report: {exc}")
+    cache = CompileCache(os.environ.get("CUDANALYST_COMPILE_CACHE") or default_cache_dir())
+    compiled = compile_task_source(task, source, cache=cache)
+    debugger = compile_report(source, task, compiled)
+    analyzer = analyze(source, task, compiled).text
+    if not gpu or not compiled.ok:
+        return {"debugger": debugger + ("" if compiled.ok else "\nRun-time checks: not run (no binary)."),
+                "analyzer": analyzer,
+                "profiler": profiler_report(task, compiled.cubin if compiled.ok else None, None, None, gpu=gpu)}
+    from cudanalyst.runner.kernels.pool import WorkerPool
+    from cudanalyst.runner.kernels.stage import SEED_BASE
+
+    own = pool is None
+    pool = pool or WorkerPool(1)
+    try:
+        base = compile_task_source(task, task.baseline_source, cache=cache)
+        request = {"task": task.name, "sizes": dict(task.sizes), "warmup": cfg.warmup, "trials": cfg.trials,
+                   "seed": SEED_BASE - 1}
+        seeds = [SEED_BASE + i for i in range(cfg.correctness_trials)]
+        verdict = pool.verify({"task": task.name, "sizes": dict(task.sizes), "cubin": compiled.cubin,
+                               "seeds": seeds, "rtol": cfg.rtol, "atol": cfg.atol}, cfg.timeout_seconds)
+        correct = bool(verdict.get("ok") and verdict.get("correct"))
+        why = verdict.get("reason") or verdict.get("error")
+        debugger += f"\nRun-time verification: {'correct' if correct else 'FAILED'}: {why}"
+        if not correct:
+            debugger += "\n" + sanitizer_report(task, compiled.cubin or b"")
+        program = pool.time({**request, "cubin": compiled.cubin, "keep": True}, max(cfg.timeout_seconds, 60))
+        baseline = pool.time({**request, "cubin": base.cubin, "keep": True}, 60) if base.ok else {}
+        profiler = profiler_report(task, compiled.cubin, program.get("stats") if program.get("ok") else None,
+                                   baseline.get("stats") if baseline.get("ok") else None, gpu=True,
+                                   use_ncu=use_ncu)
+    finally:
+        if own:
+            pool.close()
+    return {"debugger": debugger, "analyzer": analyzer, "profiler": profiler}

@@ -1,0 +1,216 @@
+"""The kernel stage without a GPU: labels stop at `compile`, bad input becomes a reason, and the
+pure parts of verification, timing and the worker protocol behave (real nvcc, real worker processes)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from cudanalyst.api.spec import EvaluationSpec
+from cudanalyst.runner.kernels import verify
+from cudanalyst.runner.kernels.pool import GpuGate
+from cudanalyst.runner.kernels.profiler import clean_ncu_output, timing_lines
+from cudanalyst.runner.kernels.sanitizer import clean_tool_output
+from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, label_for
+from cudanalyst.runner.kernels.timing import speedup, summarize
+from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
+from cudanalyst.runner.kernels.worker import WorkerHandle, scrubbed_environment
+from cudanalyst.tasks import Tolerance, get_task
+
+
+def _have_nvcc() -> bool:
+    try:
+        find_toolchain()
+        return True
+    except ToolchainNotFoundError:
+        return False
+
+
+needs_nvcc = pytest.mark.skipif(not _have_nvcc(), reason="needs nvcc (pip install nvidia-cuda-nvcc nvidia-cuda-runtime)")
+GEMM = get_task("gemm")
+
+
+# ---- the no-GPU path of evaluate_candidates ------------------------------------------------------------
+
+@needs_nvcc
+def test_without_gpu_labels_stop_at_compile(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    jobs = [
+        KernelJob("good", "gemm", GEMM.baseline_source, GEMM.baseline_source),
+        KernelJob("broken", "gemm", GEMM.baseline_source.replace("acc +=", "acc +== "), GEMM.baseline_source),
+        KernelJob("none", "gemm", None, GEMM.baseline_source),
+        KernelJob("unknown", "no-such-task", "int x;", None),
+        KernelJob("signature", "gemm", GEMM.baseline_source.replace("float beta", "int beta"), None),
+        KernelJob("nolaunch", "gemm", GEMM.baseline_source.replace("LAUNCH_gemm", "LAUNCH_other"), None),
+    ]
+    results = evaluate_candidates(jobs, EvaluationSpec(), gpu=False)
+    by = {r.key: r for r in results}
+    assert [r.key for r in results] == [j.key for j in jobs]  # input order kept
+    assert all(r.evaluated_up_to == "compile" for r in results)
+    assert by["good"].label == "compile" and "not evaluated" in by["good"].reason
+    assert by["good"].resources["gemm"]["registers"] > 0
+    assert by["good"].speedup is None and by["good"].time_ms is None
+    assert by["broken"].label == "fail" and "candidate.cu:" in by["broken"].reason
+    assert by["none"].label == "fail" and "no kernel source" in by["none"].reason
+    assert by["unknown"].label == "fail" and "no-such-task" in by["unknown"].reason and "gemm" in by["unknown"].reason
+    assert by["signature"].label == "fail" and "int" in by["signature"].reason
+    assert by["nolaunch"].label == "fail" and "LAUNCH_gemm" in by["nolaunch"].reason
+
+
+def test_settings_from_the_spec_and_from_a_dict():
+    spec = EvaluationSpec(fastTolerance=0.2, correctnessTrials=3)
+    cfg = EvalSettings.of(spec)
+    assert cfg.fast_tolerance == 0.2 and cfg.correctness_trials == 3 and cfg.trials == 30
+    assert EvalSettings.of({"timeout_seconds": 5, "unrelated": 1}).timeout_seconds == 5
+
+
+def test_label_rule():
+    assert label_for(False, 3.0, 0.12) == "compile"
+    assert label_for(True, None, 0.12) == "pass"
+    assert label_for(True, 1.12, 0.12) == "pass"  # strictly greater than 1 + tol
+    assert label_for(True, 1.13, 0.12) == "fast"
+
+
+# ---- pure checks of verification ---------------------------------------------------------------------
+
+TOL = Tolerance(rtol=1e-4, atol=1e-4)
+
+
+def test_compare_output_reports_unwritten_elements():
+    want = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = want.copy()
+    got[1, 2] = np.nan
+    why = verify.compare_output("y", got, want, TOL)
+    assert why is not None and "1 of 6" in why and "never written" in why and "[1, 2]" in why
+
+
+def test_compare_output_shape_and_values():
+    want = np.ones((2, 3), np.float32)
+    assert "shape" in verify.compare_output("y", np.ones((3, 2), np.float32), want, TOL)
+    bad = want.copy()
+    bad[0, 1] = 1.01
+    why = verify.compare_output("y", bad, want, TOL)
+    assert why is not None and "[0, 1]" in why and "1.01" in why
+    assert verify.compare_output("y", want + 5e-5, want, TOL) is None
+
+
+def test_inputs_runs_and_late_writes():
+    a = np.ones(4, np.float32)
+    b = a.copy()
+    b[2] = 0
+    assert "input A was modified" in verify.modified_inputs({"A": a}, {"A": b})
+    assert verify.modified_inputs({"A": a}, {"A": a.copy()}) is None
+    assert "second run" in verify.compare_runs({"y": a}, {"y": b}, TOL)
+    assert "another stream" in verify.late_writes({"y": a}, {"y": b})
+    nan = np.full(3, np.nan, np.float32)
+    assert verify.late_writes({"y": nan}, {"y": nan.copy()}) is None
+
+
+def test_launch_config_limits():
+    assert verify.check_launch_config("k", [1, 1, 1, 256, 1, 1]) is None
+    assert "1024 threads" in verify.check_launch_config("k", [1, 1, 1, 64, 32, 1])
+    assert ">= 1" in verify.check_launch_config("k", [0, 1, 1, 32, 1, 1])
+    assert "grid" in verify.check_launch_config("k", [1, 70000, 1, 32, 1, 1])
+
+
+def test_spec_tolerance_applies_to_float32_only():
+    assert verify.tolerance_for(GEMM, 1e-3, 1e-3) == Tolerance(1e-3, 1e-3)
+
+
+# ---- timing statistics -----------------------------------------------------------------------------------
+
+def test_summarize_and_speedup():
+    stats = summarize([1.0] * 10 + [2.0] * 10 + [1.5] * 10)
+    assert stats.median_ms == 1.5 and stats.trials == 30
+    assert stats.q1_ms == 1.0 and stats.q3_ms == 2.0 and stats.iqr_over_median == pytest.approx(2 / 3)
+    assert summarize([2.0] * 30).cv == 0.0
+    assert speedup(2.0, 1.0) == 2.0 and speedup(None, 1.0) is None and speedup(1.0, 0.0) is None
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+# ---- the worker process, without touching CUDA ---------------------------------------------------------
+
+def test_scrubbed_environment_drops_credentials():
+    env = scrubbed_environment({
+        "PATH": "/usr/bin", "AWS_ACCESS_KEY_ID": "x", "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/eks/token",
+        "MY_TOKEN": "t", "TOKEN_PATH": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "CUDA_VISIBLE_DEVICES": "0", "SA": "/var/run/secrets/kubernetes.io/serviceaccount",
+    })
+    assert env == {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_worker_sees_no_credentials_and_survives_timeouts_and_crashes(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("CUDANALYST_KEEP_ME", "1")
+    worker = WorkerHandle(name="cpu-test")
+    try:
+        names = worker.call({"op": "environ"}, 60)["names"]
+        assert "AWS_SECRET_ACCESS_KEY" not in names and "CUDANALYST_KEEP_ME" in names
+        first = worker.pid
+        hung = worker.call({"op": "ping", "sleep_s": 30}, 1.0)
+        assert hung["ok"] is False and hung["kind"] == "timeout" and worker.restarts == 1
+        assert worker.call({"op": "ping"}, 60)["ok"] and worker.pid != first
+        os.kill(worker.pid, 9)
+        time.sleep(0.2)
+        again = worker.call({"op": "ping"}, 60)  # a dead worker is restarted before the next request
+        assert again["ok"] and worker.restarts == 2
+        assert worker.call({"op": "nonsense"}, 60)["ok"] is False
+    finally:
+        worker.close()
+    assert not worker.alive
+
+
+def test_gpu_gate_gives_timing_the_gpu_alone():
+    gate = GpuGate()
+    events: list[str] = []
+    started = threading.Event()
+
+    def reader() -> None:
+        with gate.shared():
+            events.append("verify-start")
+            started.set()
+            time.sleep(0.2)
+            events.append("verify-end")
+
+    def writer() -> None:
+        started.wait()
+        with gate.exclusive():
+            events.append("time")
+
+    threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert events == ["verify-start", "verify-end", "time"]
+
+
+# ---- the tools' text, as recorded on the H200 -----------------------------------------------------------
+
+SANITIZER_OUT = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at gemm+0x2d0 in candidate.cu:10
+=========     by thread (0,0,0) in block (0,0,0)
+=========         Host Frame: main in launch_once.py:44
+=========
+========= ERROR SUMMARY: 27329 errors
+"""
+
+
+def test_sanitizer_output_is_cleaned():
+    lines, count = clean_tool_output(SANITIZER_OUT)
+    assert count == 27329
+    assert lines[0] == "Invalid __global__ write of size 4 bytes" and not any("Host Frame" in x for x in lines)
+
+
+def test_profiler_text():
+    assert clean_ncu_output("==PROF== Connected\n  Section: Occupancy   \n\n") == ["  Section: Occupancy"]
+    stats = summarize([1.0] * 30).to_dict()
+    base = summarize([2.0] * 30).to_dict()
+    text = "\n".join(timing_lines(stats, base))
+    assert "1.0000 ms" in text and "2.00x" in text
