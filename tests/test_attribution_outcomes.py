@@ -167,3 +167,18 @@ def test_cli_outcomes_bad_input_exits_2_naming_the_place(tmp_path: Path, capsys:
 
     assert main(["--outcomes", str(tmp_path), "--players", "a", "--metrics", "speed"]) == 2
     assert "metric 'speed'" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the store retries a refused connection with back-off (about 15 s) before giving up
+def test_cli_outcomes_unreachable_endpoint_exits_2_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from s3_server import free_port
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    assert main(["--outcomes", "s3://runs/gemm/", "--s3-endpoint", endpoint, "--players", "a"]) == 2
+    captured = capsys.readouterr()
+    assert endpoint in captured.err and captured.out == ""

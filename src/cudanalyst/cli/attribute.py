@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cudanalyst.attribution.games import GameError, check_players, load_game_file
@@ -125,7 +126,10 @@ def _outcomes(args: argparse.Namespace) -> dict[str, Any]:
     keys = [k for k in store.list("outcomes/") if k.endswith(".json")]
     if not keys:
         raise InputError(f"{store.uri}: no outcome records (outcomes/*.json)")
-    records = parse_records((store.uri_of(k), store.get_json(k)) for k in keys)
+    # Reads are I/O bound (one GET per unit on S3): overlap them, keep the order.
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        objects = list(pool.map(store.get_json, keys))
+    records = parse_records(zip(map(store.uri_of, keys), objects, strict=True))
     tables = tabulate(records, players, metrics)
     try:
         report = attribute_tables(
