@@ -1,0 +1,72 @@
+"""Verification, timing and the feedback reports on the real GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, feedback_reports
+from gpu_support import gpu_only
+
+from cudanalyst.tasks import get_task
+
+pytestmark = gpu_only
+GEMM = get_task("gemm")
+# The baseline with the thread mapping swapped: consecutive threads walk rows, so loads are uncoalesced.
+SLOW_GEMM = (GEMM.baseline_source.replace("int j = blockIdx.x * blockDim.x + threadIdx.x;", "int i = blockIdx.x * blockDim.x + threadIdx.x;", 1)
+             .replace("int i = blockIdx.y * blockDim.y + threadIdx.y;", "int j = blockIdx.y * blockDim.y + threadIdx.y;", 1)
+             .replace("{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}", "{(NI + 15) / 16, (NJ + 15) / 16, 1, 16, 16, 1}"))
+
+
+def test_faster_candidate_is_fast_and_timings_are_tight():
+    jobs = [KernelJob("fast", "gemm", GEMM.baseline_source, SLOW_GEMM),
+            KernelJob("same", "gemm", SLOW_GEMM + "\n// same\n", SLOW_GEMM)]
+    fast, same = evaluate_candidates(jobs, EvalSettings(), gpu=True)
+    assert fast.label == "fast", fast.reason
+    assert fast.speedup > 1.12 and fast.evaluated_up_to == "fast"
+    assert fast.speedup_vs_baseline == pytest.approx(1.0, rel=0.05)
+    assert fast.timings["candidate"]["trials"] >= 30 and fast.timings["candidate"]["cv"] < 0.05
+    assert same.label == "pass" and same.speedup == pytest.approx(1.0, rel=0.05)
+    assert fast.gpu_seconds > 0
+
+
+def test_work_on_a_side_stream_is_caught():
+    """A launch that leaves its kernel running on another stream: the readings after the launch stream's
+    sync and after the device sync differ."""
+    import pycuda.driver as cuda
+    from cudanalyst.runner.kernels import verify
+    from cudanalyst.runner.kernels.compile import compile_task_source
+    from cudanalyst.runner.kernels.worker import GpuSession
+
+    task = get_task("atax")
+    slow = task.baseline_source.replace("if (j < N) {", "long long t0 = clock64(); while (clock64() - t0 < 200000000) { }\n    if (j < N) {")
+    compiled = compile_task_source(task, slow)
+    session = GpuSession(0)
+    try:
+        module = cuda.module_from_buffer(compiled.cubin)
+        honest = verify.ContractLauncher(cuda, task, module)
+        side = cuda.Stream(flags=1)
+
+        def on_side_stream(stream, buffers):
+            honest(side, buffers)  # ignores the stream it was given
+
+        ok, reason, _ = verify.verify_candidate(session, task, on_side_stream, [1], verify.tolerance_for(task))
+        assert not ok and "another stream" in reason
+        ok, reason, worst = verify.verify_candidate(session, task, honest, [1, 2], verify.tolerance_for(task))
+        assert ok, reason
+        assert np.isfinite(worst)
+    finally:
+        session.close()
+
+
+def test_feedback_reports_of_a_frozen_program():
+    atax = get_task("atax")
+    reports = feedback_reports("atax", atax.baseline_source, EvalSettings(), gpu=True)
+    assert set(reports) == {"debugger", "analyzer", "profiler"}
+    assert "Run-time verification: correct" in reports["debugger"]
+    assert "Event timings" in reports["profiler"] and "baseline" in reports["profiler"]
+    # Nsight Compute either read counters or said why not
+    assert "Section:" in reports["profiler"] or "could not read" in reports["profiler"]
+    broken = atax.baseline_source.replace("y[j] = acc;", "y[j + (1 << 30)] = acc;")
+    bad = feedback_reports("atax", broken, EvalSettings(timeout_seconds=20), gpu=True)
+    assert "FAILED" in bad["debugger"] and "[memcheck]" in bad["debugger"]
+    assert "Invalid __global__ write" in bad["debugger"]
