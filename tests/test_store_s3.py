@@ -82,7 +82,7 @@ def test_unreachable_endpoint_is_named(s3_settings: S3Settings) -> None:
 def test_settings_use_camel_case_aliases() -> None:
     settings = S3Settings.model_validate({"endpoint": "http://minio:9000", "credentialsDir": "/var/run/s3"})
     assert settings.credentials_dir == "/var/run/s3"
-    assert settings.model_dump(by_alias=True)["maxAttempts"] == 5
+    assert settings.model_dump(by_alias=True)["maxAttempts"] == 3
 
 
 # ---------------------------------------------------------------------------------- credentials

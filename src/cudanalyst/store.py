@@ -106,7 +106,7 @@ class S3Settings(BaseModel):
     )
     connect_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a connection.")
     read_timeout: float = Field(60.0, gt=0, description="Seconds to wait for a response.")
-    max_attempts: int = Field(5, ge=1, description="Attempts per request (retries on throttling/5xx).")
+    max_attempts: int = Field(3, ge=1, description="Attempts per request (retries on throttling, 5xx, lost connections).")
 
 
 # Kubernetes Secrets mounted as folders: one file per key. Both spellings are common.
