@@ -121,3 +121,15 @@ def test_make_plan_counts_control_arms():
     assert arms == {"coalition": 8 * per, "noFeedback": per, "randomizedFeedback": per, "dummyPlan": per}
     randomized = [u for u in plan.units if u.arm == "randomizedFeedback"]
     assert randomized[0].coalition == tuple(run.spec.players)
+
+
+def test_msr_samples_distinct_coalitions():
+    players = [f"p{i}" for i in range(10)]
+    run = run_for("unused", players=players, attribution={"estimator": "msr", "coalitionSamples": 40})
+    plan = make_plan(run, programs(tasks=("gemm",), generations=(0,), per=1))
+    game = [u.coalition for u in plan.units if u.arm == "coalition"]
+    assert len(set(game)) == 40 == plan.summary()["coalitions"]
+    again = make_plan(run, programs(tasks=("gemm",), generations=(0,), per=1))
+    assert [u.key for u in again.units] == [u.key for u in plan.units]
+    exact = run_for("unused", players=players[:3])
+    assert make_plan(exact, programs(tasks=("gemm",), generations=(0,), per=1)).summary()["coalitions"] == 8

@@ -10,6 +10,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from cudanalyst.api import AttributionRun
 from cudanalyst.trajectory import FrozenProgram
 
@@ -19,6 +21,7 @@ GAME_ARM = "coalition"
 TOKENS_PER_GPU_SECOND = 10_000
 CANDIDATE_GPU_SECONDS = 0.6
 CHARS_PER_TOKEN = 4
+DEFAULT_MSR_COALITIONS = 256
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Plan:
             "run": self.run,
             "players": self.players,
             "programs": len(self.programs),
-            "coalitions": 2 ** len(self.players),
+            "coalitions": len({u.coalition for u in self.units if u.arm == GAME_ARM}),
             "units": len(self.units),
             "unitsByArm": arms,
             "shards": [len(s) for s in self.shards],
@@ -66,6 +69,20 @@ def coalitions(players: list[str]) -> list[tuple[str, ...]]:
     """Every coalition, indexed by bitmask: bit i set means players[i] is in it (spec order kept)."""
     n = len(players)
     return [tuple(p for i, p in enumerate(players) if mask >> i & 1) for mask in range(2**n)]
+
+
+def game_coalitions(run: AttributionRun) -> list[tuple[str, ...]]:
+    """The coalitions the game is played on: all 2^n (exact), or a seeded sample of distinct ones (msr)."""
+    players = list(run.spec.players)
+    attribution = run.spec.attribution
+    total = 2 ** len(players)
+    if attribution.estimator == "exact":
+        return coalitions(players)
+    count = min(total, attribution.coalition_samples or min(total, DEFAULT_MSR_COALITIONS))
+    digest = hashlib.sha256(f"msr/{run.spec.sampling.seed}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    masks = sorted(int(m) for m in rng.choice(total, size=count, replace=False))
+    return [tuple(p for i, p in enumerate(players) if mask >> i & 1) for mask in masks]
 
 
 def unit_key(run: str, program_id: str, coalition: tuple[str, ...], arm: str, rollout: int, sample: int) -> str:
@@ -82,7 +99,7 @@ def control_coalition(arm: str, players: list[str]) -> tuple[str, ...]:
 def make_units(run: AttributionRun, programs: list[FrozenProgram]) -> list[Unit]:
     spec = run.spec
     name = run.metadata.name
-    arms = [(GAME_ARM, c) for c in coalitions(spec.players)]
+    arms = [(GAME_ARM, c) for c in game_coalitions(run)]
     arms += [(arm, control_coalition(arm, spec.players)) for arm in spec.controls]
     units = []
     for program in programs:
