@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 from cudanalyst.operator import constants as c
+from cudanalyst.operator.completion import aggregate as aggregate_outcomes
 from cudanalyst.operator.conditions import (
     Observation,
     Verdict,
@@ -58,7 +59,7 @@ class Services:
     kube_factory: Callable[[], Kube] = Kube.from_environment
     plan: Callable[[AttributionRun], Plan] = plan_run
     store: Callable[[AttributionRun], ObjectStore] = run_store
-    aggregate: Callable[[AttributionRun, ObjectStore], tuple[dict[str, Any], str]] | None = None
+    aggregate: Callable[[AttributionRun, ObjectStore], tuple[dict[str, Any], str]] = aggregate_outcomes
     clock: Callable[[], datetime] = utc_now
     _kube: Kube | None = None
 
@@ -205,13 +206,13 @@ class Operations:
 
     def _aggregate(self, run: AttributionRun, store: ObjectStore, obs: Observation,
                    extra: dict[str, Any]) -> Verdict:
-        if self.s.aggregate is None:
-            return judge(obs)
         try:
             results, report_uri = self.s.aggregate(run, store)
         except StoreError as exc:
             log.warning("%s: aggregation waits for the store: %s", run.metadata.name, exc)
             return judge(obs)
+        except ValueError as exc:  # unusable outcome records: retrying reads the same objects
+            return Verdict("Failed", "AggregationFailed", f"cannot compute the attribution: {exc}", stalled=True)
         extra["results"] = results
         extra["reportUri"] = report_uri
         obs.aggregated = True

@@ -206,3 +206,63 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0, step: floa
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"not within {timeout}s: {error}") from error
         await asyncio.sleep(step)
+
+
+# ---- playing the Job controller and the runner (kmock has no controllers)
+
+def job_url(name: str, status: bool = False) -> str:
+    return f"/apis/batch/v1/namespaces/{NS}/jobs/{name}" + ("/status" if status else "")
+
+
+def run_url(name: str) -> str:
+    return f"/apis/cudanalyst.dev/v1alpha1/namespaces/{NS}/attributionruns/{name}"
+
+
+async def set_job_status(kmock: Any, name: str, status: dict[str, Any]) -> None:
+    async with kmock.patch(job_url(name, status=True), json={"status": status}) as resp:
+        assert resp.status == 200, await resp.text()
+
+
+async def add_pod(kmock: Any, run: str, shard: int, status: dict[str, Any]) -> None:
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{run}-runner-{shard}-x", "namespace": NS,
+                     "labels": {"cudanalyst.dev/run": run, "batch.kubernetes.io/job-completion-index": str(shard)},
+                     "annotations": {"batch.kubernetes.io/job-completion-index": str(shard)}},
+        "spec": {"containers": [{"name": "runner", "image": "reg/runner:1"}]},
+        "status": status,
+    }
+    async with kmock.post(f"/api/v1/namespaces/{NS}/pods", json=pod) as resp:
+        assert resp.status == 200, await resp.text()
+
+
+def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...]], str]) -> int:
+    """What the runner pods would leave in the store: one outcome record per unit, and progress objects."""
+    from cudanalyst.api import parse_run
+    from cudanalyst.outcomes import OutcomeRecord
+    from cudanalyst.runs import outcome_key, plan_run, progress_key, run_store
+
+    run = parse_run({k: run_body_[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+    plan = plan_run(run)
+    store = run_store(run)
+    for unit in plan.units:
+        record = OutcomeRecord(key=unit.key, run=run.metadata.name, task=unit.task, generation=unit.generation,
+                               program_id=unit.program_id, coalition=list(unit.coalition), arm=unit.arm,
+                               rollout=unit.rollout, sample=unit.sample, label=label_of(unit.coalition),
+                               evaluated_up_to="fast", gpu_seconds=0.5)
+        store.put_json(outcome_key(unit.key), record.model_dump(by_alias=True, mode="json"))
+    for index, shard in enumerate(plan.shards):
+        store.put_json(progress_key(index), {"done": len(shard), "total": len(shard), "gpuSeconds": 0.5 * len(shard),
+                                             "byStage": {"llm": {"done": len(shard)}, "kernels": {"done": len(shard)}}})
+    return len(plan.units)
+
+
+def run_status(kmock: Any, name: str) -> dict[str, Any]:
+    return dict(kmock.objects[RUNS, NS, name].raw.get("status") or {})
+
+
+def condition(kmock: Any, name: str, kind: str) -> dict[str, Any]:
+    for cond in run_status(kmock, name).get("conditions", []):
+        if cond["type"] == kind:
+            return cond
+    raise KeyError(kind)

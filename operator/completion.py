@@ -1,0 +1,79 @@
+"""On completion: outcome records -> attribution (the foundation's maths) -> full report in the store,
+and a small summary for the run's status (etcd objects stay far below their 1 MB limit)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cudanalyst.api import AttributionRun
+from cudanalyst.attribution.report import AttributionReport, Estimate, attribute_tables
+from cudanalyst.attribution.values import parse_records, tabulate
+from cudanalyst.store import ObjectStore
+
+REPORT_KEY = "report/report.json"
+MAX_PLAYER_VALUES = 512  # the CRD's bound on status.results.banzhaf
+MAX_INTERACTIONS = 32
+
+
+def read_outcomes(store: ObjectStore) -> list[tuple[str, Any]]:
+    return [(store.uri_of(key), store.get_json(key)) for key in store.list("outcomes/") if key.endswith(".json")]
+
+
+def _interval(est: Estimate) -> tuple[float, float, float] | None:
+    if est.value is None:
+        return None
+    low = est.low if est.low is not None else est.value
+    high = est.high if est.high is not None else est.value
+    return est.value, low, high
+
+
+def summarize(report: AttributionReport, metrics: list[str]) -> dict[str, Any]:
+    """status.results: Banzhaf values with intervals (pooled first), the strongest pairwise interactions by
+    |value|, the top player on the first evaluated metric, and the metrics that could not be evaluated."""
+    games = sorted(report.games, key=lambda g: (not g.pooled, metrics.index(g.metric) if g.metric in metrics else 99,
+                                                g.generation if g.generation is not None else -1))
+    values: list[dict[str, Any]] = []
+    interactions: list[dict[str, Any]] = []
+    for game in games:
+        if not game.evaluated:
+            continue
+        generation = "pooled" if game.pooled else str(game.generation)
+        for player, est in game.banzhaf.items():
+            triple = _interval(est)
+            if triple is not None:
+                values.append({"player": player, "metric": game.metric, "generation": generation,
+                               "value": triple[0], "low": triple[1], "high": triple[2]})
+        if game.pooled:
+            for pair, est in game.interactions.items():
+                triple = _interval(est)
+                if triple is not None:
+                    interactions.append({"players": pair, "metric": game.metric, "generation": generation,
+                                         "value": triple[0], "low": triple[1], "high": triple[2]})
+    evaluated = {g.metric for g in report.games if g.pooled and g.evaluated}
+    top_player, top_metric = "", ""
+    for metric in metrics:
+        pooled = [v for v in values if v["metric"] == metric and v["generation"] == "pooled"]
+        if pooled:
+            top_player, top_metric = max(pooled, key=lambda v: v["value"])["player"], metric
+            break
+    interactions.sort(key=lambda v: -abs(v["value"]))
+    return {
+        "topPlayer": top_player,
+        "metric": top_metric,
+        "confidence": report.confidence,
+        "banzhaf": values[:MAX_PLAYER_VALUES],
+        "topInteractions": interactions[:MAX_INTERACTIONS],
+        "notEvaluated": [m for m in metrics if m not in evaluated],
+    }
+
+
+def aggregate(run: AttributionRun, store: ObjectStore) -> tuple[dict[str, Any], str]:
+    """Read every outcome, compute the report, write it (overwriting is harmless: same inputs, same
+    report), and return (status.results, report URI). Raises OutcomeError/ValueError for unusable outcomes."""
+    spec = run.spec
+    records = parse_records(read_outcomes(store))
+    tables = tabulate(records, spec.players, spec.attribution.metrics)
+    report = attribute_tables(tables, estimator=spec.attribution.estimator, confidence=spec.attribution.confidence,
+                              replicates=spec.attribution.bootstrap, seed=spec.sampling.seed)
+    store.put_json(REPORT_KEY, report.model_dump(by_alias=True, mode="json"))
+    return summarize(report, list(spec.attribution.metrics)), store.uri_of(REPORT_KEY)
