@@ -133,3 +133,19 @@ def test_msr_samples_distinct_coalitions():
     assert [u.key for u in again.units] == [u.key for u in plan.units]
     exact = run_for("unused", players=players[:3])
     assert make_plan(exact, programs(tasks=("gemm",), generations=(0,), per=1)).summary()["coalitions"] == 8
+
+
+def test_openevolve_folder_is_planned_directly():
+    """spec.trajectory.format: openevolve converts on the fly, as `cudanalyst import` would."""
+    folder = ROOT / "tests" / "data" / "openevolve" / "gemm"
+    if not folder.is_dir():
+        pytest.fail(f"fixture {folder} is missing (tests/data/make_import_fixtures.py writes it)")
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    from cudanalyst.trajectory import load_trajectory
+
+    progs = load_trajectory(str(folder), fmt="openevolve").programs
+    gens = sorted({p.generation for p in progs})
+    data["spec"]["trajectory"] = {"uri": str(folder), "format": "openevolve", "generations": gens[:1],
+                                  "programsPerGeneration": 1, "tasks": ["gemm"]}
+    plan = plan_run(parse_run(data))
+    assert plan.programs and all(p.task == "gemm" for p in plan.programs)

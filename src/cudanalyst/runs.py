@@ -36,7 +36,9 @@ def plan_run(run: AttributionRun) -> Plan:
     """Load the trajectory, freeze its programs (seeded) and build the plan."""
     spec = run.spec
     try:
-        trajectory = load_trajectory(spec.trajectory.uri, s3_settings(run))
+        tasks = spec.trajectory.tasks
+        trajectory = load_trajectory(spec.trajectory.uri, s3_settings(run), spec.trajectory.format,
+                                     tasks[0] if len(tasks) == 1 else None)
         programs = freeze(trajectory.programs, spec.trajectory.generations,
                           spec.trajectory.programs_per_generation, spec.sampling.seed, spec.trajectory.tasks)
     except (TrajectoryError, StoreError) as exc:

@@ -44,12 +44,25 @@ def builtin_path(name: str) -> Path:
     return path
 
 
-def load_trajectory(uri: str, s3: object | None = None) -> Trajectory:
-    """Read trajectory.json and programs.jsonl from a folder URI (builtin://, file://, s3:// or a path)."""
+def load_trajectory(uri: str, s3: object | None = None, fmt: str = "cudanalyst", task: str | None = None) -> Trajectory:
+    """Read a trajectory folder (builtin://, file://, s3:// or a path).
+
+    `cudanalyst` reads trajectory.json and programs.jsonl; `openevolve` and `llm4ad` folders are converted
+    on the fly, exactly as `cudanalyst import` would (their programs all belong to `task`, by default the
+    folder's name).
+    """
     from cudanalyst.store import ObjectNotFound, open_store
 
     location = builtin_path(uri[len(BUILTIN_SCHEME):].strip("/")) if uri.startswith(BUILTIN_SCHEME) else uri
     store = open_store(str(location), s3)  # type: ignore[arg-type]
+    if fmt != "cudanalyst":
+        from cudanalyst.trajectory.llm4ad import read_llm4ad
+        from cudanalyst.trajectory.openevolve import read_openevolve
+
+        reader = read_openevolve if fmt == "openevolve" else read_llm4ad
+        name = task or uri.rstrip("/").rsplit("/", 1)[-1]
+        converted, provenance = reader(store, name)
+        return Trajectory(uri=uri, manifest=manifest_for(converted, source=provenance), programs=converted)
     try:
         text = store.get_text(PROGRAMS)
     except ObjectNotFound:
