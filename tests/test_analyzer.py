@@ -167,3 +167,14 @@ def test_report_of_a_source_that_does_not_compile_still_has_static_checks() -> N
     report = analyze(planted_kernel("out[threadIdx.x * 64] = in[0]\n"), get_task("gemm"))
     assert not report.compiled and "Not compiled" in report.text
     assert [f.check for f in report.findings] == ["uncoalesced"]
+
+
+def test_several_declarators_on_one_line_are_separate_variables() -> None:
+    src = planted_kernel(
+        "int ty = threadIdx.y, tx = threadIdx.x;\n"
+        "    int y = blockIdx.y * 32 + ty, x = blockIdx.x * 32 + tx;\n"
+        "    out[y * 1024 + x] = in[tx * 1024];"
+    )
+    findings = run_checks(src)
+    assert [(f.check, f.line) for f in findings] == [("uncoalesced", 5)]
+    assert "in[tx * 1024]" in findings[0].message

@@ -55,7 +55,21 @@ def fast_index_names(text: str) -> set[str]:
     A value divided by something (`idx / N`) varies slowly across a warp, so it does not count.
     """
     names: set[str] = set()
-    decls = [(m["name"], m["rhs"]) for m in _DECL.finditer(text)]
+    decls: list[tuple[str, str]] = []
+    for m in _DECL.finditer(text):
+        # `int y = a, x = b;` declares two names: split at top-level commas.
+        parts, depth, start = [], 0, 0
+        rhs = m["rhs"]
+        for pos, ch in enumerate(rhs):
+            depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
+            if ch == "," and depth == 0:
+                parts.append(rhs[start:pos])
+                start = pos + 1
+        parts.append(rhs[start:])
+        decls.append((m["name"], parts[0]))
+        for part in parts[1:]:
+            if more := re.match(r"\s*([A-Za-z_]\w*)\s*=(.*)", part, re.DOTALL):
+                decls.append((more.group(1), more.group(2)))
     changed = True
     while changed:
         changed = False
