@@ -1,0 +1,114 @@
+"""Printing an AttributionRun object (as the API server returns it): conditions, progress, result table,
+and the report object's per-generation tables when it can be read. No Kubernetes client needed here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+from rich.console import Console
+from rich.table import Table
+
+from cudanalyst.report.table import from_report, from_status, render
+from cudanalyst.store import S3Settings, StoreError, open_store
+
+CONDITION_ORDER = ("Ready", "Reconciling", "Stalled", "Succeeded", "Failed", "Suspended", "Queued")
+
+
+def conditions_table(conditions: list[Mapping[str, Any]]) -> Table:
+    table = Table(title="Conditions", title_justify="left")
+    for col in ("type", "status", "reason", "message", "since"):
+        table.add_column(col, overflow="fold")
+    order = {t: i for i, t in enumerate(CONDITION_ORDER)}
+    for c in sorted(conditions, key=lambda c: order.get(c.get("type", ""), 99)):
+        style = "green" if c.get("status") == "True" and c.get("type") in ("Ready", "Succeeded") else (
+            "red" if c.get("status") == "True" and c.get("type") in ("Stalled", "Failed") else None)
+        table.add_row(c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", ""),
+                      c.get("lastTransitionTime") or "", style=style)
+    return table
+
+
+def progress_lines(status: Mapping[str, Any]) -> list[str]:
+    p = status.get("progress") or {}
+    lines = [f"progress: {p.get('text', '0/0')} units ({p.get('percent', 0):.1f}%)"
+             + (f", ETA {p['etaSeconds']} s" if p.get("etaSeconds") is not None else "")
+             + (f", {p['failures']} failure(s)" if p.get("failures") else "")]
+    llm, kernels = p.get("llm") or {}, p.get("kernels") or {}
+    if llm or kernels:
+        lines.append(f"stages: LLM {llm.get('done', 0)}/{llm.get('total', 0)}, "
+                     f"kernels {kernels.get('done', 0)}/{kernels.get('total', 0)}")
+    shards = status.get("shards") or {}
+    if status.get("jobName") or shards:
+        lines.append(f"job: {status.get('jobName') or '-'} (shards active {shards.get('active', 0)}, "
+                     f"succeeded {shards.get('succeeded', 0)}, failed {shards.get('failed', 0)})")
+    lines.append(f"GPU time: {float(status.get('gpuSeconds') or 0):.0f} s")
+    for key, label in (("startTime", "started"), ("completionTime", "completed")):
+        if status.get(key):
+            lines.append(f"{label}: {status[key]}")
+    if status.get("message"):
+        lines.append(f"message: {status['message']}")
+    return lines
+
+
+def _split_report_uri(uri: str) -> tuple[str, str]:
+    """(folder URI, key) of a report object; a folder URI means its report.json."""
+    path = urlparse(uri).path if "://" in uri else uri
+    if path.endswith(".json"):
+        folder, _, key = uri.rpartition("/")
+        return folder + "/", key
+    return uri.rstrip("/") + "/", "report.json"
+
+
+def read_report(uri: str, spec: Mapping[str, Any], s3_endpoint: str | None) -> dict[str, Any]:
+    """The report object at `uri`, reached with the run's spec.s3 settings and the local credential chain."""
+    s3 = spec.get("s3") or {}
+    settings = S3Settings(endpoint=s3_endpoint if s3_endpoint is not None else s3.get("endpoint", ""),
+                          region=s3.get("region", ""), addressing_style=s3.get("addressingStyle", "auto"),
+                          max_attempts=2, connect_timeout=3, read_timeout=20)
+    folder, key = _split_report_uri(uri)
+    data = open_store(folder, settings).get_json(key)
+    if not isinstance(data, dict) or "attribution" not in data:
+        raise StoreError(f"{uri} is not a cudanalyst report object (no 'attribution' key)")
+    return data
+
+
+def print_status(obj: Mapping[str, Any], console: Console, with_report: bool = True,
+                 s3_endpoint: str | None = None) -> None:
+    """Print everything `cudanalyst status` shows for one AttributionRun object."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    players = list(spec.get("players") or [])
+    metrics = list((spec.get("attribution") or {}).get("metrics") or ["compiled", "pass", "fast"])
+    console.print(f"[bold]{meta.get('namespace', '')}/{meta.get('name', '')}[/]: phase {status.get('phase') or 'Pending'}"
+                  f" (observed generation {status.get('observedGeneration', '-')} of {meta.get('generation', '-')})")
+    for line in progress_lines(status):
+        console.print(line, highlight=False)
+    if status.get("conditions"):
+        console.print(conditions_table(status["conditions"]))
+    results = status.get("results")
+    if results:
+        console.print(render(from_status(results, players, metrics), title="Banzhaf values from status (pooled, "
+                             f"{float(results.get('confidence', 0.95)) * 100:g}% intervals)"))
+        if results.get("topPlayer"):
+            console.print(f"top player on {results.get('metric', '')}: {results['topPlayer']}")
+        if results.get("notEvaluated"):
+            console.print(f"not evaluated: {', '.join(results['notEvaluated'])} (shown as such, not as zeros)")
+    else:
+        console.print("no results yet")
+    uri = status.get("reportUri")
+    if not uri:
+        return
+    console.print(f"report: {uri}", highlight=False)
+    if not with_report:
+        return
+    try:
+        report = read_report(uri, spec, s3_endpoint)
+    except (StoreError, ValueError, json.JSONDecodeError) as exc:
+        console.print(f"[yellow]report not reachable from here[/]: {exc}", highlight=False)
+        return
+    for gen in report.get("generations", []):
+        console.print(render(from_report(report, gen)))
+    html = report.get("htmlUri") or _split_report_uri(uri)[0] + "report.html"
+    console.print(f"report page: {html}", highlight=False)

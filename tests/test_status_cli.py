@@ -1,0 +1,160 @@
+"""`cudanalyst status NAME` against a real kube-apiserver (with etcd) and the generated CRD.
+
+The control-plane binaries come from scripts/build-control-plane.sh; without them the tests are
+skipped, saying so. Only etcd and the apiserver are started: status reads one object.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "cluster"))
+
+from cp_cluster import bin_dir, start_apiserver, start_etcd, wait_for  # noqa: E402
+
+from cudanalyst.api import API_GROUP, API_VERSION, PLURAL  # noqa: E402
+from cudanalyst.crd import build_crd  # noqa: E402
+from cudanalyst.report import build_report  # noqa: E402
+from cudanalyst.report.demo import demo_spec, write_demo_run  # noqa: E402
+from cudanalyst.store import open_store  # noqa: E402
+
+pytestmark = pytest.mark.cluster
+NEEDED = ("etcd", "kube-apiserver")  # status reads one object: no controllers, no nodes
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    bins = bin_dir()
+    missing = [b for b in NEEDED if not os.access(bins / b, os.X_OK)]
+    if missing:
+        pytest.skip(f"control-plane binaries not built ({', '.join(missing)} missing in {bins}); "
+                    "run scripts/build-control-plane.sh first")
+    pytest.importorskip("kubernetes", reason="the kubernetes client is needed: pip install -e '.[operator]'")
+    work = tmp_path_factory.mktemp("apiserver")
+    etcd = start_etcd(bins, work)
+    try:
+        api = start_apiserver(bins, work, etcd)
+        try:
+            from kubernetes import client, config
+
+            with config.new_client_from_config(config_file=str(api.admin_kubeconfig)) as c:
+                ext = client.ApiextensionsV1Api(c)
+                ext.create_custom_resource_definition(build_crd())
+                wait_for(lambda: any(cond.type == "Established" and cond.status == "True" for cond in
+                                     ext.read_custom_resource_definition(f"{PLURAL}.{API_GROUP}").status.conditions
+                                     or []), 60, "the AttributionRun CRD to be established")
+            yield api.admin_kubeconfig
+        finally:
+            api.component.stop()
+    finally:
+        etcd.component.stop()
+
+
+@pytest.fixture
+def custom(kubeconfig: Path) -> Iterator[Any]:
+    from kubernetes import client, config
+
+    with config.new_client_from_config(config_file=str(kubeconfig)) as c:
+        yield client.CustomObjectsApi(c), client.CoreV1Api(c)
+
+
+@pytest.fixture
+def namespace(custom: Any) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    custom[1].create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def status_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "cudanalyst", "status", *args], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+
+
+def create_run(custom: Any, namespace: str, name: str, output_uri: str, status: dict[str, Any]) -> None:
+    api = custom[0]
+    body = demo_spec(name=name, output_uri=output_uri)
+    api.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, body)
+    # Through the status subresource, as the operator writes it (undeclared fields would be pruned).
+    api.patch_namespaced_custom_object_status(API_GROUP, API_VERSION, namespace, PLURAL, name, {"status": status})
+
+
+def status_of(report: dict[str, Any], not_evaluated: list[str]) -> dict[str, Any]:
+    pooled = [g for g in report["attribution"]["games"] if g["pooled"] and g["evaluated"]]
+    banzhaf = [{"player": p, "metric": g["metric"], "generation": "pooled", "value": e["value"], "low": e["low"],
+                "high": e["high"]} for g in pooled for p, e in g["banzhaf"].items()]
+    return {
+        "phase": "Succeeded", "observedGeneration": 1,
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Succeeded", "message": "288/288 units; report written"},
+            {"type": "Reconciling", "status": "False", "reason": "Done", "message": ""},
+            {"type": "Stalled", "status": "False", "reason": "Done", "message": ""},
+        ],
+        "progress": {"done": 288, "total": 288, "percent": 100.0, "text": "288/288", "failures": 0,
+                     "llm": {"done": 288, "total": 288}, "kernels": {"done": 288, "total": 288}},
+        "gpuSeconds": 173.0, "jobName": "demo-runner",
+        "results": {"topPlayer": "debugger", "metric": "compiled", "confidence": 0.95, "banzhaf": banzhaf,
+                    "notEvaluated": not_evaluated},
+    }
+
+
+def test_status_prints_conditions_progress_and_both_tables(custom: Any, namespace: str, kubeconfig: Path,
+                                                           tmp_path: Path) -> None:
+    store = open_store(str(tmp_path)).child("demo/")
+    write_demo_run(store, demo_spec(output_uri=str(tmp_path)), gpu=False)
+    report = build_report(store)
+    status = status_of(report, ["pass", "fast"])
+    status["reportUri"] = (tmp_path / "demo" / "report" / "report.json").as_uri()
+    create_run(custom, namespace, "demo", str(tmp_path), status)
+
+    proc = status_cli(kubeconfig, "demo", "-n", namespace)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"{namespace}/demo: phase Succeeded" in out
+    assert "288/288 units (100.0%)" in out and "LLM 288/288, kernels 288/288" in out and "GPU time: 173 s" in out
+    assert "288/288 units; report written" in out  # the Ready condition's message
+    compiled = report["attribution"]["games"]
+    debugger = next(g for g in compiled if g["pooled"] and g["metric"] == "compiled")["banzhaf"]["debugger"]
+    assert f"{debugger['value']:+.3f} [{debugger['low']:+.3f}, {debugger['high']:+.3f}]" in out
+    assert "pass (not evaluated)" in out and "fast (not evaluated)" in out
+    # From the report object: one table per generation.
+    assert "generation 10" in out and "generation 20" in out
+    assert "report not reachable" not in out
+
+
+def test_status_says_when_the_report_cannot_be_read(custom: Any, namespace: str, kubeconfig: Path,
+                                                    tmp_path: Path) -> None:
+    status = {"phase": "Running", "progress": {"done": 3, "total": 10, "percent": 30.0, "text": "3/10"},
+              "reportUri": (tmp_path / "nowhere" / "report.json").as_uri()}
+    create_run(custom, namespace, "half", str(tmp_path), status)
+    proc = status_cli(kubeconfig, "half", "--namespace", namespace)
+    assert proc.returncode == 0, proc.stderr
+    assert "phase Running" in proc.stdout and "3/10 units (30.0%)" in proc.stdout
+    assert "no results yet" in proc.stdout
+    assert "report not reachable" in proc.stdout and "nowhere" in proc.stdout
+
+
+def test_unknown_run_exits_2_naming_it(namespace: str, kubeconfig: Path) -> None:
+    proc = status_cli(kubeconfig, "no-such-run", "-n", namespace)
+    assert proc.returncode == 2
+    assert "'no-such-run' not found in namespace" in proc.stderr and namespace in proc.stderr
+
+
+def test_unreachable_cluster_names_the_server(tmp_path: Path) -> None:
+    pytest.importorskip("kubernetes", reason="the kubernetes client is needed: pip install -e '.[operator]'")
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: k, user: u, namespace: ns1}}]\n")
+    proc = status_cli(config, "demo")
+    assert proc.returncode == 1
+    assert "cannot reach the Kubernetes API at https://127.0.0.1:9" in proc.stderr
