@@ -399,7 +399,7 @@ class LlmStage:
 
     def _write_group(self, g: Group, res: GenerationResult, coder_prompt: str, endpoint: Endpoint) -> None:
         prompts = {"coder": coder_prompt}
-        if g.planner_prompt is not None and self.spec.planning == "explicit":
+        if g.planner_prompt is not None and self.spec.planning == "explicit" and g.arm != "dummyPlan":
             prompts["planner"] = str(g.planner_meta.get("prompt") or
                                      _prompt_text(g.planner_prompt.rendered(self.spec.models.planner.api)))
         if not res.ok:

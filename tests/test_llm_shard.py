@@ -1,0 +1,89 @@
+"""The shard command without a model server: bad input (exit 2) and unreachable models (exit 1)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "vllm"))
+from cudanalyst.runner.shard import main  # noqa: E402
+from llm_support import closed_port, program, records, write_spec, write_trajectory  # noqa: E402
+
+RUN = "shard-test"
+
+
+@pytest.fixture
+def trajectory(tmp_path: Path) -> Path:
+    return write_trajectory(tmp_path / "traj", [program("p1"), program("p2")])
+
+
+def spec_for(tmp_path: Path, trajectory: Path, planner: dict, **kw) -> Path:
+    return write_spec(tmp_path / "run.yaml", name=RUN, trajectory=trajectory, output=str(tmp_path / "out"),
+                      planner=planner, **kw)
+
+
+def test_invalid_input_exits_2_with_the_reason(tmp_path: Path, trajectory: Path, capsys) -> None:
+    spec = spec_for(tmp_path, trajectory, {"endpoint": "http://127.0.0.1:1/v1", "model": "m"})
+    assert main(["--spec", str(tmp_path / "missing.yaml"), "--shard", "0", "--of", "1"]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+    assert main(["--spec", str(spec), "--shard", "3", "--of", "1"]) == 2
+    assert "--shard 3 is out of range" in capsys.readouterr().err
+    assert main(["--spec", str(spec), "--shard", "0", "--of", "2"]) == 2
+    assert "spec.resources.shards" in capsys.readouterr().err
+    bad = write_trajectory(tmp_path / "bad", [program("q1").model_copy(update={"task": "no-such-task"})])
+    spec2 = write_spec(tmp_path / "bad.yaml", name=RUN, trajectory=bad, output=str(tmp_path / "out"),
+                       planner={"endpoint": "http://127.0.0.1:1/v1", "model": "m"})
+    assert main(["--spec", str(spec2), "--shard", "0", "--of", "1"]) == 2
+    assert "no-such-task" in capsys.readouterr().err
+    assert not (tmp_path / "out" / RUN / "candidates").exists()  # nothing half-written
+
+
+def test_shard_index_comes_from_the_indexed_job(tmp_path: Path, trajectory: Path, monkeypatch) -> None:
+    spec = spec_for(tmp_path, trajectory, {"endpoint": f"http://127.0.0.1:{closed_port()}/v1", "model": "m"})
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "5")
+    assert main(["--spec", str(spec), "--of", "1", "--stage", "llm"]) == 2
+
+
+def test_refusing_endpoint_fails_the_shard_with_reasons_and_exit_1(tmp_path: Path, trajectory: Path) -> None:
+    port = closed_port()
+    spec = spec_for(tmp_path, trajectory, {"endpoint": f"http://127.0.0.1:{port}/v1", "model": "m"},
+                    controls=("dummyPlan",))
+    t0 = time.monotonic()
+    proc = subprocess.run(["cudanalyst-runner", "--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "llm",
+                           "--retries", "2"], capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr
+    assert "unreachable" in proc.stderr
+    run = tmp_path / "out" / RUN
+    assert records(run, "candidates") == {}
+    errors = records(run, "errors")
+    # 2 programs x (4 coalitions + dummyPlan) x 1 rollout x 2 samples
+    assert len(errors) == 20
+    assert all("unreachable" in e["error"] for e in errors.values())
+    # dummyPlan needs no planner: those units fail at the coder, the others at the planner.
+    phases = {e["arm"]: e["phase"] for e in errors.values()}
+    assert phases == {"coalition": "planner", "dummyPlan": "coder"}
+    progress = json.loads((run / "progress" / "shard-0.json").read_text())
+    assert progress["state"] == "failed" and progress["total"] == 20 and progress["done"] == 0
+    assert progress["failedUnits"] == 20 and progress["failures"]
+    assert elapsed < 120  # the breaker stops per-request retry cycles after the first
+
+
+def test_missing_model_path_fails_before_any_server_starts(tmp_path: Path, trajectory: Path) -> None:
+    spec = spec_for(tmp_path, trajectory, {"model": str(tmp_path / "no-model"), "serve": "local"})
+    assert main(["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "llm"]) == 1
+    errors = records(tmp_path / "out" / RUN, "errors")
+    assert len(errors) == 16  # 2 programs x 4 coalitions x 2 samples
+    assert all("does not exist" in e["error"] and e["errorKind"] == "serving" for e in errors.values())
+
+
+def test_kernel_stage_without_candidates_has_nothing_to_do(tmp_path: Path, trajectory: Path) -> None:
+    spec = spec_for(tmp_path, trajectory, {"endpoint": "http://127.0.0.1:1/v1", "model": "m"})
+    assert main(["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "kernels"]) == 0
+    progress = json.loads((tmp_path / "out" / RUN / "progress" / "shard-0.json").read_text())
+    assert progress["state"] == "succeeded" and progress["stages"] == ["kernels"] and progress["done"] == 0

@@ -1,0 +1,78 @@
+"""Helpers for the LLM-stage tests: a small trajectory, a spec, and reading a run's records."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cudanalyst.trajectory import FrozenProgram, dump_programs
+
+SOURCE = """#define N 64
+__global__ void gemm(const double* A, const double* B, double* C) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < N) { C[i] = A[i] + B[i]; }
+}
+"""
+FEEDBACK = {
+    "debugger": "compute-sanitizer: 0 errors. nvcc: warning at line 3: unused variable j.",
+    "analyzer": "registers per thread: 24; shared memory: 0 B; spills: 0; loop at line 4 not unrolled.",
+}
+
+
+def program(pid: str, generation: int = 1, source: str = SOURCE, **kw: Any) -> FrozenProgram:
+    return FrozenProgram(task="gemm", generation=generation, program_id=pid, source=source,
+                         feedback=kw.pop("feedback", FEEDBACK), **kw)
+
+
+def write_trajectory(folder: Path, programs: list[FrozenProgram]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "programs.jsonl").write_text(dump_programs(programs))
+    return folder
+
+
+def write_spec(path: Path, *, name: str, trajectory: Path, output: str, planner: dict[str, Any],
+               coder: dict[str, Any] | None = None, players: tuple[str, ...] = ("debugger", "analyzer"),
+               controls: tuple[str, ...] = (), planning: str = "explicit", samples: int = 2,
+               rollouts: int = 1, max_tokens: int = 16, per_generation: int = 2, shards: int = 1,
+               feedback: dict[str, Any] | None = None, s3: dict[str, Any] | None = None) -> Path:
+    models: dict[str, Any] = {"planner": planner}
+    if coder is not None:
+        models["coder"] = coder
+    spec: dict[str, Any] = {
+        "trajectory": {"uri": str(trajectory), "generations": [1], "programsPerGeneration": per_generation},
+        "players": list(players),
+        "planning": planning,
+        "controls": list(controls),
+        "models": models,
+        "sampling": {"rollouts": rollouts, "samplesPerCoalition": samples, "temperature": 0.8,
+                     "maxTokens": max_tokens, "seed": 0},
+        "resources": {"shards": shards, "gpusPerShard": 0},
+        "output": {"uri": output},
+    }
+    if feedback is not None:
+        spec["feedback"] = feedback
+    if s3 is not None:
+        spec["s3"] = s3
+    doc = {"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": name},
+           "spec": spec}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def records(folder: Path, kind: str) -> dict[str, dict[str, Any]]:
+    """{unitKey: record} for candidates / outcomes / errors / plans of a run folder."""
+    base = folder / kind
+    if not base.is_dir():
+        return {}
+    return {p.stem: json.loads(p.read_text()) for p in sorted(base.glob("*.json"))}
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
