@@ -204,3 +204,20 @@ def test_compile_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> Non
 
     env = _scrubbed_env()
     assert "AWS_SECRET_ACCESS_KEY" not in env and "PATH" in env
+
+
+def test_cuda_headers_compile_with_the_size_macros_defined() -> None:
+    # The prelude defines short names (N, M, KS); the toolkit headers must still build after them.
+    task = get_task("atax")
+    src = (
+        "#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n#include <math.h>\n" + task.baseline_source
+    )
+    result = compile_task_source(task, src)
+    assert result.ok, result.log
+
+
+def test_cuda_home_is_searched_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from cudanalyst.runner.kernels import toolchain
+
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    assert toolchain.candidates()[0][0] == tmp_path / "cuda" / "bin" / "nvcc"
