@@ -33,7 +33,7 @@ ADVERSARIES = {
     "never-terminates": (BASE.replace("if (j < N) {", "volatile const float* a = A;\n    while (a[0] == a[0]) { }\n    if (j < N) {"),
                          "no result within"),
     # writes far out of bounds: an illegal address poisons the context, the worker restarts
-    "out-of-bounds": (BASE.replace(STORE_Y, "y[j + (1 << 30)] = acc;"), "illegal memory access"),
+    "out-of-bounds": (BASE.replace(STORE_Y, "y[j + (1 << 30)] = acc;"), "context was lost"),
     # a 512 GiB static device array: the module cannot be loaded
     "exhausts-memory": ("__device__ float hog[1ull << 37];\n" + BASE.replace(STORE_Y, "y[j] = acc + 0.0f * hog[j];"),
                         "out of memory"),
