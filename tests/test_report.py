@@ -214,3 +214,25 @@ def test_table_from_status_results() -> None:
     assert "+0.250 [+0.100, +0.400]" in text and "-0.050 [-0.200, +0.100]" in text
     assert "+0.900" not in text  # a generation's value is not the pooled one
     assert "pass (not evaluated)" in text and "90% intervals" in text
+
+
+def test_a_run_missing_a_coalition_falls_back_to_msr(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path)).child("inc/")
+    write_demo_run(store, demo_spec(name="inc", output_uri=str(tmp_path)), skip_coalitions=("analyzer",))
+    report = build_report(store)
+    game = pooled(report, "compiled")
+    assert game["estimator"] == "msr" and game["coalitions"] == 7 and "analyzer" not in game["values"]
+    assert all(e["value"] is not None for e in game["banzhaf"].values())
+    assert (tmp_path / "inc" / "report" / "report.html").is_file()
+
+
+def test_one_player_has_values_and_no_pairs(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path)).child("one/")
+    write_demo_run(store, demo_spec(name="one", output_uri=str(tmp_path), players=["debugger"]), gpu=True)
+    report = build_report(store)
+    v = expected_rates(tmp_path / "one", "pass")
+    game = pooled(report, "pass")
+    assert game["banzhaf"]["debugger"]["value"] == pytest.approx(v[frozenset({"debugger"})] - v[frozenset()])
+    assert game["interactions"] == {}
+    assert all(t["games"][0]["interactions"] == {} for t in report["tasks"])
+    assert "Pairwise interactions" not in (tmp_path / "one" / "report" / "report.html").read_text()

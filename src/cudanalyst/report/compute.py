@@ -33,7 +33,7 @@ def attribution(records: Sequence[OutcomeRecord], run: AttributionRun) -> Attrib
     """Every game (metric x generation, and pooled) and control arm, with analytic and bootstrap intervals."""
     spec = run.spec
     tables = tabulate(records, spec.players, spec.attribution.metrics)
-    return attribute_tables(
+    result = attribute_tables(
         tables,
         estimator=estimator_of(run),
         order=interaction_order(spec.players),
@@ -41,6 +41,15 @@ def attribution(records: Sequence[OutcomeRecord], run: AttributionRun) -> Attrib
         replicates=spec.attribution.bootstrap,
         seed=spec.sampling.seed,
     )
+    return _without_order_one_interactions(result, spec.players)
+
+
+def _without_order_one_interactions(result: AttributionReport, players: Sequence[str]) -> AttributionReport:
+    """With one player there are no pairs: drop the order-1 "interactions" (they repeat the Banzhaf value)."""
+    if interaction_order(players) == 1:
+        for game in result.games:
+            game.interactions = {}
+    return result
 
 
 def task_breakdown(records: Sequence[OutcomeRecord], run: AttributionRun) -> list[dict[str, Any]]:
@@ -58,6 +67,7 @@ def task_breakdown(records: Sequence[OutcomeRecord], run: AttributionRun) -> lis
             estimator=estimator_of(run), order=interaction_order(spec.players),
             confidence=spec.attribution.confidence, replicates=0, seed=spec.sampling.seed,
         )
+        result = _without_order_one_interactions(result, spec.players)
         games = [g.model_dump(by_alias=True, mode="json") for g in result.games if g.pooled]
         out.append({
             "task": task,

@@ -198,6 +198,10 @@ def coalitions_figure(attribution: dict[str, Any]) -> bytes:
         ax.set_title(f"{metric} (pooled)")
         ax.grid(axis="x", alpha=0.3)
     axes[0].invert_yaxis()
+    total = len((first or {}).get("values", {}))
+    if len(keys) < total:
+        fig.suptitle(f"{len(keys)} of {total} coalitions: none, singletons, leave-one-outs, all "
+                     "(every coalition is in report.json)", fontsize=10)
     return _png(fig)
 
 
