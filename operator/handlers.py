@@ -6,13 +6,14 @@ with different settings side by side.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 import kopf
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.conditions import is_finished
-from cudanalyst.operator.lifecycle import Operations, Services
+from cudanalyst.operator.lifecycle import RETRYABLE, Operations, Services
 from cudanalyst.operator.pods import job_summary, pod_summary
 
 RUN = c.RUN_RESOURCE
@@ -37,6 +38,12 @@ def _running(status: dict[str, Any], **_: Any) -> bool:
 
 def _not_started(status: dict[str, Any], **_: Any) -> bool:
     return not status.get("startTime")
+
+
+def _retryable(status: dict[str, Any], **_: Any) -> bool:
+    reasons = {c.get("reason") for c in status.get("conditions") or [] if c.get("type") == "Stalled"
+               and c.get("status") == "True"}
+    return not status.get("startTime") and bool(reasons & set(RETRYABLE))
 
 
 def _delete_with_run(spec: dict[str, Any], **_: Any) -> bool:
@@ -89,6 +96,13 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
     @kopf.on.update(*RUN, field="spec", when=_not_started, id="restart", registry=registry)
     def restart(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         with metrics.reconcile("restart"):
+            ops.start(dict(body), patch)
+
+    # Stalled on something outside the spec: try again now and then (the handler above is done with it).
+    @kopf.timer(*RUN, interval=services.config.retry_interval, initial_delay=services.config.retry_interval,
+                when=_retryable, id="retry_start", registry=registry)
+    def retry_start(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        with metrics.reconcile("retry_start"), contextlib.suppress(kopf.PermanentError):
             ops.start(dict(body), patch)
 
     @kopf.on.field(*RUN, field="spec.suspend", id="suspend", registry=registry)

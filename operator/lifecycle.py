@@ -38,8 +38,8 @@ from cudanalyst.store import ObjectStore, StoreError
 
 log = logging.getLogger("cudanalyst.operator")
 
-# Waiting for something outside the spec (a trajectory not uploaded yet, a store coming back).
-RETRY_DELAY = 60.0
+# Stalled reasons that something outside the spec may cure (a trajectory uploaded later, a store back up).
+RETRYABLE = ("PlanFailed", "StoreUnavailable")
 
 
 def utc_now() -> datetime:
@@ -131,12 +131,13 @@ class Operations:
             store.put_json("spec.json", {k: v for k, v in run.to_dict().items() if k != "status"})
             store.put_json("plan.json", plan.summary())
         except PlanError as exc:
-            # Not permanent: the trajectory may be uploaded after the run is applied.
-            self._stall(body, patch, "PlanFailed", f"cannot plan the run: {exc}")
-            raise kopf.TemporaryError(f"cannot plan the run: {exc}", delay=RETRY_DELAY) from None
+            # Permanent for this handler, so that an edit of the spec is handled at once; the trajectory
+            # may still be uploaded later, which the retry timer (handlers.py) picks up.
+            self._stall(body, patch, RETRYABLE[0], f"cannot plan the run: {exc}")
+            raise kopf.PermanentError(f"cannot plan the run: {exc}") from None
         except StoreError as exc:
-            self._stall(body, patch, "StoreUnavailable", f"cannot write to spec.output.uri: {exc}")
-            raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from None
+            self._stall(body, patch, RETRYABLE[1], f"cannot write to spec.output.uri: {exc}")
+            raise kopf.PermanentError(str(exc)) from None
         job = self.ensure_children(body, run)
         now = rfc3339(self.s.clock())
         total = len(plan.units)
