@@ -100,3 +100,9 @@ def not_evaluated_metrics(result: AttributionReport) -> list[str]:
     """Metrics whose pooled game could not be evaluated (shown as "not evaluated", never as zeros)."""
     pooled = {g.metric: g.evaluated for g in result.games if g.pooled}
     return [m for m in result.metrics if pooled.get(m) is False]
+
+
+def coalition_order(key: str, players: Sequence[str]) -> tuple[int, list[int]]:
+    """By size, then by the members' positions in spec order."""
+    members = [players.index(p) for p in key.split(",")] if key else []
+    return (len(members), members)

@@ -14,6 +14,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from cudanalyst.report.compute import coalition_order
+
 POOLED_LABEL = "pooled"
 # Beyond this many coalitions a bar per coalition is unreadable; the structured ones are kept.
 MAX_COALITION_BARS = 48
@@ -156,19 +158,13 @@ def shown_coalitions(keys: Sequence[str], n: int) -> list[str]:
     return [k for k in keys if size(k) <= 1 or size(k) >= n - 1]
 
 
-def _coalition_order(key: str, players: Sequence[str]) -> tuple[int, list[int]]:
-    """By size, then by the members' positions in spec order."""
-    members = [players.index(p) for p in key.split(",")] if key else []
-    return (len(members), members)
-
-
 def coalitions_figure(attribution: dict[str, Any]) -> bytes:
     """Pooled outcome rate of every coalition (and control arm) per metric, with intervals."""
     players: list[str] = attribution["players"]
     metrics: list[str] = attribution["metrics"]
     pooled_controls = [c for c in attribution.get("controls", []) if c["pooled"]]
     first = next((g for m in metrics for g in [_games(attribution, m)[1]] if g), None)
-    keys = shown_coalitions(sorted((first or {}).get("values", {}), key=lambda k: _coalition_order(k, players)),
+    keys = shown_coalitions(sorted((first or {}).get("values", {}), key=lambda k: coalition_order(k, players)),
                             len(players))
     arms = list(dict.fromkeys(c["arm"] for c in pooled_controls))
     labels = [k or "(none)" for k in keys] + [f"[{a}]" for a in arms]

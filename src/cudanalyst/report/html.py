@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cudanalyst.report.compute import coalition_order
 from cudanalyst.report.table import NOT_EVALUATED, from_report, plain_rows
 
 STYLE = """
@@ -25,7 +26,7 @@ td.ne{color:#888;font-style:italic}figure{margin:1rem 0}figure img{max-width:100
 figcaption{color:#555;font-size:.9rem}.note{color:#555;font-size:.9rem}
 pre{background:#f7f7f7;padding:.8rem;overflow:auto;font-size:.8rem;text-align:left}
 .badge{display:inline-block;padding:.1rem .5rem;border-radius:.6rem;background:#eee;font-size:.8rem}
-.ne-badge{background:#fbe9d0}
+.ne-badge{background:#fbe9d0}table.kv td,table.kv th{text-align:left}
 """
 
 FIGURE_CAPTIONS = {
@@ -48,9 +49,9 @@ def _fmt(x: float | None, signed: bool = False) -> str:
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
-def _table(rows: Sequence[Sequence[str]]) -> str:
+def _table(rows: Sequence[Sequence[str]], cls: str = "") -> str:
     head, *body = rows
-    out = ["<table><thead><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr></thead><tbody>"]
+    out = [f'<table class="{cls}"><thead><tr>' if cls else "<table><thead><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr></thead><tbody>"]
     for row in body:
         out.append("<tr>")
         for cell in row:
@@ -106,7 +107,8 @@ def _results_section(report: Mapping[str, Any]) -> str:
 def _coalitions_section(report: Mapping[str, Any]) -> str:
     att = report["attribution"]
     pooled = {g["metric"]: g for g in att["games"] if g["pooled"]}
-    keys = sorted({k for g in pooled.values() for k in g["values"]}, key=lambda k: (k.count(",") + bool(k), k))
+    players = att["players"]
+    keys = sorted({k for g in pooled.values() for k in g["values"]}, key=lambda k: coalition_order(k, players))
     rows = [["coalition", *att["metrics"]]]
     for key in keys:
         rows.append([key or "(none)", *(_interval(pooled[m]["values"].get(key), signed=False) if m in pooled and
@@ -149,8 +151,8 @@ def _provenance_section(report: Mapping[str, Any]) -> str:
     for role, names in prov.get("modelsInCandidates", {}).items():
         rows.append([f"model served ({role})", ", ".join(names)])
     spec = json.dumps(prov["spec"], indent=2, sort_keys=False)
-    return ("<h2>Provenance</h2>" + _table(rows) +
-            f"<details open><summary>spec</summary><pre>{_e(spec)}</pre></details>")
+    return ("<h2>Provenance</h2>" + _table(rows, "kv") +
+            f"<details><summary>spec (click to show)</summary><pre>{_e(spec)}</pre></details>")
 
 
 def render_html(report: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
