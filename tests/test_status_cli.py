@@ -6,6 +6,7 @@ skipped, saying so. Only etcd and the apiserver are started: status reads one ob
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -158,3 +159,21 @@ def test_unreachable_cluster_names_the_server(tmp_path: Path) -> None:
     proc = status_cli(config, "demo")
     assert proc.returncode == 1
     assert "cannot reach the Kubernetes API at https://127.0.0.1:9" in proc.stderr
+
+
+def test_status_reads_the_operators_bare_attribution_object(custom: Any, namespace: str, kubeconfig: Path,
+                                                            tmp_path: Path) -> None:
+    store = open_store(str(tmp_path)).child("demo/")
+    write_demo_run(store, demo_spec(output_uri=str(tmp_path)), gpu=True)
+    report = build_report(store)
+    # What the operator's aggregate step writes: the attribution result alone.
+    bare = tmp_path / "operator" / "report.json"
+    bare.parent.mkdir()
+    bare.write_text(json.dumps(report["attribution"]))
+    status = status_of(report, [])
+    status["reportUri"] = bare.as_uri()
+    create_run(custom, namespace, "bare", str(tmp_path), status)
+    proc = status_cli(kubeconfig, "bare", "-n", namespace)
+    assert proc.returncode == 0, proc.stderr
+    assert "generation 10" in proc.stdout and "generation 20" in proc.stdout
+    assert "not evaluated" not in proc.stdout and "report not reachable" not in proc.stdout

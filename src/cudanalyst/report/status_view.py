@@ -70,8 +70,12 @@ def read_report(uri: str, spec: Mapping[str, Any], s3_endpoint: str | None) -> d
                           max_attempts=2, connect_timeout=3, read_timeout=20)
     folder, key = _split_report_uri(uri)
     data = open_store(folder, settings).get_json(key)
+    if isinstance(data, dict) and "attribution" not in data and isinstance(data.get("games"), list):
+        # The operator's aggregate writes the bare attribution result (no figures, no provenance).
+        gens = sorted({g["generation"] for g in data["games"] if not g.get("pooled") and g.get("generation") is not None})
+        data = {"attribution": data, "generations": gens}
     if not isinstance(data, dict) or "attribution" not in data:
-        raise StoreError(f"{uri} is not a cudanalyst report object (no 'attribution' key)")
+        raise StoreError(f"{uri} is not a cudanalyst report object (neither a report nor an attribution result)")
     return data
 
 
