@@ -55,9 +55,7 @@ def corpus(seed: int) -> list[str]:
     lines = [p.read_text() for p in sorted(root.rglob("*")) if p.suffix in (".txt", ".tmpl")]
     idents = ["idx", "tid", "row", "col", "acc", "sum", "tile", "A", "B", "C", "N", "M", "K", "x", "y", "alpha"]
     types = ["float", "double", "int", "const float*", "float*", "__restrict__ float*"]
-    words = ("the kernel uses shared memory registers occupancy warp block grid thread coalesced access "
-             "latency bandwidth profiler analyzer debugger report plan step speedup correct error line "
-             "spill loop unroll tile reduce sync barrier launch compile nvcc sanitizer memory global").split()
+    words = ["the", "kernel", "uses", "shared", "memory", "registers", "occupancy", "warp", "block", "grid", "thread", "coalesced", "access", "latency", "bandwidth", "profiler", "analyzer", "debugger", "report", "plan", "step", "speedup", "correct", "error", "line", "spill", "loop", "unroll", "tile", "reduce", "sync", "barrier", "launch", "compile", "nvcc", "sanitizer", "memory", "global"]
     for _ in range(4000):
         a, b, c = rng.choice(idents), rng.choice(idents), rng.choice(idents)
         lines.append(rng.choice([

@@ -7,6 +7,7 @@ import os
 import re
 
 from cudanalyst.runner.llm import prompts as P
+
 from cudanalyst.tasks import get_task
 
 PLAYERS = ["debugger", "analyzer", "profiler"]

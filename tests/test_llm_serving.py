@@ -1,0 +1,84 @@
+"""Local server lifecycle without vLLM: process groups, early exits, deadlines, the command line."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cudanalyst.runner.llm.serving import (
+    Endpoint,
+    ServingError,
+    check_model_folder,
+    free_port,
+    launch_server,
+    server_command,
+    start_local_server,
+)
+
+from cudanalyst.api import ModelSpec
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
+    return bool(stat) and stat.split(") ", 1)[1][0] != "Z"
+
+
+def test_stop_ends_the_whole_process_group_including_children_that_ignore_sigterm(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    # The leader forks a child that ignores SIGTERM, like an engine process stuck in a kernel.
+    script = f"bash -c 'trap \"\" TERM; echo $$ > {pidfile}; sleep 300' & wait"
+    server = launch_server(["bash", "-c", script], Endpoint("http://127.0.0.1:1/v1", "m"), log_dir=str(tmp_path))
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    assert alive(child)
+    server.stop(grace_s=1.0)
+    time.sleep(0.2)
+    assert server.process.poll() is not None and not alive(child)
+
+
+def test_server_that_exits_early_fails_with_its_log_tail(tmp_path: Path) -> None:
+    server = launch_server([sys.executable, "-c", "import sys; print('bad flag --x'); sys.exit(3)"],
+                           Endpoint(f"http://127.0.0.1:{free_port()}/v1", "m"), log_dir=str(tmp_path))
+    with pytest.raises(ServingError, match=r"exited with status 3[\s\S]*bad flag --x"):
+        server.wait_healthy(30)
+
+
+def test_server_never_healthy_hits_the_deadline(tmp_path: Path) -> None:
+    server = launch_server(["sleep", "60"], Endpoint(f"http://127.0.0.1:{free_port()}/v1", "m"), log_dir=str(tmp_path))
+    t0 = time.monotonic()
+    with pytest.raises(ServingError, match="not healthy within 1 s"):
+        server.wait_healthy(1.0)
+    assert time.monotonic() - t0 < 10
+    server.stop(grace_s=1.0)
+    assert server.process.poll() is not None
+
+
+def test_start_local_server_refuses_a_folder_that_is_not_a_model(tmp_path: Path) -> None:
+    spec = ModelSpec(model=str(tmp_path), serve="local")
+    with pytest.raises(ServingError, match="no config.json"), start_local_server(str(tmp_path), spec, served_name="m"):
+        pass
+    with pytest.raises(ServingError, match="does not exist"):
+        check_model_folder(str(tmp_path / "nope"))
+
+
+def test_server_command_carries_the_spec_options() -> None:
+    spec = ModelSpec(model="/m", serve="local", tensor_parallel_size=2, max_model_len=4096, dtype="bfloat16",
+                     gpu_memory_utilization=0.5, extra_args=["--enforce-eager"])
+    cmd = server_command("/m", spec, served_name="coder", port=8123, seed=7)
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    pairs = {flag: cmd[i + 1] for i, flag in enumerate(cmd[:-1]) if flag.startswith("--")}
+    assert pairs["--model"] == "/m" and pairs["--host"] == "127.0.0.1" and pairs["--port"] == "8123"
+    assert pairs["--tensor-parallel-size"] == "2" and pairs["--max-model-len"] == "4096"
+    assert pairs["--dtype"] == "bfloat16" and pairs["--seed"] == "7" and pairs["--served-model-name"] == "coder"
+    assert cmd[-1] == "--enforce-eager"
