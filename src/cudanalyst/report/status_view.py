@@ -114,5 +114,5 @@ def print_status(obj: Mapping[str, Any], console: Console, with_report: bool = T
         return
     for gen in report.get("generations", []):
         console.print(render(from_report(report, gen)))
-    html = report.get("htmlUri") or _split_report_uri(uri)[0] + "report.html"
-    console.print(f"report page: {html}", highlight=False)
+    if "provenance" in report:  # a full report (cudanalyst report / run) has its page beside it
+        console.print(f"report page: {_split_report_uri(uri)[0]}report.html", highlight=False)
