@@ -87,3 +87,50 @@ def test_kernel_stage_without_candidates_has_nothing_to_do(tmp_path: Path, traje
     assert main(["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "kernels"]) == 0
     progress = json.loads((tmp_path / "out" / RUN / "progress" / "shard-0.json").read_text())
     assert progress["state"] == "succeeded" and progress["stages"] == ["kernels"] and progress["done"] == 0
+
+
+def _nvcc_missing() -> str | None:
+    try:
+        from cudanalyst.runner.kernels.toolchain import find_toolchain
+
+        find_toolchain()
+    except Exception as exc:  # noqa: BLE001 - any reason is the skip reason
+        return str(exc)
+    return None
+
+
+@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the kernel stage: {_nvcc_missing()}")
+def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Path, trajectory: Path) -> None:
+    from cudanalyst.runner.kernels.stage import gpu_available
+    from cudanalyst.runner.units import UnitStore
+
+    from cudanalyst.api import load_run
+    from cudanalyst.outcomes import CandidateRecord
+    from cudanalyst.plan import make_plan
+    from cudanalyst.store import open_store
+    from cudanalyst.tasks import get_task
+    from cudanalyst.trajectory import load_trajectory
+
+    spec = spec_for(tmp_path, trajectory, {"endpoint": "http://127.0.0.1:1/v1", "model": "m"}, samples=1)
+    run = load_run(spec)
+    plan = make_plan(run, load_trajectory(str(trajectory)).programs)
+    store = UnitStore(open_store(str(tmp_path / "out")).child(f"{RUN}/"))
+    good = get_task("gemm").baseline_source
+    gpu = gpu_available()
+    for i, u in enumerate(plan.units):
+        store.write_candidate(CandidateRecord(
+            key=u.key, run=RUN, task=u.task, generation=u.generation, program_id=u.program_id,
+            coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample,
+            code=good if i % 2 == 0 else "__global__ void wrong() {}\n"))
+    assert main(["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "kernels"]) == 0
+    outcomes = records(tmp_path / "out" / RUN, "outcomes")
+    assert len(outcomes) == len(plan.units) == 8
+    for i, u in enumerate(plan.units):
+        out = outcomes[u.key]
+        if gpu:
+            assert out["label"] in (("pass", "fast") if i % 2 == 0 else ("fail",)) and out["evaluatedUpTo"] == "fast"
+        else:  # a correct kernel is established as compile only; pass and fast are not evaluated
+            assert out["label"] == ("compile" if i % 2 == 0 else "fail") and out["evaluatedUpTo"] == "compile"
+        assert out["programId"] == u.program_id and out["coalition"] == list(u.coalition)
+    progress = json.loads((tmp_path / "out" / RUN / "progress" / "shard-0.json").read_text())
+    assert progress["done"] == 8 and progress["byStage"]["kernels"]["done"] == 8 and progress["state"] == "succeeded"
