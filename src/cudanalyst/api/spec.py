@@ -214,7 +214,7 @@ class AttributionRunSpec(Model):
     """What to replay, under which coalitions of feedback components, and how to judge the kernels."""
 
     trajectory: TrajectorySpec
-    players: list[Annotated[str, Field(pattern=PLAYER_PATTERN)]] = Field(
+    players: list[Annotated[str, Field(pattern=PLAYER_PATTERN, max_length=63)]] = Field(
         min_length=1, max_length=16, description="The feedback components whose contributions are attributed."
     )
     feedback: FeedbackSpec = Field(default_factory=FeedbackSpec)
