@@ -29,8 +29,8 @@ from cudanalyst.runner.units import Failure, Progress, UnitStore
 from cudanalyst.api import AttributionRun, SpecError, load_run
 from cudanalyst.outcomes import Label, OutcomeRecord
 from cudanalyst.plan import Unit, shard_units
-from cudanalyst.runs import PlanError, plan_run, run_store, s3_settings
-from cudanalyst.store import StoreError
+from cudanalyst.runs import PlanError, feedback_key, plan_run, run_store, s3_settings
+from cudanalyst.store import ObjectNotFound, StoreError
 from cudanalyst.tasks import UnknownTaskError, get_task
 from cudanalyst.trajectory import FrozenProgram
 
@@ -75,6 +75,49 @@ def check_tasks(programs: Sequence[FrozenProgram]) -> None:
             get_task(task)
         except UnknownTaskError as exc:
             raise InvalidInput(f"trajectory: {exc}") from None
+
+
+def recomputed_feedback(run: AttributionRun, program: FrozenProgram, store: UnitStore) -> dict[str, str]:
+    """The tools' reports of one frozen program: from feedback/<programId>.json, else computed once and stored."""
+    key = feedback_key(program.program_id)
+    try:
+        cached = store.store.get_json(key)
+        reports = cached.get("reports", cached) if isinstance(cached, dict) else {}
+        return {str(k): str(v) for k, v in reports.items() if isinstance(v, str)}
+    except ObjectNotFound:
+        pass
+    from cudanalyst.runner.kernels.stage import feedback_reports
+
+    reports = feedback_reports(program.task, program.source, run.spec.evaluation, gpu=None)
+    store.store.put_json_if_absent(key, {"programId": program.program_id, "reports": reports,
+                                         "computedBy": "cudanalyst-runner"})
+    return reports
+
+
+def fill_feedback(run: AttributionRun, programs: Sequence[FrozenProgram], needed: set[str],
+                  store: UnitStore) -> list[FrozenProgram]:
+    """Programs whose recorded feedback lacks a shown player get the tools' report for it.
+
+    Recorded reports always win; the tools run only for the gaps, before any model server starts, so
+    no GPU work of theirs overlaps the LLM's. A program the tools cannot analyse keeps its gaps (the
+    prompt then says the player produced no report) and the reason is logged.
+    """
+    shown = [p for p in run.spec.players if run.spec.mode_of(p) != "off"]
+    out = []
+    for program in programs:
+        missing = [p for p in shown if p not in program.feedback]
+        if program.program_id not in needed or not missing:
+            out.append(program)
+            continue
+        try:
+            reports = recomputed_feedback(run, program, store)
+        except (ImportError, RuntimeError, OSError, ValueError) as exc:
+            log.warning("feedback of %s could not be recomputed: %s", program.program_id, exc)
+            out.append(program)
+            continue
+        merged = {**{p: reports[p] for p in missing if p in reports}, **program.feedback}
+        out.append(program.model_copy(update={"feedback": merged}))
+    return out
 
 
 def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], units: Sequence[Unit],
@@ -151,12 +194,16 @@ def run_shard(args: argparse.Namespace) -> int:
     if "llm" in stages:
         pending = [u for u in units if u.key not in finished]
         log.info("shard %d/%d: %d units, %d pending for the LLM stage", args.shard, args.of, len(units), len(pending))
+        # Donors of randomized feedback may be any program of the run; otherwise only the shard's own.
+        needed = ({p.program_id for p in plan.programs} if "randomizedFeedback" in run.spec.controls
+                  else {u.program_id for u in pending})
+        with_feedback = fill_feedback(run, plan.programs, needed, store) if pending else plan.programs
         settings = StageSettings(
             health_timeout_s=args.health_timeout,
             client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout),
             log_dir=args.log_dir, s3=s3_settings(run),
         )
-        failures += LlmStage(run, plan.programs, pending, store, progress, args.shard, settings).run_stage()
+        failures += LlmStage(run, with_feedback, pending, store, progress, args.shard, settings).run_stage()
     if "kernels" in stages:
         failures += run_kernel_stage(run, programs, units, store, progress)
 

@@ -134,3 +134,34 @@ def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Pat
         assert out["programId"] == u.program_id and out["coalition"] == list(u.coalition)
     progress = json.loads((tmp_path / "out" / RUN / "progress" / "shard-0.json").read_text())
     assert progress["done"] == 8 and progress["byStage"]["kernels"]["done"] == 8 and progress["state"] == "succeeded"
+
+
+@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the feedback tools: {_nvcc_missing()}")
+def test_missing_reports_are_recomputed_by_the_tools_once_and_recorded_ones_win(tmp_path: Path) -> None:
+    from cudanalyst.runner.shard import fill_feedback
+    from cudanalyst.runner.units import UnitStore
+
+    from cudanalyst.api import load_run
+    from cudanalyst.store import open_store
+    from cudanalyst.tasks import get_task
+
+    source = get_task("gemm").baseline_source
+    traj = write_trajectory(tmp_path / "traj", [program("p1", source=source, feedback={"debugger": "recorded"}),
+                                                program("p2", source=source)])
+    spec = spec_for(tmp_path, traj, {"endpoint": "http://127.0.0.1:1/v1", "model": "m"},
+                    players=("debugger", "analyzer", "profiler"), feedback={"mode": "raw", "modes": {"profiler": "off"}})
+    run = load_run(spec)
+    store = UnitStore(open_store(str(tmp_path / "out")).child(f"{RUN}/"))
+    programs = [program("p1", source=source, feedback={"debugger": "recorded"}), program("p2", source=source)]
+    filled = fill_feedback(run, programs, {"p1"}, store)
+    p1, p2 = filled
+    assert p1.feedback["debugger"] == "recorded"  # recorded reports win
+    assert "registers" in p1.feedback["analyzer"]  # the analyzer's real ptxas report fills the gap
+    assert "profiler" not in p1.feedback  # off: never shown, so never computed
+    assert p2 is programs[1]  # not needed by this shard: untouched
+    cached = json.loads((tmp_path / "out" / RUN / "feedback" / "p1.json").read_text())
+    assert cached["programId"] == "p1" and set(cached["reports"]) >= {"debugger", "analyzer"}
+    # Computed once: a second shard reads the stored reports instead of running the tools.
+    cached["reports"]["analyzer"] = "from the store"
+    (tmp_path / "out" / RUN / "feedback" / "p1.json").write_text(json.dumps(cached))
+    assert fill_feedback(run, programs, {"p1"}, store)[0].feedback["analyzer"] == "from the store"
