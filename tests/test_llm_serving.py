@@ -82,3 +82,17 @@ def test_server_command_carries_the_spec_options() -> None:
     assert pairs["--tensor-parallel-size"] == "2" and pairs["--max-model-len"] == "4096"
     assert pairs["--dtype"] == "bfloat16" and pairs["--seed"] == "7" and pairs["--served-model-name"] == "coder"
     assert cmd[-1] == "--enforce-eager"
+
+
+def test_chat_template_detection(tmp_path: Path) -> None:
+    from cudanalyst.runner.llm.stage import has_chat_template
+
+    (tmp_path / "a").mkdir()
+    assert not has_chat_template(str(tmp_path / "a"))
+    (tmp_path / "a" / "tokenizer_config.json").write_text('{"bos_token": "<s>"}')
+    assert not has_chat_template(str(tmp_path / "a"))
+    (tmp_path / "a" / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    assert has_chat_template(str(tmp_path / "a"))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "chat_template.jinja").write_text("{{ messages }}")
+    assert has_chat_template(str(tmp_path / "b"))

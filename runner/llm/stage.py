@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import threading
 import time
@@ -55,6 +56,8 @@ from cudanalyst.plan import Unit
 from cudanalyst.store import S3Settings
 from cudanalyst.tasks import get_task
 from cudanalyst.trajectory import FrozenProgram
+
+log = logging.getLogger("cudanalyst.runner.llm")
 
 PLAN_MAX_TOKENS = 1024
 SUMMARY_MAX_TOKENS = 512
@@ -103,6 +106,18 @@ def make_groups(run_name: str, units: Sequence[Unit], programs: dict[str, Frozen
     return list(groups.values())
 
 
+def has_chat_template(model_path: str) -> bool:
+    """Whether a local model folder ships a chat template (else it is a base model: completion API)."""
+    folder = Path(model_path)
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(config.get("chat_template"))
+
+
 def no_report_text(player: str) -> str:
     return f"(the {player} produced no report for this program)"
 
@@ -134,8 +149,9 @@ class ModelServers:
         self._key: str | None = None
         self._ctx: Any = None
         self._server: LocalServer | None = None
-        self.served_seconds = 0.0
+        self.served_seconds = 0.0  # GPU-seconds: wall time served x tensor-parallel size
         self._since = 0.0
+        self._gpus = 1
 
     def endpoint(self, spec: ModelSpec) -> Endpoint:
         if spec.serve == "endpoint":
@@ -150,18 +166,23 @@ class ModelServers:
         except WeightsError as exc:
             raise ServingError(str(exc)) from None
         name = Path(spec.model.rstrip("/")).name or "model"
+        if spec.api == "chat" and not has_chat_template(path):
+            # A base model: vLLM would refuse every chat request, so speak completion to it.
+            log.warning("%s has no chat template: using the completion API", spec.model)
+            spec = spec.model_copy(update={"api": "completion"})
         self._ctx = self._start(path, spec, served_name=name, seed=self.seed,
                                 health_timeout_s=self.settings.health_timeout_s,
                                 env=self.settings.server_env, log_dir=self.settings.log_dir)
         self._server = self._ctx.__enter__()
         self._key = key
         self._since = time.monotonic()
+        self._gpus = spec.tensor_parallel_size
         assert self._server is not None
         return self._server.endpoint
 
     def stop(self) -> None:
         if self._ctx is not None:
-            self.served_seconds += time.monotonic() - self._since
+            self.served_seconds += (time.monotonic() - self._since) * self._gpus
             ctx, self._ctx, self._server, self._key = self._ctx, None, None, None
             ctx.__exit__(None, None, None)
 
@@ -297,7 +318,7 @@ class LlmStage:
             return summaries
         prompts = {key: summarizer_prompt(key[1], self.programs_by_id(key[0]).feedback[key[1]]) for key in todo}
         requests = [
-            GenerationRequest(f"{pid}/{player}", prompts[(pid, player)].rendered(spec.api), 1,
+            GenerationRequest(f"{pid}/{player}", prompts[(pid, player)].rendered(endpoint.api), 1,
                               derive_seed(self.spec.sampling.seed, "summary", pid, player),
                               SUMMARY_MAX_TOKENS, temperature=0.0, top_p=1.0)
             for pid, player in todo
@@ -307,7 +328,7 @@ class LlmStage:
                 stored = self.store.write_summary(pid, player, {
                     "programId": pid, "player": player, "summary": res.texts[0].strip(),
                     "model": spec.model, "promptVersion": TEMPLATE_VERSION, "seed": res.seed,
-                    "prompt": _prompt_text(prompts[(pid, player)].rendered(spec.api)),
+                    "prompt": _prompt_text(prompts[(pid, player)].rendered(endpoint.api)),
                     "tokens": {"prompt": res.prompt_tokens, "completion": res.completion_tokens[0]},
                 })
                 summaries[(pid, player)] = str(stored["summary"])
@@ -346,13 +367,13 @@ class LlmStage:
         for g in todo:
             assert g.planner_prompt is not None
             requests.append(GenerationRequest(
-                g.key, g.planner_prompt.rendered(spec.api), 1,
+                g.key, g.planner_prompt.rendered(endpoint.api), 1,
                 derive_seed(self.spec.sampling.seed, "planner", g.key),
                 min(PLAN_MAX_TOKENS, self.spec.sampling.max_tokens),
                 self.spec.sampling.temperature, self.spec.sampling.top_p))
         for g, res in zip(todo, generate(endpoint, requests, self.settings.client), strict=True):
             assert g.planner_prompt is not None
-            prompt_text = _prompt_text(g.planner_prompt.rendered(spec.api))
+            prompt_text = _prompt_text(g.planner_prompt.rendered(endpoint.api))
             if not res.ok:
                 g.failed = True
                 self._fail_units(g.units, "planner", res.error_kind or "error", res.error or "",
@@ -360,7 +381,7 @@ class LlmStage:
                 continue
             self._count(res)
             meta = self.store.write_plan(g.key, {
-                "groupKey": g.key, "plan": res.texts[0], "model": spec.model, "api": spec.api,
+                "groupKey": g.key, "plan": res.texts[0], "model": spec.model, "api": endpoint.api,
                 "seed": res.seed, "promptVersion": TEMPLATE_VERSION, "prompt": prompt_text,
                 "finishReason": res.finish_reasons[0],
                 "tokens": {"prompt": res.prompt_tokens, "completion": res.completion_tokens[0]},
@@ -384,7 +405,7 @@ class LlmStage:
         prompts = {g.key: self._coder_prompt(g, summaries) for g in groups}
         by_key = {g.key: g for g in groups}
         requests = [
-            GenerationRequest(g.key, prompts[g.key].rendered(spec.api), sampling.samples_per_coalition,
+            GenerationRequest(g.key, prompts[g.key].rendered(endpoint.api), sampling.samples_per_coalition,
                               derive_seed(sampling.seed, "coder", g.key), sampling.max_tokens,
                               sampling.temperature, sampling.top_p)
             for g in groups
@@ -392,7 +413,7 @@ class LlmStage:
 
         def record(res: GenerationResult) -> None:
             g = by_key[res.key]
-            self._write_group(g, res, _prompt_text(prompts[g.key].rendered(spec.api)), endpoint)
+            self._write_group(g, res, _prompt_text(prompts[g.key].rendered(endpoint.api)), endpoint)
             self._tick()
 
         generate(endpoint, requests, self.settings.client, on_result=record)
@@ -427,7 +448,7 @@ class LlmStage:
                 **self._ref(u), prompt_version=TEMPLATE_VERSION, prompts=prompts, plan=g.plan,
                 completion=text or "", code=ex.code, reason=reason, models=models, seed=res.seed,
                 tokens=tokens,
-                api={"coder": self.spec.coder.api, "planner": self.spec.models.planner.api},
+                api={"coder": endpoint.api, "planner": str(g.planner_meta.get("api", self.spec.models.planner.api))},
                 sampleIndex=u.sample, samplesInRequest=len(res.texts),
                 finishReason=res.finish_reasons[u.sample] if u.sample < len(res.finish_reasons) else None,
                 plannerSeed=g.planner_meta.get("seed"),

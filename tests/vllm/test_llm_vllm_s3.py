@@ -1,4 +1,4 @@
-"""Plan transfer with S3 everywhere: trajectory, weights and records in a real S3 endpoint (moto server).
+"""Plan transfer with S3 everywhere (and a base-model coder found to need the completion API): trajectory, weights and records in a real S3 endpoint (moto server).
 
 The planner and summarizer are the session's chat server (serve: endpoint); the coder is another
 model (the base variant, completion API) that the shard serves itself from weights synced out of S3.
@@ -34,8 +34,8 @@ def test_plan_transfer_with_weights_and_records_in_s3(tmp_path: Path, monkeypatc
     spec = write_spec(
         tmp_path / "run.yaml", name=RUN, trajectory=f"s3://{s3_bucket}/traj/",  # type: ignore[arg-type]
         output=f"s3://{s3_bucket}/runs/", planner=endpoint_model(vllm_server), samples=1, max_tokens=16,
-        coder={"model": coder_uri, "serve": "local", "api": "completion", "maxModelLen": 2048, "dtype": "float32",
-               "extraArgs": VLLM_CPU_ARGS},
+        # No `api`: the default is chat, and the runner must notice the base model has no chat template.
+        coder={"model": coder_uri, "serve": "local", "maxModelLen": 2048, "dtype": "float32", "extraArgs": VLLM_CPU_ARGS},
         feedback={"mode": "raw", "modes": {"analyzer": "summary"}},
         s3={"endpoint": s3_endpoint.url, "region": s3_endpoint.region},
     )
