@@ -27,6 +27,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=c.PREFIX, key="last-handled-configuration"
     )
+    # Fixed resources and an explicit namespace list (or cluster-wide): no need to scan CRDs or
+    # namespaces, so the operator's RBAC needs no cluster-wide read of either.
+    settings.scanning.disabled = True
     # Only our explicit events are posted, not every log line.
     settings.posting.loggers = False
     settings.posting.level = logging.INFO
