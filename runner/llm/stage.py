@@ -152,6 +152,7 @@ class ModelServers:
         self.served_seconds = 0.0  # GPU-seconds: wall time served x tensor-parallel size
         self._since = 0.0
         self._gpus = 1
+        self._failed: dict[str, str] = {}
 
     def endpoint(self, spec: ModelSpec) -> Endpoint:
         if spec.serve == "endpoint":
@@ -159,7 +160,16 @@ class ModelServers:
         key = spec.model_dump_json()
         if self._server is not None and key == self._key:
             return self._server.endpoint
+        if key in self._failed:  # a later phase on the same model: fail at once, not after another deadline
+            raise ServingError(self._failed[key])
         self.stop()
+        try:
+            return self._start_server(spec, key)
+        except ServingError as exc:
+            self._failed[key] = str(exc)
+            raise
+
+    def _start_server(self, spec: ModelSpec, key: str) -> Endpoint:
         assert spec.model is not None
         try:
             path = resolve_model_path(spec.model, self.settings.s3, self.settings.weights_cache)
@@ -170,10 +180,11 @@ class ModelServers:
             # A base model: vLLM would refuse every chat request, so speak completion to it.
             log.warning("%s has no chat template: using the completion API", spec.model)
             spec = spec.model_copy(update={"api": "completion"})
-        self._ctx = self._start(path, spec, served_name=name, seed=self.seed,
-                                health_timeout_s=self.settings.health_timeout_s,
-                                env=self.settings.server_env, log_dir=self.settings.log_dir)
-        self._server = self._ctx.__enter__()
+        ctx = self._start(path, spec, served_name=name, seed=self.seed,
+                          health_timeout_s=self.settings.health_timeout_s,
+                          env=self.settings.server_env, log_dir=self.settings.log_dir)
+        self._server = ctx.__enter__()  # raises ServingError (the server already stopped) when not healthy
+        self._ctx = ctx
         self._key = key
         self._since = time.monotonic()
         self._gpus = spec.tensor_parallel_size
@@ -389,7 +400,10 @@ class LlmStage:
             g.plan, g.planner_meta = str(meta["plan"]), meta
 
     def _coder_prompt(self, g: Group, summaries: dict[tuple[str, str], str]) -> Prompt:
-        if self.spec.planning == "explicit":
+        if g.arm == "dummyPlan" and g.plan is None:
+            # Implicit planning has no planner; the control still hands the coder an empty-of-content plan.
+            g.plan = dummy_plan()
+        if self.spec.planning == "explicit" or g.arm == "dummyPlan":
             return coder_prompt_with_plan(self.view(g.program), g.plan or "")
         return coder_prompt_implicit(self.view(g.program), self.reports(g, summaries))
 

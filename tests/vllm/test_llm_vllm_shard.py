@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import urllib.request
 from pathlib import Path
 
@@ -123,12 +124,21 @@ def test_prompt_longer_than_the_context_fails_its_units_and_keeps_the_rest(tmp_p
     huge = "// filler line to overflow the context window\n" * 1200 + program("x").source
     traj = write_trajectory(tmp_path / "traj", [program("p1"), program("p2", source=huge)])
     spec = write_spec(tmp_path / "run.yaml", name=RUN, trajectory=traj, output=str(tmp_path / "out"),
-                      planner=endpoint_model(vllm_server), planning="implicit", max_tokens=MAX_TOKENS)
+                      planner=endpoint_model(vllm_server), planning="implicit", max_tokens=MAX_TOKENS,
+                      controls=("dummyPlan",))
     run = tmp_path / "out" / RUN
     assert run_shard(spec) == 1
     cands, errors = records(run, "candidates"), records(run, "errors")
-    assert len(cands) == 8 and {r["programId"] for r in cands.values()} == {"p1"}
-    assert len(errors) == 8 and {r["programId"] for r in errors.values()} == {"p2"}
+    assert len(cands) == 10 and {r["programId"] for r in cands.values()} == {"p1"}
+    assert len(errors) == 10 and {r["programId"] for r in errors.values()} == {"p2"}
+    for rec in cands.values():  # implicit planning: reports go to the coder; dummyPlan hands it the dummy plan
+        user = json.loads(rec["prompts"]["coder"])[1]["content"]
+        assert "planner" not in rec["prompts"]
+        if rec["arm"] == "dummyPlan":
+            assert rec["plan"] == dummy_plan() and "## Plan for this revision" in user
+        else:
+            assert rec["plan"] is None and "## Plan for this revision" not in user
+            assert ("Feedback from the debugger" in user) == ("debugger" in rec["coalition"])
     for e in errors.values():
         assert e["errorKind"] == "prompt-too-long" and "maximum context length" in e["error"]
         assert "coder" in e["prompts"]  # the prompt that did not fit is kept for inspection
@@ -159,9 +169,14 @@ def test_server_that_never_gets_healthy_fails_the_shard_and_leaves_no_process(
     traj = write_trajectory(tmp_path / "traj", [program("p1")])
     spec = write_spec(tmp_path / "run.yaml", name=RUN, trajectory=traj, output=str(tmp_path / "out"),
                       planner={"model": str(model), "serve": "local", "extraArgs": ["--enforce-eager"]},
-                      per_generation=1, samples=1)
+                      per_generation=1, samples=1, controls=("dummyPlan",))
+    t0 = time.monotonic()
     assert run_shard(spec, "--health-timeout", "2") == 1
+    elapsed = time.monotonic() - t0
     errors = records(tmp_path / "out" / RUN, "errors")
-    assert len(errors) == 4
+    assert len(errors) == 5
+    # The coder (same model) is not started again after the planner's server failed: its units fail at once.
+    assert {(e["arm"], e["phase"]) for e in errors.values()} == {("coalition", "planner"), ("dummyPlan", "coder")}
+    assert elapsed < 60
     assert all("not healthy within 2 s" in e["error"] and e["errorKind"] == "serving" for e in errors.values())
     assert _processes_mentioning(str(model)) == []
