@@ -42,7 +42,8 @@ async def test_progress_then_completion_writes_results_and_report(kube: Any, tra
                                                                  tmp_path: Path) -> None:
     body = run_body("r1", trajectory, output, attribution={"bootstrap": 0})
     kube.objects[RUNS, NS, "r1"] = body
-    async with operator_running(Services(operator_config())):
+    services = Services(operator_config())
+    async with operator_running(services):
         await eventually(lambda: run_status(kube, "r1").get("phase") == "Running")
         (tmp_path / "out" / "r1" / "progress").mkdir(parents=True, exist_ok=True)
         (tmp_path / "out" / "r1" / "progress" / "shard-0.json").write_text(json.dumps(
@@ -80,6 +81,12 @@ async def test_progress_then_completion_writes_results_and_report(kube: Any, tra
     assert report["players"] == ["debugger", "analyzer", "profiler"]
     assert len(json.dumps(status)) < 64_000
     assert check_all_status_patches(kube) >= 3
+    metrics = services.metrics.registry
+    assert metrics.get_sample_value("cudanalyst_runs", {"phase": "Succeeded"}) == 1
+    assert metrics.get_sample_value("cudanalyst_runs", {"phase": "Running"}) == 0
+    assert metrics.get_sample_value("cudanalyst_units_done", {"namespace": NS, "run": "r1"}) == total
+    assert metrics.get_sample_value("cudanalyst_reconcile_duration_seconds_count", {"handler": "follow"}) >= 2
+    assert metrics.get_sample_value("cudanalyst_reconcile_duration_seconds_count", {"handler": "start"}) >= 1
 
 
 async def test_pod_problems_become_conditions_a_user_can_act_on(kube: Any, trajectory: str, output: str) -> None:
