@@ -2,8 +2,9 @@
 
 vLLM reads weights from a folder, so an object-store prefix is copied once into the cache
 (`$CUDANALYST_CACHE/weights/<digest of the URI>/`, default ~/.cache/cudanalyst) and reused while
-the prefix lists the same objects. Names that are neither a folder nor an s3:// URI (hub names)
-are refused: the runner never downloads weights from anywhere else.
+the prefix lists the same objects. A bare name is a folder of `$CUDANALYST_CACHE/models/` (where
+scripts/build_tiny_model.py puts the test models). Anything else is refused: the runner never
+downloads weights from a hub.
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ def resolve_model_path(model: str, s3: S3Settings | None = None, cache: Path | N
         target = (cache or cache_root()) / "weights" / hashlib.sha256(model.encode()).hexdigest()[:16]
         return str(sync_prefix(open_store(model if model.endswith("/") else model + "/", s3), target, model))
     path = Path(model.removeprefix("file://"))
+    cached = (cache or cache_root()) / "models" / model
+    if not path.exists() and "/" not in model and cached.is_dir():
+        # A bare name: a model prepared in the cache (scripts/build_tiny_model.py, a converted demo model).
+        path = cached
     if not path.exists():
-        raise WeightsError(f"model path {model!r} does not exist (give a local folder or an s3:// prefix)")
+        raise WeightsError(f"model path {model!r} does not exist (give a local folder, an s3:// prefix, "
+                           f"or the name of a folder in {cached.parent})")
     if not (path / "config.json").is_file():
         raise WeightsError(f"model path {model!r} is not a model folder: no config.json in it")
     return str(path.resolve())

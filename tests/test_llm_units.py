@@ -95,3 +95,8 @@ def test_local_weights_must_be_a_model_folder(tmp_path: Path) -> None:
         resolve_model_path(str(tmp_path / "m"))
     (tmp_path / "m" / "config.json").write_text("{}")
     assert resolve_model_path(f"file://{tmp_path / 'm'}") == str((tmp_path / "m").resolve())
+    (tmp_path / "cache" / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "cache" / "models" / "tiny" / "config.json").write_text("{}")
+    assert resolve_model_path("tiny", cache=tmp_path / "cache") == str((tmp_path / "cache" / "models" / "tiny").resolve())
+    with pytest.raises(WeightsError, match="or the name of a folder in"):
+        resolve_model_path("other", cache=tmp_path / "cache")
