@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -215,8 +217,16 @@ def run_shard(args: argparse.Namespace) -> int:
     return EXIT_UNFINISHED if failures else EXIT_OK
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # Kubernetes stops a pod with SIGTERM; unwinding (instead of dying at once) stops the model server
+    # started in its own process group, which would otherwise outlive the runner.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -43,7 +43,7 @@ def resolve_model_path(model: str, s3: S3Settings | None = None, cache: Path | N
                            f"or the name of a folder in {cached.parent})")
     if not (path / "config.json").is_file():
         raise WeightsError(f"model path {model!r} is not a model folder: no config.json in it")
-    return str(path.resolve())
+    return str(path.absolute())  # symlinks kept: the folder named in the spec is the one served
 
 
 def sync_prefix(store: ObjectStore, target: Path, uri: str) -> Path:

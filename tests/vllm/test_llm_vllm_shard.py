@@ -180,3 +180,31 @@ def test_server_that_never_gets_healthy_fails_the_shard_and_leaves_no_process(
     assert elapsed < 60
     assert all("not healthy within 2 s" in e["error"] and e["errorKind"] == "serving" for e in errors.values())
     assert _processes_mentioning(str(model)) == []
+
+
+def test_sigterm_to_the_runner_stops_its_model_server(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    import signal
+    import subprocess
+
+    model = tmp_path / "sigterm-model"
+    model.symlink_to(tiny_models["tiny-llama"], target_is_directory=True)
+    traj = write_trajectory(tmp_path / "traj", [program("p1")])
+    spec = write_spec(tmp_path / "run.yaml", name=RUN, trajectory=traj, output=str(tmp_path / "out"),
+                      planner={"model": str(model), "serve": "local", "extraArgs": ["--enforce-eager"]},
+                      per_generation=1, samples=1)
+    runner = subprocess.Popen(["cudanalyst-runner", "--spec", str(spec), "--shard", "0", "--of", "1",
+                               "--stage", "llm", "--health-timeout", "600"])
+    try:
+        deadline = time.monotonic() + 60
+        while not [p for p in _processes_mentioning(str(model)) if p != runner.pid]:
+            assert time.monotonic() < deadline, "the model server never started"
+            time.sleep(0.2)
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    deadline = time.monotonic() + 30
+    while _processes_mentioning(str(model)):
+        assert time.monotonic() < deadline, "the model server outlived the runner"
+        time.sleep(0.2)
