@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,21 @@ import kmock
 
 NS = "bench"
 RUNS = "cudanalyst.dev/v1alpha1/attributionruns"
+
+
+def free_port_pair() -> int:
+    """A port p with p and p+1 free (metrics and health endpoints of the operator)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise SystemExit("no free port pair")
 
 
 def rss_kib(pid: int) -> int:
@@ -197,10 +213,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--interval", type=float, default=1.0, help="status refresh interval of the operator")
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--metrics-port", type=int, default=18080)
+    parser.add_argument("--metrics-port", type=int, default=0, help="0: a free loopback port")
     args = parser.parse_args()
     if args.runs < 1 or args.interval <= 0:
         parser.error("--runs must be at least 1 and --interval positive")
+    if not args.metrics_port:
+        args.metrics_port = free_port_pair()
     result = asyncio.run(main_async(args))
     print(json.dumps(result, indent=2))
     print(f"throughput {result['throughputRunsPerSecond']} runs/s; status latency p95 "

@@ -127,8 +127,9 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
         with metrics.reconcile("delete"):
             ops.delete_results(dict(body))
 
+    # Async: called for every event of every run, so it must not cost a thread hop.
     @kopf.on.event(*RUN, id="forget_deleted", registry=registry)
-    def forget_deleted(body: kopf.Body, type: str, **_: Any) -> None:
+    async def forget_deleted(body: kopf.Body, type: str, **_: Any) -> None:
         if type == "DELETED":
             ops.forget(dict(body))
 

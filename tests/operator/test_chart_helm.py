@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def template(*sets: str) -> list[dict[str, Any]]:
-    args = [HELM, "template", "cd", str(ROOT / "charts/cudanalyst"), "--namespace", "ops"]
+    args = [HELM, "template", "cd", str(ROOT / "charts/cudanalyst"), "--namespace", "ops",
+            "--kube-version", manifests.KUBE_VERSION]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
@@ -76,6 +77,7 @@ def test_namespaced_install_uses_roles_only() -> None:
 
 
 def test_values_schema_is_enforced_by_helm() -> None:
-    out = subprocess.run([HELM, "template", "cd", str(ROOT / "charts/cudanalyst"), "--set", "image.digest=latest"],
+    out = subprocess.run([HELM, "template", "cd", str(ROOT / "charts/cudanalyst"), "--set", "image.digest=latest",
+                          "--kube-version", manifests.KUBE_VERSION],
                          capture_output=True, text=True)
     assert out.returncode != 0 and "digest" in out.stderr
