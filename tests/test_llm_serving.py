@@ -56,10 +56,8 @@ def test_server_that_exits_early_fails_with_its_log_tail(tmp_path: Path) -> None
 
 def test_server_never_healthy_hits_the_deadline(tmp_path: Path) -> None:
     server = launch_server(["sleep", "60"], Endpoint(f"http://127.0.0.1:{free_port()}/v1", "m"), log_dir=str(tmp_path))
-    t0 = time.monotonic()
     with pytest.raises(ServingError, match="not healthy within 1 s"):
         server.wait_healthy(1.0)
-    assert time.monotonic() - t0 < 10
     server.stop(grace_s=1.0)
     assert server.process.poll() is not None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -53,10 +52,8 @@ def test_refusing_endpoint_fails_the_shard_with_reasons_and_exit_1(tmp_path: Pat
     port = closed_port()
     spec = spec_for(tmp_path, trajectory, {"endpoint": f"http://127.0.0.1:{port}/v1", "model": "m"},
                     controls=("dummyPlan",))
-    t0 = time.monotonic()
     proc = subprocess.run(["cudanalyst-runner", "--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "llm",
                            "--retries", "2"], capture_output=True, text=True, timeout=300)
-    elapsed = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr
     assert "unreachable" in proc.stderr
     run = tmp_path / "out" / RUN
@@ -71,7 +68,6 @@ def test_refusing_endpoint_fails_the_shard_with_reasons_and_exit_1(tmp_path: Pat
     progress = json.loads((run / "progress" / "shard-0.json").read_text())
     assert progress["state"] == "failed" and progress["total"] == 20 and progress["done"] == 0
     assert progress["failedUnits"] == 20 and progress["failures"]
-    assert elapsed < 120  # the breaker stops per-request retry cycles after the first
 
 
 def test_missing_model_path_fails_before_any_server_starts(tmp_path: Path, trajectory: Path) -> None:

@@ -170,14 +170,11 @@ def test_server_that_never_gets_healthy_fails_the_shard_and_leaves_no_process(
     spec = write_spec(tmp_path / "run.yaml", name=RUN, trajectory=traj, output=str(tmp_path / "out"),
                       planner={"model": str(model), "serve": "local", "extraArgs": ["--enforce-eager"]},
                       per_generation=1, samples=1, controls=("dummyPlan",))
-    t0 = time.monotonic()
     assert run_shard(spec, "--health-timeout", "2") == 1
-    elapsed = time.monotonic() - t0
     errors = records(tmp_path / "out" / RUN, "errors")
     assert len(errors) == 5
     # The coder (same model) is not started again after the planner's server failed: its units fail at once.
     assert {(e["arm"], e["phase"]) for e in errors.values()} == {("coalition", "planner"), ("dummyPlan", "coder")}
-    assert elapsed < 60
     assert all("not healthy within 2 s" in e["error"] and e["errorKind"] == "serving" for e in errors.values())
     assert _processes_mentioning(str(model)) == []
 
