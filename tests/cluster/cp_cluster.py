@@ -123,7 +123,7 @@ def start_etcd(bins: Path, workdir: Path, deadline_s: float = 60) -> Etcd:
     try:
         comp.wait_ready(http_probe(f"{client_url}/health", expect=lambda b: '"health":"true"' in b), deadline_s)
     except BaseException:
-        comp.stop()
+        comp.stop(grace_s=2)  # it never became ready: nothing to shut down gracefully
         raise
     return Etcd(comp, client_url)
 
@@ -169,7 +169,7 @@ def start_apiserver(bins: Path, workdir: Path, etcd: Etcd, deadline_s: float = 1
         comp.wait_ready(http_probe(f"{url}/readyz", ca_file=pki.ca.cert, cert=(admin_pair.cert, admin_pair.key),
                                    expect=lambda b: b.strip() == "ok"), deadline_s)
     except BaseException:
-        comp.stop()
+        comp.stop(grace_s=2)  # it never became ready: nothing to shut down gracefully
         raise
     return ApiServer(comp, url, pki, admin, workdir)
 
@@ -181,7 +181,7 @@ def _healthz_component(name: str, argv: list[str], workdir: Path, port: int, dea
         comp.wait_ready(http_probe(f"https://127.0.0.1:{port}/healthz", insecure=True,
                                    expect=lambda b: b.strip() == "ok"), deadline_s)
     except BaseException:
-        comp.stop()
+        comp.stop(grace_s=2)  # it never became ready: nothing to shut down gracefully
         raise
     return comp
 
@@ -227,7 +227,7 @@ def start_kwok(bins: Path, workdir: Path, api: ApiServer, deadline_s: float = 60
     try:
         comp.wait_ready(http_probe(f"http://127.0.0.1:{port}/healthz"), deadline_s)
     except BaseException:
-        comp.stop()
+        comp.stop(grace_s=2)  # it never became ready: nothing to shut down gracefully
         raise
     return comp
 
