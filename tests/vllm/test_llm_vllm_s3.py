@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import VLLM_CPU_ARGS
 from cudanalyst.runner.shard import main
-from llm_support import program, write_spec
-from test_llm_vllm_shard import _processes_mentioning, endpoint_model, feedback_of
+from llm_support import VLLM_CPU_ARGS, endpoint_model, feedback_of, processes_mentioning, program, write_spec
 
 from cudanalyst.trajectory import dump_programs
 
@@ -65,4 +63,4 @@ def test_plan_transfer_with_weights_and_records_in_s3(tmp_path: Path, monkeypatc
     assert progress["gpuSeconds"] > 0  # the coder's local server held the device
     synced = list((tmp_path / "cache" / "weights").glob("*/config.json"))
     assert len(synced) == 1
-    assert _processes_mentioning(str(synced[0].parent)) == []  # the coder's server was stopped
+    assert processes_mentioning(str(synced[0].parent)) == []  # the coder's server was stopped

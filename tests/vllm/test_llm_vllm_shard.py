@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import urllib.request
@@ -12,18 +11,18 @@ from pathlib import Path
 import pytest
 from cudanalyst.runner.llm.prompts import dummy_plan
 from cudanalyst.runner.shard import main
-from llm_support import program, records, write_spec, write_trajectory
+from llm_support import (
+    endpoint_model,
+    feedback_of,
+    processes_mentioning,
+    program,
+    records,
+    write_spec,
+    write_trajectory,
+)
 
 RUN = "tiny"
 MAX_TOKENS = 16
-
-
-def feedback_of(pid: str) -> dict[str, str]:
-    return {"debugger": f"debugger report of {pid}: 0 errors", "analyzer": f"analyzer report of {pid}: 24 registers"}
-
-
-def endpoint_model(server) -> dict:
-    return {"endpoint": server.endpoint.base_url, "model": "tiny", "api": "chat"}
 
 
 def requests_served(server) -> float:
@@ -149,19 +148,6 @@ def test_prompt_longer_than_the_context_fails_its_units_and_keeps_the_rest(tmp_p
     assert {p.name: p.stat().st_mtime_ns for p in (run / "candidates").iterdir()} == stamps
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if text in cmd:
-                found.append(int(pid))
-    return found
-
-
 def test_server_that_never_gets_healthy_fails_the_shard_and_leaves_no_process(
         tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     model = tmp_path / "never-healthy-model"
@@ -176,7 +162,7 @@ def test_server_that_never_gets_healthy_fails_the_shard_and_leaves_no_process(
     # The coder (same model) is not started again after the planner's server failed: its units fail at once.
     assert {(e["arm"], e["phase"]) for e in errors.values()} == {("coalition", "planner"), ("dummyPlan", "coder")}
     assert all("not healthy within 2 s" in e["error"] and e["errorKind"] == "serving" for e in errors.values())
-    assert _processes_mentioning(str(model)) == []
+    assert processes_mentioning(str(model)) == []
 
 
 def test_sigterm_to_the_runner_stops_its_model_server(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
@@ -193,7 +179,7 @@ def test_sigterm_to_the_runner_stops_its_model_server(tmp_path: Path, tiny_model
                                "--stage", "llm", "--health-timeout", "600"])
     try:
         deadline = time.monotonic() + 60
-        while not [p for p in _processes_mentioning(str(model)) if p != runner.pid]:
+        while not [p for p in processes_mentioning(str(model)) if p != runner.pid]:
             assert time.monotonic() < deadline, "the model server never started"
             time.sleep(0.2)
         runner.send_signal(signal.SIGTERM)
@@ -202,6 +188,6 @@ def test_sigterm_to_the_runner_stops_its_model_server(tmp_path: Path, tiny_model
         if runner.poll() is None:
             runner.kill()
     deadline = time.monotonic() + 30
-    while _processes_mentioning(str(model)):
+    while processes_mentioning(str(model)):
         assert time.monotonic() < deadline, "the model server outlived the runner"
         time.sleep(0.2)
