@@ -5,7 +5,6 @@ RBAC for service-account tokens, and the helm binary."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -128,13 +127,17 @@ def test_indexed_job_pods_bind_to_gpu_nodes_and_complete_only_when_the_harness_s
         assert pod.spec.containers[0].resources.limits[GPU_RESOURCE] == "1"
         assert pod.spec.containers[0].resources.requests[GPU_RESOURCE] == "1"  # defaulted from limits
 
-    # Pods keep running until the harness ends them (kwok's default stages would complete them).
-    time.sleep(2)
+    # Pods keep running until the harness ends them. kwok's default stages would complete a Job's
+    # pod as soon as it runs; once kwok has ended the first pod, the other two are still running.
+    first, *rest = pods
+    harness.finish(namespace, first.metadata.name, succeeded=True)
+    harness.wait_phase(namespace, first.metadata.name, {"Succeeded"})
+    phases = {p.metadata.name: p.status.phase
+              for p in core_v1.list_namespaced_pod(namespace, label_selector="app=shards").items}
+    assert phases == {first.metadata.name: "Succeeded"} | {p.metadata.name: "Running" for p in rest}
     assert not _job_condition(batch_v1, namespace, "shards", "Complete")
-    assert {p.status.phase for p in core_v1.list_namespaced_pod(namespace, label_selector="app=shards").items} \
-        == {"Running"}
 
-    for pod in pods:
+    for pod in rest:
         harness.finish(namespace, pod.metadata.name, succeeded=True)
     wait_for(lambda: _job_condition(batch_v1, namespace, "shards", "Complete"), 60, "Job shards to complete")
     job = batch_v1.read_namespaced_job("shards", namespace)
