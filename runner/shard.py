@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from cudanalyst.runner.llm.client import ClientSettings
+from cudanalyst.runner.llm.servers import StageSettings
 from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
-from cudanalyst.runner.llm.stage import LlmStage, StageSettings
+from cudanalyst.runner.llm.stage import LlmStage
 from cudanalyst.runner.units import Failure, Progress, UnitStore
 
 from cudanalyst.api import AttributionRun, SpecError, load_run

@@ -5,11 +5,11 @@ Order of work (each phase sends all its requests at once, then the next phase st
   2. plans (explicit planning), one per (program, coalition, arm, rollout), stored once;
   3. candidates: one coder request per (program, coalition, arm, rollout) with n = samplesPerCoalition.
 
-Models: phases run one after the other on the shard's GPU. A local server is kept between phases
-whose model spec is identical (coder defaults to planner: one server for both), and replaced when
-it differs (plan transfer: the planner's server serves every plan of the shard, is stopped, then the
-coder's server starts). So one model at a time holds the GPU, and every server is stopped before
-the kernel stage times anything.
+Models (servers.py): phases run one after the other on the shard's GPU. A local server is kept
+between phases whose model spec is identical (coder defaults to planner: one server for both), and
+replaced when it differs (plan transfer: the planner's server serves every plan of the shard, is
+stopped, then the coder's server starts). So one model at a time holds the GPU, and every server is
+stopped before the kernel stage times anything.
 """
 
 from __future__ import annotations
@@ -20,13 +20,11 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from cudanalyst.runner.llm.client import ClientSettings, GenerationRequest, GenerationResult, generate
+from cudanalyst.runner.llm.client import GenerationRequest, GenerationResult, generate
 from cudanalyst.runner.llm.extract import extract_kernel
 from cudanalyst.runner.llm.prompts import (
     TEMPLATE_VERSION,
@@ -37,41 +35,22 @@ from cudanalyst.runner.llm.prompts import (
     coder_prompt_with_plan,
     dummy_plan,
     planner_prompt,
-    summarizer_prompt,
 )
-from cudanalyst.runner.llm.serving import (
-    DEFAULT_HEALTH_TIMEOUT_S,
-    Endpoint,
-    LocalServer,
-    ServingError,
-    remote_endpoint,
-)
-from cudanalyst.runner.llm.serving import start_local_server as _start_local_server
+from cudanalyst.runner.llm.servers import ModelServers, StageSettings, stopping
+from cudanalyst.runner.llm.serving import Endpoint, ServingError
+from cudanalyst.runner.llm.summarize import SummaryFailure, cached_summaries, summarize
 from cudanalyst.runner.units import Failure, Progress, UnitStore, group_key
-from cudanalyst.runner.weights import WeightsError, resolve_model_path
 
 from cudanalyst.api import AttributionRun, ModelSpec
 from cudanalyst.outcomes import CandidateRecord
 from cudanalyst.plan import Unit
-from cudanalyst.store import S3Settings
 from cudanalyst.tasks import get_task
 from cudanalyst.trajectory import FrozenProgram
 
 log = logging.getLogger("cudanalyst.runner.llm")
 
 PLAN_MAX_TOKENS = 1024
-SUMMARY_MAX_TOKENS = 512
 PROGRESS_EVERY_S = 5.0
-
-
-@dataclass(frozen=True)
-class StageSettings:
-    health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S
-    client: ClientSettings = field(default_factory=ClientSettings)
-    server_env: dict[str, str] = field(default_factory=dict)
-    log_dir: str | None = None
-    weights_cache: Path | None = None
-    s3: S3Settings | None = None
 
 
 @dataclass
@@ -106,18 +85,6 @@ def make_groups(run_name: str, units: Sequence[Unit], programs: dict[str, Frozen
     return list(groups.values())
 
 
-def has_chat_template(model_path: str) -> bool:
-    """Whether a local model folder ships a chat template (else it is a base model: completion API)."""
-    folder = Path(model_path)
-    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
-        return True
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return bool(config.get("chat_template"))
-
-
 def no_report_text(player: str) -> str:
     return f"(the {player} produced no report for this program)"
 
@@ -136,74 +103,6 @@ def donor_program(program: FrozenProgram, player: str, programs: Sequence[Frozen
             pool = sorted(pool, key=lambda p: p.program_id)
             return random.Random(derive_seed(seed, "randomizedFeedback", program.program_id, player)).choice(pool)
     return others[0]
-
-
-class ModelServers:
-    """At most one local vLLM server at a time, reused while consecutive phases want the same model."""
-
-    def __init__(self, settings: StageSettings, seed: int,
-                 start: Callable[..., Any] = _start_local_server) -> None:
-        self.settings = settings
-        self.seed = seed
-        self._start = start
-        self._key: str | None = None
-        self._ctx: Any = None
-        self._server: LocalServer | None = None
-        self.served_seconds = 0.0  # GPU-seconds: wall time served x tensor-parallel size
-        self._since = 0.0
-        self._gpus = 1
-        self._failed: dict[str, str] = {}
-
-    def endpoint(self, spec: ModelSpec) -> Endpoint:
-        if spec.serve == "endpoint":
-            return remote_endpoint(spec)
-        key = spec.model_dump_json()
-        if self._server is not None and key == self._key:
-            return self._server.endpoint
-        if key in self._failed:  # a later phase on the same model: fail at once, not after another deadline
-            raise ServingError(self._failed[key])
-        self.stop()
-        try:
-            return self._start_server(spec, key)
-        except ServingError as exc:
-            self._failed[key] = str(exc)
-            raise
-
-    def _start_server(self, spec: ModelSpec, key: str) -> Endpoint:
-        assert spec.model is not None
-        try:
-            path = resolve_model_path(spec.model, self.settings.s3, self.settings.weights_cache)
-        except WeightsError as exc:
-            raise ServingError(str(exc)) from None
-        name = Path(spec.model.rstrip("/")).name or "model"
-        if spec.api == "chat" and not has_chat_template(path):
-            # A base model: vLLM would refuse every chat request, so speak completion to it.
-            log.warning("%s has no chat template: using the completion API", spec.model)
-            spec = spec.model_copy(update={"api": "completion"})
-        ctx = self._start(path, spec, served_name=name, seed=self.seed,
-                          health_timeout_s=self.settings.health_timeout_s,
-                          env=self.settings.server_env, log_dir=self.settings.log_dir)
-        self._server = ctx.__enter__()  # raises ServingError (the server already stopped) when not healthy
-        self._ctx = ctx
-        self._key = key
-        self._since = time.monotonic()
-        self._gpus = spec.tensor_parallel_size
-        assert self._server is not None
-        return self._server.endpoint
-
-    def stop(self) -> None:
-        if self._ctx is not None:
-            self.served_seconds += (time.monotonic() - self._since) * self._gpus
-            ctx, self._ctx, self._server, self._key = self._ctx, None, None, None
-            ctx.__exit__(None, None, None)
-
-
-@contextmanager
-def _stopping(servers: ModelServers) -> Iterator[ModelServers]:
-    try:
-        yield servers
-    finally:
-        servers.stop()
 
 
 class LlmStage:
@@ -281,7 +180,7 @@ class LlmStage:
         if not groups:
             return []
         servers = ModelServers(self.settings, self.spec.sampling.seed)
-        with _stopping(servers):
+        with stopping(servers):
             summaries = self._summaries(groups, servers)
             live = [g for g in groups if not g.failed]
             if self.spec.planning == "explicit":
@@ -309,14 +208,7 @@ class LlmStage:
                 source = self._report_source(g, player)
                 if self.spec.mode_of(player) == "summary" and source.feedback.get(player):
                     needed.setdefault((source.program_id, player), []).append(g)
-        summaries: dict[tuple[str, str], str] = {}
-        todo = []
-        for (pid, player) in needed:
-            cached = self.store.read_summary(pid, player)
-            if cached is not None:
-                summaries[(pid, player)] = str(cached["summary"])
-            else:
-                todo.append((pid, player))
+        summaries, todo = cached_summaries(self.store, list(needed))
         if not todo:
             return summaries
         spec = self.spec.summarizer
@@ -327,31 +219,18 @@ class LlmStage:
                 for g in needed[key]:
                     g.failed = True
             return summaries
-        prompts = {key: summarizer_prompt(key[1], self.programs_by_id(key[0]).feedback[key[1]]) for key in todo}
-        requests = [
-            GenerationRequest(f"{pid}/{player}", prompts[(pid, player)].rendered(endpoint.api), 1,
-                              derive_seed(self.spec.sampling.seed, "summary", pid, player),
-                              SUMMARY_MAX_TOKENS, temperature=0.0, top_p=1.0)
-            for pid, player in todo
-        ]
-        for (pid, player), res in zip(todo, generate(endpoint, requests, self.settings.client), strict=True):
-            if res.ok:
-                stored = self.store.write_summary(pid, player, {
-                    "programId": pid, "player": player, "summary": res.texts[0].strip(),
-                    "model": spec.model, "promptVersion": TEMPLATE_VERSION, "seed": res.seed,
-                    "prompt": _prompt_text(prompts[(pid, player)].rendered(endpoint.api)),
-                    "tokens": {"prompt": res.prompt_tokens, "completion": res.completion_tokens[0]},
-                })
-                summaries[(pid, player)] = str(stored["summary"])
-            else:
-                units = [u for g in needed[(pid, player)] for u in g.units]
-                self._fail_units(units, "summarizer", res.error_kind or "error", res.error or "")
-                for g in needed[(pid, player)]:
+        reports = {(pid, player): self.programs[pid].feedback[player] for pid, player in todo}
+        made = summarize(endpoint, reports, self.store, model=spec.model or endpoint.model,
+                         seed_of=lambda pid, player: derive_seed(self.spec.sampling.seed, "summary", pid, player),
+                         settings=self.settings.client)
+        for key, result in made.items():
+            if isinstance(result, SummaryFailure):
+                self._fail_units([u for g in needed[key] for u in g.units], "summarizer", result.kind, result.reason)
+                for g in needed[key]:
                     g.failed = True
+            else:
+                summaries[key] = result
         return summaries
-
-    def programs_by_id(self, program_id: str) -> FrozenProgram:
-        return self.programs[program_id]
 
     def _plans(self, groups: list[Group], summaries: dict[tuple[str, str], str], servers: ModelServers) -> None:
         spec = self.spec.models.planner
