@@ -16,7 +16,6 @@ import time
 
 from cudanalyst.runner.kernels.pool import WorkerPool
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
-
 from cudanalyst.tasks import get_task
 
 TASK = "atax"

@@ -23,11 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from cudanalyst.api import ModelSpec  # noqa: E402
 from cudanalyst.runner.llm.client import ClientSettings, GenerationRequest, generate  # noqa: E402
 from cudanalyst.runner.llm.prompts import ProgramView, Report, planner_prompt  # noqa: E402
 from cudanalyst.runner.llm.serving import Endpoint, start_local_server  # noqa: E402
-
-from cudanalyst.api import ModelSpec  # noqa: E402
 from cudanalyst.tasks import get_task  # noqa: E402
 
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

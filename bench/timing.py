@@ -15,7 +15,6 @@ from cudanalyst.runner.kernels.compile import compile_task_source
 from cudanalyst.runner.kernels.timing import summarize, time_launches
 from cudanalyst.runner.kernels.verify import Buffers, ContractLauncher
 from cudanalyst.runner.kernels.worker import GpuSession
-
 from cudanalyst.tasks import get_task
 
 TASKS = ("gemm", "atax", "conv2d")

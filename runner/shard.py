@@ -23,15 +23,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from cudanalyst.api import AttributionRun, SpecError, load_run
+from cudanalyst.outcomes import Label, OutcomeRecord
+from cudanalyst.plan import Unit, shard_units
 from cudanalyst.runner.llm.client import ClientSettings
 from cudanalyst.runner.llm.servers import StageSettings
 from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
 from cudanalyst.runner.llm.stage import LlmStage
 from cudanalyst.runner.units import Failure, Progress, UnitStore
-
-from cudanalyst.api import AttributionRun, SpecError, load_run
-from cudanalyst.outcomes import Label, OutcomeRecord
-from cudanalyst.plan import Unit, shard_units
 from cudanalyst.runs import PlanError, feedback_key, plan_run, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, StoreError
 from cudanalyst.tasks import UnknownTaskError, get_task

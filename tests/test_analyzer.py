@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
 from cudanalyst.runner.kernels.analyzer import analyze, parse_launches
 from cudanalyst.runner.kernels.occupancy import theoretical_occupancy
 from cudanalyst.runner.kernels.source_checks import run_checks
 from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
-
 from cudanalyst.tasks import get_task
 
 CLEAN = r"""

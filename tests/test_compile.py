@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from cudanalyst.runner.kernels.compile import (
     CompileCache,
     CompileOptions,
@@ -18,7 +19,6 @@ from cudanalyst.runner.kernels.compile import (
 from cudanalyst.runner.kernels.debugger import compile_report
 from cudanalyst.runner.kernels.ptxas_report import parse_diagnostics, parse_ptxas
 from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
-
 from cudanalyst.tasks import all_tasks, get_task
 
 try:

@@ -9,6 +9,8 @@ import time
 
 import numpy as np
 import pytest
+
+from cudanalyst.api.spec import EvaluationSpec
 from cudanalyst.runner.kernels import verify
 from cudanalyst.runner.kernels.pool import GpuGate
 from cudanalyst.runner.kernels.profiler import clean_ncu_output, timing_lines
@@ -17,8 +19,6 @@ from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_ca
 from cudanalyst.runner.kernels.timing import speedup, summarize
 from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
 from cudanalyst.runner.kernels.worker import WorkerHandle, scrubbed_environment
-
-from cudanalyst.api.spec import EvaluationSpec
 from cudanalyst.tasks import Tolerance, get_task
 
 

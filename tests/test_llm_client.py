@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
 from cudanalyst.runner.llm.client import ClientSettings, GenerationRequest, generate
 from cudanalyst.runner.llm.serving import Endpoint, free_port
 

@@ -7,7 +7,6 @@ import os
 import re
 
 from cudanalyst.runner.llm import prompts as P
-
 from cudanalyst.tasks import get_task
 
 PLAYERS = ["debugger", "analyzer", "profiler"]

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from cudanalyst.api import ModelSpec
 from cudanalyst.runner.llm.serving import (
     Endpoint,
     ServingError,
@@ -17,8 +19,6 @@ from cudanalyst.runner.llm.serving import (
     server_command,
     start_local_server,
 )
-
-from cudanalyst.api import ModelSpec
 
 
 def alive(pid: int) -> bool:
@@ -94,3 +94,17 @@ def test_chat_template_detection(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "chat_template.jinja").write_text("{{ messages }}")
     assert has_chat_template(str(tmp_path / "b"))
+
+
+def test_cpu_build_gets_its_flags_and_env_without_overriding_the_spec():
+    from cudanalyst.api.spec import ModelSpec
+    from cudanalyst.runner.llm.serving import platform_defaults
+
+    spec = ModelSpec(model="/m", max_model_len=4096)
+    flags, env = platform_defaults(spec, cpu=True)
+    assert "--enforce-eager" in flags and flags[-2:] == ["--max-num-batched-tokens", "4096"]
+    assert env.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0") == "0"
+    own = ModelSpec(model="/m", extra_args=["--enforce-eager", "--max-num-batched-tokens", "9000"])
+    flags, _ = platform_defaults(own, cpu=True)
+    assert flags == ["--no-enable-chunked-prefill"]
+    assert platform_defaults(spec, cpu=False) == ([], {})

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "vllm"))
-from cudanalyst.runner.shard import main  # noqa: E402
 from llm_support import closed_port, program, records, write_spec, write_trajectory  # noqa: E402
+
+from cudanalyst.runner.shard import main  # noqa: E402
 
 RUN = "shard-test"
 
@@ -97,12 +98,11 @@ def _nvcc_missing() -> str | None:
 
 @pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the kernel stage: {_nvcc_missing()}")
 def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Path, trajectory: Path) -> None:
-    from cudanalyst.runner.kernels.stage import gpu_available
-    from cudanalyst.runner.units import UnitStore
-
     from cudanalyst.api import load_run
     from cudanalyst.outcomes import CandidateRecord
     from cudanalyst.plan import make_plan
+    from cudanalyst.runner.kernels.stage import gpu_available
+    from cudanalyst.runner.units import UnitStore
     from cudanalyst.store import open_store
     from cudanalyst.tasks import get_task
     from cudanalyst.trajectory import load_trajectory
@@ -134,10 +134,9 @@ def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Pat
 
 @pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the feedback tools: {_nvcc_missing()}")
 def test_missing_reports_are_recomputed_by_the_tools_once_and_recorded_ones_win(tmp_path: Path) -> None:
+    from cudanalyst.api import load_run
     from cudanalyst.runner.shard import fill_feedback
     from cudanalyst.runner.units import UnitStore
-
-    from cudanalyst.api import load_run
     from cudanalyst.store import open_store
     from cudanalyst.tasks import get_task
 

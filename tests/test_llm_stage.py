@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "vllm"))
-from cudanalyst.runner.llm.stage import derive_seed, donor_program, make_groups  # noqa: E402
 from llm_support import program  # noqa: E402
 
 from cudanalyst.plan import Unit, unit_key  # noqa: E402
+from cudanalyst.runner.llm.stage import derive_seed, donor_program, make_groups  # noqa: E402
 
 
 def test_seeds_are_stable_and_differ_by_role_and_request() -> None:

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cudanalyst.runner.units import Failure, Progress, UnitStore, group_key
-from cudanalyst.runner.weights import WeightsError, resolve_model_path, sync_prefix
 
 from cudanalyst.outcomes import CandidateRecord
+from cudanalyst.runner.units import Failure, Progress, UnitStore, group_key
+from cudanalyst.runner.weights import WeightsError, resolve_model_path, sync_prefix
 from cudanalyst.store import ObjectStore, open_store
 
 

@@ -23,7 +23,6 @@ from cudanalyst.runner.kernels.source_checks import (
 
 if TYPE_CHECKING:
     from cudanalyst.runner.kernels.compile import CompileCache
-
     from cudanalyst.tasks.base import Task
 
 H200_SMS = 132

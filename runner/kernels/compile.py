@@ -25,6 +25,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
 from cudanalyst.runner.kernels.ptxas_report import (
     Diagnostic,
     KernelResources,
@@ -33,8 +36,6 @@ from cudanalyst.runner.kernels.ptxas_report import (
     user_constant_bytes,
 )
 from cudanalyst.runner.kernels.toolchain import Toolchain, find_toolchain
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
 
 if TYPE_CHECKING:
     from cudanalyst.tasks.base import Task

@@ -9,12 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cudanalyst.runner.kernels.compile import CompileResult, compile_source, task_translation_unit
-
 from cudanalyst.tasks.conformance import contract_problems
 
 if TYPE_CHECKING:
     from cudanalyst.runner.kernels.compile import CompileCache
-
     from cudanalyst.tasks.base import Task
 
 MAX_DIAGNOSTICS = 20  # a cascade of errors after the first few adds length, not information

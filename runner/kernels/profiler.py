@@ -17,7 +17,6 @@ from typing import Any
 from cudanalyst.runner.kernels.sanitizer import launch_command
 from cudanalyst.runner.kernels.timing import speedup
 from cudanalyst.runner.kernels.worker import scrubbed_environment
-
 from cudanalyst.tasks import Task
 
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis")

@@ -15,7 +15,6 @@ from cudanalyst.runner.kernels.compile import CompileCache, compile_task_source,
 from cudanalyst.runner.kernels.debugger import compile_report
 from cudanalyst.runner.kernels.profiler import profiler_report
 from cudanalyst.runner.kernels.sanitizer import sanitizer_report
-
 from cudanalyst.tasks import UnknownTaskError, get_task
 
 PLAYERS = ("debugger", "analyzer", "profiler")

@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 from cudanalyst.runner.kernels.worker import scrubbed_environment
-
 from cudanalyst.tasks import Task
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudanalyst.runner.kernels.timing import speedup
-
 from cudanalyst.tasks import Task, UnknownTaskError, get_task
 from cudanalyst.tasks.conformance import contract_problems
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from cudanalyst.runner.kernels.verify import Buffers, ContractError, ContractLauncher, Launch, resolve_task
 
 if TYPE_CHECKING:

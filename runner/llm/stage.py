@@ -24,6 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudanalyst.api import AttributionRun, ModelSpec
+from cudanalyst.outcomes import CandidateRecord
+from cudanalyst.plan import Unit
 from cudanalyst.runner.llm.client import GenerationRequest, GenerationResult, generate
 from cudanalyst.runner.llm.extract import extract_kernel
 from cudanalyst.runner.llm.prompts import (
@@ -40,10 +43,6 @@ from cudanalyst.runner.llm.servers import ModelServers, StageSettings, stopping
 from cudanalyst.runner.llm.serving import Endpoint, ServingError
 from cudanalyst.runner.llm.summarize import SummaryFailure, cached_summaries, summarize
 from cudanalyst.runner.units import Failure, Progress, UnitStore, group_key
-
-from cudanalyst.api import AttributionRun, ModelSpec
-from cudanalyst.outcomes import CandidateRecord
-from cudanalyst.plan import Unit
 from cudanalyst.tasks import get_task
 from cudanalyst.trajectory import FrozenProgram
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from cudanalyst.runner.kernels.compile import compile_task_source
 from cudanalyst.runner.kernels.pool import WorkerPool
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
-
 from cudanalyst.tasks import get_task
 
 GEMM = get_task("gemm")

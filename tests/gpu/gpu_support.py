@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from cudanalyst.runner.kernels.stage import gpu_available
 
 REASON = "needs an NVIDIA GPU and pycuda (run scripts/device/run.sh on the GPU machine)"

@@ -4,10 +4,10 @@ and one worker pool survives all of them in one run (a correct kernel passes at 
 from __future__ import annotations
 
 import pytest
-from cudanalyst.runner.kernels.pool import WorkerPool
-from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
 from gpu_support import gpu_only
 
+from cudanalyst.runner.kernels.pool import WorkerPool
+from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
 from cudanalyst.tasks import get_task
 
 pytestmark = gpu_only

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, feedback_reports
 from gpu_support import gpu_only
 
+from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, feedback_reports
 from cudanalyst.tasks import get_task
 
 pytestmark = gpu_only
@@ -33,6 +33,7 @@ def test_work_on_a_side_stream_is_caught():
     """A launch that leaves its kernel running on another stream: the readings after the launch stream's
     sync and after the device sync differ."""
     import pycuda.driver as cuda
+
     from cudanalyst.runner.kernels import verify
     from cudanalyst.runner.kernels.compile import compile_task_source
     from cudanalyst.runner.kernels.worker import GpuSession

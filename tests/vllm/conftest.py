@@ -71,9 +71,8 @@ def tiny_models() -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def vllm_server(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The chat model behind a real vLLM OpenAI server on loopback, started with the runner's own code."""
-    from cudanalyst.runner.llm.serving import start_local_server
-
     from cudanalyst.api import ModelSpec
+    from cudanalyst.runner.llm.serving import start_local_server
 
     spec = ModelSpec(model=str(tiny_models["tiny-llama"]), serve="local", max_model_len=MAX_MODEL_LEN,
                      dtype="float32", extra_args=VLLM_CPU_ARGS)

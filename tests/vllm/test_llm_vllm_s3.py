@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cudanalyst.runner.shard import main
 from llm_support import VLLM_CPU_ARGS, endpoint_model, feedback_of, processes_mentioning, program, write_spec
 
+from cudanalyst.runner.shard import main
 from cudanalyst.trajectory import dump_programs
 
 RUN = "transfer"

@@ -9,8 +9,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cudanalyst.runner.llm.prompts import dummy_plan
-from cudanalyst.runner.shard import main
 from llm_support import (
     endpoint_model,
     feedback_of,
@@ -20,6 +18,9 @@ from llm_support import (
     write_spec,
     write_trajectory,
 )
+
+from cudanalyst.runner.llm.prompts import dummy_plan
+from cudanalyst.runner.shard import main
 
 RUN = "tiny"
 MAX_TOKENS = 16
