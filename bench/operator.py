@@ -93,7 +93,7 @@ def phase(emu: kmock.KubernetesEmulator, name: str) -> str | None:
 
 async def wait_all(emu: kmock.KubernetesEmulator, names: list[str], want: str, since: dict[str, float],
                    timeout: float) -> dict[str, float]:
-    """Seconds from since[name] until each run's phase is `want` (polled every 10 ms)."""
+    """Seconds from since[name] until each run's phase is `want` (polled every 50 ms)."""
     done: dict[str, float] = {}
     deadline = time.perf_counter() + timeout
     while len(done) < len(names):
@@ -103,7 +103,7 @@ async def wait_all(emu: kmock.KubernetesEmulator, names: list[str], want: str, s
                 done[name] = now - since[name]
         if now > deadline:
             raise SystemExit(f"timeout: {len(done)}/{len(names)} runs reached {want}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # kmock serves from this same loop: poll lightly
     return done
 
 
@@ -120,7 +120,7 @@ async def wait_jobs(emu: kmock.KubernetesEmulator, names: list[str], since: dict
                 done[name] = now - since[name]
         if now > deadline:
             raise SystemExit(f"timeout: {len(done)}/{len(names)} Jobs created")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # kmock serves from this same loop: poll lightly
     return done
 
 
