@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudanalyst.operator.pods import job_condition
-
 from cudanalyst.api.status import CONDITION_TYPES
+from cudanalyst.operator.pods import job_condition
 
 ACTIVE_PHASES = {"Pending", "Queued", "Running", "Aggregating"}
 WARNING_PHASES = {"Failed", "Stalled"}

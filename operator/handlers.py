@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 import kopf
+
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.conditions import is_finished
 from cudanalyst.operator.lifecycle import RETRYABLE, Operations, Services

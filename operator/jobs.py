@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cudanalyst.api import AttributionRun
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.config import OperatorConfig
-
-from cudanalyst.api import AttributionRun
 from cudanalyst.runs import CREDENTIALS_DIR_ENV
 
 # Labels of GitOps tools that track what belongs to an application. Copied onto a child, they would make

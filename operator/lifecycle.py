@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+
+from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.completion import aggregate as aggregate_outcomes
 from cudanalyst.operator.conditions import (
@@ -30,8 +32,6 @@ from cudanalyst.operator.kube import Kube
 from cudanalyst.operator.metrics import Metrics
 from cudanalyst.operator.pods import job_summary
 from cudanalyst.operator.progress import read_shards, summarize
-
-from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.plan import Plan
 from cudanalyst.runs import PlanError, plan_run, run_store
 from cudanalyst.store import ObjectStore, StoreError

@@ -11,6 +11,7 @@ import logging
 import sys
 
 import kopf
+
 from cudanalyst.operator.config import ConfigError, load_config
 from cudanalyst.operator.handlers import build_registry
 from cudanalyst.operator.lifecycle import Services

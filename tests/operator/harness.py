@@ -17,11 +17,11 @@ from typing import Any
 
 import jsonschema
 import kopf
+
+from cudanalyst.crd import build_crd
 from cudanalyst.operator.config import OperatorConfig
 from cudanalyst.operator.handlers import build_registry
 from cudanalyst.operator.lifecycle import Services
-
-from cudanalyst.crd import build_crd
 from cudanalyst.trajectory import FrozenProgram, dump_programs, manifest_for
 
 NS = "ns1"

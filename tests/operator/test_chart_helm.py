@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from cudanalyst.operator import manifests
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+
 from cudanalyst.operator.conditions import Observation, conditions_for, invalid, judge
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "cudanalyst"

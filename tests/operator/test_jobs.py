@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cudanalyst.api import parse_run
 from cudanalyst.operator.config import OperatorConfig
 from cudanalyst.operator.jobs import child_labels, owner_view, runner_job, spec_configmap
-
-from cudanalyst.api import parse_run
 
 
 def make_run(**spec: Any) -> Any:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cudanalyst.operator.lifecycle import Services
 from harness import (
     JOBS,
     NS,
@@ -24,6 +23,8 @@ from harness import (
     set_job_status,
     write_outcomes,
 )
+
+from cudanalyst.operator.lifecycle import Services
 
 pytestmark = pytest.mark.asyncio
 

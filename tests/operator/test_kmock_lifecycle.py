@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cudanalyst.operator.lifecycle import Services
 from harness import (
     CONFIGMAPS,
     EVENTS,
@@ -25,6 +24,8 @@ from harness import (
     run_url,
     write_trajectory,
 )
+
+from cudanalyst.operator.lifecycle import Services
 
 pytestmark = pytest.mark.asyncio
 

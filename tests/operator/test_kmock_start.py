@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from cudanalyst.operator.lifecycle import Services
 from harness import (
     CONFIGMAPS,
     JOBS,
@@ -18,6 +17,8 @@ from harness import (
     operator_running,
     run_body,
 )
+
+from cudanalyst.operator.lifecycle import Services
 
 pytestmark = pytest.mark.asyncio
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from cudanalyst.operator.config import ConfigError, load_config
 from cudanalyst.operator.progress import read_shards, summarize
-
 from cudanalyst.store import open_store
 
 
