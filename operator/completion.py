@@ -1,22 +1,22 @@
 """On completion: outcome records -> attribution (the foundation's maths) -> full report in the store,
-and a small summary for the run's status (etcd objects stay far below their 1 MB limit)."""
+and a small summary for the run's status (etcd objects stay far below their 1 MB limit).
+
+report.json has exactly the shape `cudanalyst report` writes (it is the same function), so the HTML
+and figures can be added later from a workstation without recomputing anything differently."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from cudanalyst.api import AttributionRun
-from cudanalyst.attribution.report import AttributionReport, Estimate, attribute_tables
-from cudanalyst.attribution.values import parse_records, tabulate
+from cudanalyst.attribution.report import AttributionReport, Estimate
+from cudanalyst.report.build import compute_report
+from cudanalyst.report.load import load_run_folder
 from cudanalyst.store import ObjectStore
 
 REPORT_KEY = "report/report.json"
 MAX_PLAYER_VALUES = 512  # the CRD's bound on status.results.banzhaf
 MAX_INTERACTIONS = 32
-
-
-def read_outcomes(store: ObjectStore) -> list[tuple[str, Any]]:
-    return [(store.uri_of(key), store.get_json(key)) for key in store.list("outcomes/") if key.endswith(".json")]
 
 
 def _interval(est: Estimate) -> tuple[float, float, float] | None:
@@ -70,10 +70,7 @@ def summarize(report: AttributionReport, metrics: list[str]) -> dict[str, Any]:
 def aggregate(run: AttributionRun, store: ObjectStore) -> tuple[dict[str, Any], str]:
     """Read every outcome, compute the report, write it (overwriting is harmless: same inputs, same
     report), and return (status.results, report URI). Raises OutcomeError/ValueError for unusable outcomes."""
-    spec = run.spec
-    records = parse_records(read_outcomes(store))
-    tables = tabulate(records, spec.players, spec.attribution.metrics)
-    report = attribute_tables(tables, estimator=spec.attribution.estimator, confidence=spec.attribution.confidence,
-                              replicates=spec.attribution.bootstrap, seed=spec.sampling.seed)
-    store.put_json(REPORT_KEY, report.model_dump(by_alias=True, mode="json"))
-    return summarize(report, list(spec.attribution.metrics)), store.uri_of(REPORT_KEY)
+    full = compute_report(load_run_folder(store))
+    store.put_json(REPORT_KEY, full)
+    report = AttributionReport.model_validate(full["attribution"])
+    return summarize(report, list(run.spec.attribution.metrics)), store.uri_of(REPORT_KEY)

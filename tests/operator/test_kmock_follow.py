@@ -50,8 +50,10 @@ async def test_progress_then_completion_writes_results_and_report(kube: Any, tra
         (tmp_path / "out" / "r1" / "progress" / "shard-0.json").write_text(json.dumps(
             {"done": 16, "total": 32, "gpuSeconds": 12.5, "byStage": {"llm": {"done": 32}, "kernels": {"done": 16}}}))
         await set_job_status(kube, "r1-runner", {"active": 2, "ready": 2})
+        # The timer (store progress) and the Job event (shard counts) land in either order: wait for both.
         progress = await eventually(lambda: run_status(kube, "r1")["progress"]
-                                    if run_status(kube, "r1")["progress"]["done"] == 16 else None)
+                                    if run_status(kube, "r1")["progress"]["done"] == 16
+                                    and run_status(kube, "r1").get("shards", {}).get("active") == 2 else None)
         assert progress["total"] == 64 and progress["percent"] == 25.0 and progress["text"] == "16/64"
         assert progress["llm"]["done"] == 32 and progress["etaSeconds"] is not None
         assert run_status(kube, "r1")["gpuSeconds"] == 12.5

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import cudanalyst
-from cudanalyst.report import compute, figures
-from cudanalyst.report.html import render_html
+from cudanalyst.report import compute
 from cudanalyst.report.load import RunFolder, load_run_folder
 from cudanalyst.store import ObjectStore
 
@@ -95,6 +94,9 @@ def compute_report(folder: RunFolder, created_at: str | None = None) -> dict[str
 
 
 def draw(report: dict[str, Any]) -> dict[str, bytes]:
+    # matplotlib only here: the operator computes report.json without it (its image has no plotting).
+    from cudanalyst.report import figures
+
     att = report["attribution"]
     return {
         "attribution.png": figures.attribution_figure(att),
@@ -108,6 +110,8 @@ def build(folder: RunFolder) -> BuiltReport:
     report = compute_report(folder)
     pngs = draw(report)
     report["figures"] = list(pngs)
+    from cudanalyst.report.html import render_html
+
     return BuiltReport(report, pngs, render_html(report, pngs))
 
 
