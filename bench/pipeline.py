@@ -307,7 +307,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--serial-units", type=int, default=8, help="units the serial side runs (default %(default)s)")
     p.add_argument("--units", type=int, default=None,
                    help="pipeline units (rounded up to whole frozen programs; default: the whole spec)")
-    p.add_argument("--model", help="serve this model instead (a folder, or a name in the models cache)")
+    p.add_argument("--model", help="serve this model instead: a name in the models cache (e.g. tiny-llama-base)")
     p.add_argument("--max-model-len", type=int, help="override models.*.maxModelLen")
     p.add_argument("--max-tokens", type=int, help="override sampling.maxTokens")
     p.add_argument("--health-timeout", type=float, default=900.0, help="seconds for the server to get healthy")

