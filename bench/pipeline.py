@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +301,12 @@ def table(pipeline: Side, serial: Side, server_start_s: float, gpu: bool) -> str
     return "\n".join(lines)
 
 
+def side_json(s: Side) -> dict[str, Any]:
+    return {"units": s.units, "seconds": s.seconds, "stageSeconds": s.stage_seconds, "perHour": s.per_hour,
+            "completionTokens": s.completion_tokens, "tokensPerSecond": s.tokens_per_s, "labels": s.labels,
+            "failures": s.failures}
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--spec", required=True, help="AttributionRun YAML or JSON")
@@ -369,8 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json_out:
         figures = {"spec": base.metadata.name, "gpu": gpu, "serverStartSeconds": server_start_s,
                    "ratio": pipeline.per_hour / serial.per_hour if serial.per_hour else None,
-                   "sides": {s.name: {**asdict(s), "perHour": s.per_hour, "tokensPerSecond": s.tokens_per_s}
-                             for s in (pipeline, serial)}, "workdir": str(work)}
+                   "sides": {s.name: side_json(s) for s in (pipeline, serial)}, "workdir": str(work)}
         Path(args.json_out).write_text(json.dumps(figures, indent=2))
     return 0
 
