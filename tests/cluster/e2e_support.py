@@ -242,8 +242,8 @@ def run_shard(spec: Path, shard: int, of: int, log: Path, env: dict[str, str] | 
 def play_pods(runs: Runs, harness: PodHarness, name: str, shards: int, folder: Path,
               only: set[int] | None = None, env: dict[str, str] | None = None) -> dict[int, int]:
     """Waits for the run's pods to be Running on kwok nodes, runs each one's shard locally, then ends the
-    pod with the shard's exit status. Returns {shard: exit status}."""
-    pods = harness.running_pods(runs.ns, f"{RUN_LABEL}={name}", shards, deadline_s=90)
+    pod with the shard's exit status (`only`: just those shards). Returns {shard: exit status}."""
+    pods = harness.running_pods(runs.ns, f"{RUN_LABEL}={name}", len(only) if only else shards, deadline_s=90)
     spec = runner_spec_file(runs, name, folder)
     codes: dict[int, int] = {}
     for pod in pods:

@@ -21,8 +21,8 @@ from cp_harness import PodHarness
 from e2e_support import (
     CHART_NAMESPACE,
     OPERATOR_SA,
-    RUNNER_SA,
     RUN_LABEL,
+    RUNNER_SA,
     OperatorProcess,
     Runs,
     condition,
@@ -196,7 +196,7 @@ def test_operator_killed_mid_run_restarts_without_duplicates_or_lost_units(
     assert len(first) == UNITS // SHARDS
 
     operator.kill()  # SIGKILL mid-run: no cleanup, no last status write
-    assert play_pods(runs, harness, "crash", 1, tmp_path, only={1}) == {1: 0}
+    assert play_pods(runs, harness, "crash", SHARDS, tmp_path, only={1}) == {1: 0}
     time.sleep(1)
     operator.start()
 
