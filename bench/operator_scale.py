@@ -1,0 +1,268 @@
+"""Operator scale on the real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok).
+
+N AttributionRuns (one Indexed Job of one GPU pod each) across M fake GPU nodes that kwok simulates. The
+operator runs as its own process (`python -m cudanalyst.operator.main`, as in its image), so its RSS is its
+own. Measured in one run:
+
+- start: all N runs posted at once -> each has startTime and a Running pod bound to a kwok node (runs/s);
+- status latency: the pods are ended at a steady rate; for each run, from the moment this process sees its
+  Job change (status.succeeded 0 -> 1, seen by a watch on Jobs) to the moment it sees the run's status
+  change in answer (a watch on runs: status.shards.succeeded or the phase moved), p50/p99 seconds and as a
+  ratio of the 2 s target;
+- reconcile errors: the operator's cudanalyst_reconcile_errors_total and the ERROR lines of its log;
+- peak RSS of the operator (VmHWM), against the 300 MB target.
+
+    python bench/operator_scale.py --runs 1000 --nodes 100 --interval 1.0
+
+Needs the binaries of scripts/build-control-plane.sh. Prints what was run; a size that does not finish in
+--deadline seconds is reported as such (use a smaller --runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+
+from cp_cluster import (  # noqa: E402
+    Cluster,
+    bin_dir,
+    missing_binaries,
+    start_apiserver,
+    start_controller_manager,
+    start_etcd,
+    start_kwok,
+    start_scheduler,
+    wait_for,
+)
+from cp_harness import PodHarness  # noqa: E402
+from e2e_support import RUN_LABEL, RUNNER_SA, OperatorProcess, run_body  # noqa: E402
+
+from cudanalyst.api import API_GROUP, API_VERSION, PLURAL  # noqa: E402
+
+NS = "scale"
+P99_TARGET_S = 2.0
+RSS_TARGET_MB = 300.0
+PLANNER = {"endpoint": "http://127.0.0.1:9/v1", "model": "tiny"}  # never reached: pods are played
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def peak_rss_mb(pid: int) -> float:
+    text = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"^VmHWM:\s+(\d+) kB", text, re.M)
+    return int(match.group(1)) / 1024 if match else float("nan")
+
+
+def reconcile_errors(metrics: str) -> int:
+    return int(sum(float(v) for v in re.findall(r"^cudanalyst_reconcile_errors_total\{[^}]*\} ([0-9.e+]+)$",
+                                                   metrics, re.M)))
+
+
+class Watcher(threading.Thread):
+    """Watches one kind in NS and records, per run, the first time `seen(obj)` holds."""
+
+    def __init__(self, cluster: Cluster, kind: str, seen: Any) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.kind, self.seen = cluster, kind, seen
+        self.times: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from kubernetes import client, watch
+
+        with self.cluster.api_client() as api:
+            if self.kind == "jobs":
+                lister: Any = client.BatchV1Api(api).list_namespaced_job
+                args: tuple[Any, ...] = (NS,)
+            else:
+                lister = client.CustomObjectsApi(api).list_namespaced_custom_object
+                args = (API_GROUP, API_VERSION, NS, PLURAL)
+            version = ""
+            while not self.stop.is_set():
+                w = watch.Watch()
+                try:
+                    for event in w.stream(lister, *args, resource_version=version, timeout_seconds=30):
+                        now = time.monotonic()
+                        obj = event["object"]
+                        obj = obj if isinstance(obj, dict) else api.sanitize_for_serialization(obj)
+                        meta = obj["metadata"]
+                        version = meta["resourceVersion"]
+                        name = (meta.get("labels") or {}).get(RUN_LABEL, meta["name"])
+                        if name not in self.times and self.seen(obj):
+                            self.times[name] = now
+                        if self.stop.is_set():
+                            break
+                except Exception as exc:  # an expired watch: start again from a fresh list
+                    if "410" in str(exc) or "Expired" in str(exc):
+                        version = ""
+                    else:
+                        time.sleep(0.5)
+                finally:
+                    w.stop()
+
+
+def job_changed(job: dict[str, Any]) -> bool:
+    return int((job.get("status") or {}).get("succeeded") or 0) >= 1
+
+
+def run_answered(run: dict[str, Any]) -> bool:
+    status = run.get("status") or {}
+    return int((status.get("shards") or {}).get("succeeded") or 0) >= 1 or status.get("phase") in (
+        "Aggregating", "Succeeded", "Failed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=1000)
+    p.add_argument("--nodes", type=int, default=100)
+    p.add_argument("--gpus-per-node", type=int, default=16)
+    p.add_argument("--interval", type=float, default=1.0, help="the operator's CUDANALYST_STATUS_INTERVAL")
+    p.add_argument("--finish-rate", type=float, default=20.0, help="pods ended per second")
+    p.add_argument("--deadline", type=float, default=900.0, help="seconds for the whole measurement")
+    p.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = p.parse_args(argv)
+
+    bins = bin_dir()
+    if missing_binaries(bins):
+        print(f"missing binaries in {bins}: {missing_binaries(bins)}; run scripts/build-control-plane.sh",
+              file=sys.stderr)
+        return 2
+    if args.runs > args.nodes * args.gpus_per_node:
+        print(f"--runs {args.runs} needs {args.runs} GPUs; {args.nodes} nodes x {args.gpus_per_node} is fewer",
+              file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="operator-scale-"))
+    components = []
+    op: OperatorProcess | None = None
+    end = time.monotonic() + args.deadline
+    try:
+        t0 = time.monotonic()
+        etcd = start_etcd(bins, work)
+        components.append(etcd.component)
+        api = start_apiserver(bins, work, etcd)
+        components.append(api.component)
+        components.append(start_controller_manager(bins, work, api))
+        components.append(start_scheduler(bins, work, api))
+        components.append(start_kwok(bins, work, api))
+        cluster = Cluster(api, bins, work, components)
+        wait_for(lambda: cluster.kubectl("get", "sa", "default", "-n", "default", check=False).returncode == 0,
+                 60, "the default service account")
+        cluster.add_gpu_nodes(args.nodes, args.gpus_per_node, deadline_s=300)
+        cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "manifests" / "crd.yaml"))
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{API_GROUP}", "--timeout=60s")
+        cluster.kubectl("create", "namespace", NS)
+        wait_for(lambda: cluster.kubectl("get", "sa", "default", "-n", NS, check=False).returncode == 0, 60,
+                 "the namespace's default service account")
+        cluster.kubectl("create", "serviceaccount", RUNNER_SA, "-n", NS)
+        print(f"control plane with {args.nodes} kwok GPU nodes ({args.gpus_per_node} GPUs each) up in "
+              f"{time.monotonic() - t0:.0f} s", flush=True)
+
+        op = OperatorProcess(cluster.kubeconfig, work / "operator.log", namespaces=NS,
+                             status_interval=args.interval).start()
+        rss_idle = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
+
+        from kubernetes import client
+
+        jobs_w = Watcher(cluster, "jobs", job_changed)
+        runs_w = Watcher(cluster, "runs", run_answered)
+        jobs_w.start()
+        runs_w.start()
+        names = [f"r{i:04d}" for i in range(args.runs)]
+        with cluster.api_client() as apic:
+            co = client.CustomObjectsApi(apic)
+            core = client.CoreV1Api(apic)
+            harness = PodHarness(core)
+            t_post = time.monotonic()
+            for name in names:
+                co.create_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL,
+                                                   run_body(name, work / "store", PLANNER, shards=1))
+            t_posted = time.monotonic()
+
+            def running_pods() -> list[Any]:
+                pods = core.list_namespaced_pod(NS, label_selector=RUN_LABEL).items
+                return [pod for pod in pods if pod.status.phase == "Running" and pod.spec.node_name]
+
+            started: list[Any] = []
+            while time.monotonic() < end:
+                started = running_pods()
+                if len(started) >= args.runs:
+                    break
+                time.sleep(2)
+            t_started = time.monotonic()
+            print(f"posted {args.runs} runs in {t_posted - t_post:.1f} s; {len(started)} pods Running on kwok "
+                  f"nodes after {t_started - t_post:.1f} s ({len(started) / (t_started - t_post):.1f} runs/s started)",
+                  flush=True)
+            # A quiet moment: the operator's timers see every run Running before Jobs change.
+            time.sleep(max(2.0, 3 * args.interval))
+            gap = 1.0 / args.finish_rate
+            for pod in started:
+                if time.monotonic() >= end:
+                    break
+                harness.finish(NS, pod.metadata.name)
+                time.sleep(gap)
+            finished_at = time.monotonic()
+            changed = lambda: [n for n in jobs_w.times if n in names]  # noqa: E731
+            while time.monotonic() < end and (len(changed()) < len(started)
+                                               or any(n not in runs_w.times for n in changed())):
+                time.sleep(1)
+        jobs_w.stop.set()
+        runs_w.stop.set()
+        latencies = [runs_w.times[n] - jobs_w.times[n] for n in names if n in jobs_w.times and n in runs_w.times]
+        unanswered = [n for n in names if n in jobs_w.times and n not in runs_w.times]
+        metrics = op.metrics()
+        errors = reconcile_errors(metrics)
+        error_lines = sum(1 for line in op.text().splitlines() if " ERROR " in line)
+        rss = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
+        complete = len(latencies) == args.runs and not unanswered
+        result = {
+            "runs": args.runs, "nodes": args.nodes, "gpusPerNode": args.gpus_per_node, "interval_s": args.interval,
+            "finishRate_per_s": args.finish_rate, "cores": os.cpu_count(), "complete": complete,
+            "startedRuns": len(started), "startSeconds": round(t_started - t_post, 1),
+            "jobChanges": len(jobs_w.times), "statusAnswers": len(latencies), "unanswered": len(unanswered),
+            "latency_p50_s": round(percentile(latencies, 50), 3), "latency_p99_s": round(percentile(latencies, 99), 3),
+            "latency_max_s": round(max(latencies), 3) if latencies else None,
+            "p99_over_target": round(percentile(latencies, 99) / P99_TARGET_S, 2),
+            "reconcileErrors": errors, "operatorErrorLines": error_lines,
+            "rssIdle_mb": round(rss_idle, 1), "rssPeak_mb": round(rss, 1),
+            "rss_over_target": round(rss / RSS_TARGET_MB, 2),
+            "endPhaseSeconds": round(time.monotonic() - finished_at, 1),
+        }
+        print(json.dumps(result, indent=1))
+        verdict = (f"{'complete' if complete else 'INCOMPLETE (ran out of --deadline)'}: {args.runs} runs on "
+                   f"{args.nodes} nodes; p50 {result['latency_p50_s']} s, p99 {result['latency_p99_s']} s "
+                   f"(target < {P99_TARGET_S} s: {'met' if result['latency_p99_s'] < P99_TARGET_S else 'MISSED'}); "
+                   f"peak RSS {result['rssPeak_mb']} MB (target < {RSS_TARGET_MB:.0f} MB: "
+                   f"{'met' if rss < RSS_TARGET_MB else 'MISSED'}); reconcile errors {errors}")
+        print(verdict)
+        return 0 if complete else 1
+    finally:
+        if op is not None:
+            op.stop()
+        for comp in reversed(components):
+            comp.stop()
+        if args.keep:
+            print(f"work folder kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
