@@ -74,8 +74,8 @@ def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
                     f"{store.uri}: this run folder was made by a different spec (spec.{', spec.'.join(changed)} "
                     "differ); give the run another metadata.name or spec.output.uri, or delete the folder"
                 )
-        store.put_json("spec.json", {"metadata": {"name": run.metadata.name},
-                                     "spec": run.spec.model_dump(by_alias=True, mode="json")})
+        # The whole object, as the operator writes it: `cudanalyst report` reads it back as an AttributionRun.
+        store.put_json("spec.json", {k: v for k, v in run.to_dict().items() if k != "status"})
         store.put_json("plan.json", plan.summary())
     except StoreError as exc:
         raise RunInputError(f"output folder {run.spec.output.uri!r} is not usable: {exc}") from None
@@ -119,11 +119,13 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float) -
             if name not in served:
                 spec_model = getattr(run.spec.models, role)
                 path = resolve_model_path(name, s3_settings(run))
+                # A folder path is not a server-friendly name (it also names the log file).
                 server = stack.enter_context(start_local_server(
-                    path, spec_model, served_name=name, seed=run.spec.sampling.seed,
+                    path, spec_model, served_name=Path(name.rstrip("/")).name or name, seed=run.spec.sampling.seed,
                     health_timeout_s=health_timeout_s, log_dir=log_dir))
-                served[name] = server.endpoint.base_url
-            models[role] = {**model, "serve": "endpoint", "endpoint": served[name]}
+                served[name] = server.endpoint
+            endpoint = served[name]
+            models[role] = {**model, "serve": "endpoint", "endpoint": endpoint.base_url, "model": endpoint.model}
         yield AttributionRun.model_validate(data)
 
 
