@@ -71,6 +71,11 @@ def peak_rss_mb(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
+def current_rss_mb(pid: int) -> float:
+    match = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+    return int(match.group(1)) / 1024 if match else float("nan")
+
+
 def reconcile_errors(metrics: str) -> int:
     return int(sum(float(v) for v in re.findall(r"^cudanalyst_reconcile_errors_total\{[^}]*\} ([0-9.e+]+)$",
                                                    metrics, re.M)))
@@ -137,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=1.0, help="the operator's CUDANALYST_STATUS_INTERVAL")
     p.add_argument("--finish-rate", type=float, default=20.0, help="pods ended per second")
     p.add_argument("--deadline", type=float, default=900.0, help="seconds for the whole measurement")
+    p.add_argument("--start-share", type=float, default=0.6,
+                   help="share of --deadline for starting the runs; the runs started by then are measured")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     args = p.parse_args(argv)
 
@@ -200,11 +207,15 @@ def main(argv: list[str] | None = None) -> int:
                 pods = core.list_namespaced_pod(NS, label_selector=RUN_LABEL).items
                 return [pod for pod in pods if pod.status.phase == "Running" and pod.spec.node_name]
 
+            # The start phase gets at most --start-share of the deadline; the rest measures the runs that started.
+            start_end = t_post + args.start_share * args.deadline
             started: list[Any] = []
-            while time.monotonic() < end:
+            while time.monotonic() < start_end:
                 started = running_pods()
                 if len(started) >= args.runs:
                     break
+                if int(time.monotonic() - t_post) % 60 < 2:
+                    print(f"  {len(started)} pods Running after {time.monotonic() - t_post:.0f} s", flush=True)
                 time.sleep(2)
             t_started = time.monotonic()
             print(f"posted {args.runs} runs in {t_posted - t_post:.1f} s; {len(started)} pods Running on kwok "
@@ -231,22 +242,24 @@ def main(argv: list[str] | None = None) -> int:
         errors = reconcile_errors(metrics)
         error_lines = sum(1 for line in op.text().splitlines() if " ERROR " in line)
         rss = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
-        complete = len(latencies) == args.runs and not unanswered
+        rss_now = current_rss_mb(op.proc.pid)  # type: ignore[union-attr]
+        complete = len(started) == args.runs and len(latencies) == args.runs and not unanswered
         result = {
             "runs": args.runs, "nodes": args.nodes, "gpusPerNode": args.gpus_per_node, "interval_s": args.interval,
             "finishRate_per_s": args.finish_rate, "cores": os.cpu_count(), "complete": complete,
-            "startedRuns": len(started), "startSeconds": round(t_started - t_post, 1),
+            "startedRuns": len(started), "measuredRuns": len(latencies), "startSeconds": round(t_started - t_post, 1),
             "jobChanges": len(jobs_w.times), "statusAnswers": len(latencies), "unanswered": len(unanswered),
             "latency_p50_s": round(percentile(latencies, 50), 3), "latency_p99_s": round(percentile(latencies, 99), 3),
             "latency_max_s": round(max(latencies), 3) if latencies else None,
             "p99_over_target": round(percentile(latencies, 99) / P99_TARGET_S, 2),
             "reconcileErrors": errors, "operatorErrorLines": error_lines,
-            "rssIdle_mb": round(rss_idle, 1), "rssPeak_mb": round(rss, 1),
+            "rssIdle_mb": round(rss_idle, 1), "rssPeak_mb": round(rss, 1), "rssEnd_mb": round(rss_now, 1),
             "rss_over_target": round(rss / RSS_TARGET_MB, 2),
             "endPhaseSeconds": round(time.monotonic() - finished_at, 1),
         }
         print(json.dumps(result, indent=1))
-        verdict = (f"{'complete' if complete else 'INCOMPLETE (ran out of --deadline)'}: {args.runs} runs on "
+        verdict = (f"{'complete' if complete else 'INCOMPLETE (ran out of --deadline)'}: {args.runs} runs posted, "
+                   f"{len(started)} started, {len(latencies)} measured, on "
                    f"{args.nodes} nodes; p50 {result['latency_p50_s']} s, p99 {result['latency_p99_s']} s "
                    f"(target < {P99_TARGET_S} s: {'met' if result['latency_p99_s'] < P99_TARGET_S else 'MISSED'}); "
                    f"peak RSS {result['rssPeak_mb']} MB (target < {RSS_TARGET_MB:.0f} MB: "
