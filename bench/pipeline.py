@@ -244,7 +244,8 @@ class SerialPipeline:
             return
         sampling = self.run.spec.sampling
         endpoint = self.servers.endpoint(self.run.spec.coder)
-        prompt = stage._coder_prompt(group, summaries).rendered(endpoint.api)
+        coder = stage._coder_prompt(group, summaries)
+        prompt = coder.rendered(endpoint.api)
         # n = 1 per request, so each sample gets its own seed (the pipeline's n samples share one).
         request = GenerationRequest(unit.key, prompt, 1, derive_seed(sampling.seed, "coder", group.key, unit.sample),
                                     sampling.max_tokens, sampling.temperature, sampling.top_p)
@@ -253,7 +254,7 @@ class SerialPipeline:
             side.failures += 1
             side.stage_seconds["llm"] += time.perf_counter() - t0
             return
-        text = res.texts[0] if res.texts else None
+        text = coder.answer_text(endpoint.api, res.texts[0] if res.texts else None)
         ex = extract_kernel(text, get_task(unit.task).kernel_names)
         tokens = res.completion_tokens[0] if res.completion_tokens else None
         plan_tokens = int((group.planner_meta.get("tokens") or {}).get("completion", 0) or 0)

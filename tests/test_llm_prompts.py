@@ -90,9 +90,9 @@ def test_chat_and_completion_renderings_hold_the_same_sections() -> None:
 
 
 def test_templates_are_versioned_files_and_fully_substituted() -> None:
-    assert P.TEMPLATE_VERSION == "v1"
+    assert P.TEMPLATE_VERSION == "v2"
     prompt = P.planner_prompt(view(), P.coalition_reports(PLAYERS, PLAYERS, TEXTS, {}))
-    assert prompt.version == "v1"
+    assert prompt.version == "v2"
     for text in (prompt.completion(), P.coder_prompt_with_plan(view(), "x").completion(),
                  P.summarizer_prompt("profiler", TEXTS["profiler"]).completion()):
         assert not re.search(r"\$[a-z_]+", text), "an unsubstituted placeholder"
@@ -102,7 +102,7 @@ def test_missing_template_names_the_file() -> None:
     try:
         P.template_text("nope.tmpl")
     except FileNotFoundError as exc:
-        assert "v1/nope.tmpl" in str(exc)
+        assert f"{P.TEMPLATE_VERSION}/nope.tmpl" in str(exc)
     else:
         raise AssertionError("expected FileNotFoundError")
 
@@ -110,3 +110,13 @@ def test_missing_template_names_the_file() -> None:
 def test_dummy_plan_carries_no_feedback() -> None:
     plan = P.dummy_plan()
     assert plan and not any(t.split()[0] in plan for t in TEXTS.values())
+
+
+def test_base_model_coder_prompt_opens_the_code_block_and_answer_restores_it() -> None:
+    coder = P.coder_prompt_with_plan(view(), "1. tile")
+    text = coder.completion()
+    assert text.endswith("## Answer\n```cuda\n")
+    assert coder.answer_text("completion", "__global__ void k() {}\n```") == "```cuda\n__global__ void k() {}\n```"
+    assert coder.answer_text("chat", "x") == "x" and coder.answer_text("completion", None) is None
+    planner = P.planner_prompt(view(), P.coalition_reports(PLAYERS, PLAYERS, TEXTS, {}))
+    assert planner.completion().rstrip().endswith("## Answer") and planner.answer_text("completion", "y") == "y"

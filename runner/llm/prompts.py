@@ -21,7 +21,8 @@ from importlib import resources
 from string import Template
 from typing import Literal
 
-TEMPLATE_VERSION = "v1"
+TEMPLATE_VERSION = "v2"  # v2: coder prompts for base models open the code fence themselves
+CODE_OPENER = "```cuda\n"
 MAX_PLAN_STEPS = 6
 MAX_SUMMARY_WORDS = 200
 
@@ -59,6 +60,9 @@ class Prompt:
     system: str
     sections: tuple[Section, ...]
     version: str = TEMPLATE_VERSION
+    # A base model (completion API) starts writing code far more often when the prompt has already
+    # opened the code block; the opener is then put back in front of the completion (`answer_text`).
+    opens_code: bool = False
 
     def user_text(self) -> str:
         return "\n".join(s.text.rstrip("\n") + "\n" for s in self.sections)
@@ -67,8 +71,14 @@ class Prompt:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user_text()}]
 
     def completion(self) -> str:
-        cue = render("completion_cue.tmpl", self.version)
+        cue = render("completion_code_cue.tmpl" if self.opens_code else "completion_cue.tmpl", self.version)
         return f"{self.system.rstrip()}\n\n{self.user_text()}\n{cue}"
+
+    def answer_text(self, api: Api, completion: str | None) -> str | None:
+        """The model's answer as it reads in full: with the code opener the prompt supplied."""
+        if completion is None or api != "completion" or not self.opens_code:
+            return completion
+        return CODE_OPENER + completion
 
     def rendered(self, api: Api) -> list[dict[str, str]] | str:
         return self.chat() if api == "chat" else self.completion()
@@ -151,7 +161,7 @@ def coder_prompt_with_plan(program: ProgramView, plan: str, version: str = TEMPL
         _history(program, version, False),
         Section("instruction", render("coder_instruction.tmpl", version), False),
     ]
-    return Prompt(template_text("coder_system.txt", version).strip(), tuple(sections), version)
+    return Prompt(template_text("coder_system.txt", version).strip(), tuple(sections), version, opens_code=True)
 
 
 def coder_prompt_implicit(program: ProgramView, reports: Sequence[Report], version: str = TEMPLATE_VERSION) -> Prompt:
@@ -162,7 +172,7 @@ def coder_prompt_implicit(program: ProgramView, reports: Sequence[Report], versi
         Section("instruction", render("coder_instruction_feedback.tmpl", version), True),
         *feedback_sections(reports, version),
     ]
-    return Prompt(template_text("coder_system.txt", version).strip(), tuple(sections), version)
+    return Prompt(template_text("coder_system.txt", version).strip(), tuple(sections), version, opens_code=True)
 
 
 def summarizer_prompt(player: str, report: str, version: str = TEMPLATE_VERSION) -> Prompt:

@@ -305,13 +305,13 @@ class LlmStage:
 
         def record(res: GenerationResult) -> None:
             g = by_key[res.key]
-            self._write_group(g, res, _prompt_text(prompts[g.key].rendered(endpoint.api)), endpoint)
+            self._write_group(g, res, prompts[g.key], endpoint)
             self._tick()
 
         generate(endpoint, requests, self.settings.client, on_result=record)
 
-    def _write_group(self, g: Group, res: GenerationResult, coder_prompt: str, endpoint: Endpoint) -> None:
-        prompts = {"coder": coder_prompt}
+    def _write_group(self, g: Group, res: GenerationResult, coder: Prompt, endpoint: Endpoint) -> None:
+        prompts = {"coder": _prompt_text(coder.rendered(endpoint.api))}
         if g.planner_prompt is not None and self.spec.planning == "explicit" and g.arm != "dummyPlan":
             prompts["planner"] = str(g.planner_meta.get("prompt") or
                                      _prompt_text(g.planner_prompt.rendered(self.spec.models.planner.api)))
@@ -324,7 +324,7 @@ class LlmStage:
             models["planner"] = "" if g.arm == "dummyPlan" else (self.spec.models.planner.model or "")
         task_kernels = get_task(g.program.task).kernel_names
         for u in g.units:
-            text = res.texts[u.sample] if u.sample < len(res.texts) else None
+            text = coder.answer_text(endpoint.api, res.texts[u.sample] if u.sample < len(res.texts) else None)
             ex = extract_kernel(text, task_kernels)
             reason = "" if ex.ok else (ex.reason or "no usable code")
             tokens = {"coderPrompt": res.prompt_tokens or 0}

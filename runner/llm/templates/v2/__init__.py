@@ -1,0 +1,1 @@
+"""Template set v1 (see docs/llm-stage.md)."""
