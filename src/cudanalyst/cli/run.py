@@ -7,6 +7,7 @@ The plan is the operator's; shards run as subprocesses; everything is stored und
 from __future__ import annotations
 
 import argparse
+import signal
 
 from rich.console import Console
 from rich.progress import (
@@ -43,7 +44,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def _interrupt_on_sigterm() -> None:
+    # SIGTERM (a closed terminal, a batch system) must stop the shard children and model servers too,
+    # exactly as Ctrl-C does; they run in their own sessions and would otherwise be orphaned.
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run(args: argparse.Namespace) -> int:
+    _interrupt_on_sigterm()
     ar = load_or_die(args.file)
     if args.output:
         ar = ar.model_copy(update={"spec": ar.spec.model_copy(
