@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import time
 
 from rich.console import Console
 from rich.progress import (
@@ -30,6 +31,8 @@ from cudanalyst.local import (
     write_spec_file,
 )
 from cudanalyst.runs import PlanError
+
+LOG_EVERY_S = 10.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,11 +80,19 @@ def run(args: argparse.Namespace) -> int:
             llm = bars.add_task("LLM stage", total=total, note="")
             kern = bars.add_task("kernel stage", total=total, note="")
 
+            last_line = [0.0, ""]
+
             def tick() -> None:
                 snap = read_snapshot(store, len(shards))
                 bars.update(llm, completed=snap.llm.done, note=f"failed {snap.llm.failures}")
                 bars.update(kern, completed=snap.kernels.done,
                             note=f"failed {snap.kernels.failures}  gpu {snap.gpu_seconds:.0f}s")
+                if not console.is_terminal:  # a log file gets a plain line when something moved
+                    line = (f"LLM {snap.llm.done}/{total}, kernels {snap.kernels.done}/{total}, "
+                            f"failed {snap.llm.failures + snap.kernels.failures}")
+                    if line != last_line[1] and time.monotonic() - last_line[0] >= LOG_EVERY_S:
+                        console.log(line)
+                        last_line[:] = [time.monotonic(), line]
 
             tick()
             if args.stage in ("llm", "all"):
