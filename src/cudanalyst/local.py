@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudanalyst.api import AttributionRun
+from pydantic import ValidationError
+
+from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.plan import Plan, plan_digest
 from cudanalyst.runs import plan_run, progress_key, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
@@ -52,9 +54,10 @@ class Snapshot:
     gpu_seconds: float = 0.0
 
 
-def outcome_spec(run: AttributionRun) -> dict[str, Any]:
-    spec = run.spec.model_dump(by_alias=True, mode="json")
-    return {k: v for k, v in spec.items() if k not in RESUMABLE_FIELDS}
+def outcome_spec(spec: AttributionRunSpec) -> dict[str, Any]:
+    """The spec fields that decide what a unit computes, in one normal form (defaults filled in)."""
+    dumped = spec.model_dump(by_alias=True, mode="json")
+    return {k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}
 
 
 def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
@@ -66,8 +69,11 @@ def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
         except ObjectNotFound:
             previous = None
         if previous is not None:
-            ours = outcome_spec(run)
-            theirs = {k: v for k, v in previous.get("spec", {}).items() if k not in RESUMABLE_FIELDS}
+            ours = outcome_spec(run.spec)
+            try:
+                theirs = outcome_spec(AttributionRunSpec.model_validate(previous.get("spec", {})))
+            except ValidationError:
+                theirs = {}
             if ours != theirs:
                 changed = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
                 raise RunInputError(

@@ -1,0 +1,64 @@
+"""`cudanalyst run`: bad input stops before any work with exit 2 and a message that names the problem."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cudanalyst", "run", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def spec_file(tmp_path: Path, **edits: object) -> Path:
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    data["spec"].update(edits)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_missing_spec_file(tmp_path):
+    res = run_cli(str(tmp_path / "nope.yaml"))
+    assert res.returncode == 2 and "nope.yaml" in res.stderr and "not found" in res.stderr
+
+
+def test_invalid_spec_names_the_field(tmp_path):
+    res = run_cli(str(spec_file(tmp_path, sampling={"rollouts": 0})))
+    assert res.returncode == 2 and "spec.sampling.rollouts" in res.stderr
+
+
+def test_output_folder_not_writable(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    res = run_cli(str(spec_file(tmp_path)), "--output", str(blocker / "runs"))
+    assert res.returncode == 2 and "not usable" in res.stderr, res.stderr
+    assert blocker.read_text() == "not a folder"
+
+
+def test_generation_without_programs_is_refused_before_work(tmp_path):
+    spec = spec_file(tmp_path, trajectory={"uri": "builtin://example", "generations": [0, 7]})
+    res = run_cli(str(spec), "--output", str(tmp_path / "runs"))
+    assert res.returncode == 2 and "generation 7 has no program" in res.stderr
+    assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_run_folder_of_another_spec_is_refused(tmp_path):
+    out = tmp_path / "runs"
+    first = spec_file(tmp_path)
+    folder = out / "quickstart"
+    folder.mkdir(parents=True)
+    data = yaml.safe_load(first.read_text())
+    data["spec"]["sampling"]["temperature"] = 0.1  # another spec under the same name
+    import json
+
+    (folder / "spec.json").write_text(json.dumps(data))
+    res = run_cli(str(first), "--output", str(out))
+    assert res.returncode == 2 and "different spec" in res.stderr and "spec.sampling" in res.stderr
+    assert json.loads((folder / "spec.json").read_text())["spec"]["sampling"]["temperature"] == 0.1

@@ -1,0 +1,88 @@
+"""`cudanalyst run` end to end with real vLLM (CPU build) and the tiny model: results, resume, Ctrl-C.
+
+Kernels are compiled (nvcc from PyPI) but not run here, so pass and fast must come out "not evaluated".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from llm_support import MAX_MODEL_LEN
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_spec(tmp_path: Path, tiny_models: dict[str, Path]) -> Path:
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    data["spec"].update(
+        trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1, "tasks": ["gemm"]},
+        players=["debugger", "analyzer"],
+        controls=["noFeedback"],
+        # a bare name: looked up in $CUDANALYST_CACHE/models/, where the tiny models are built
+        models={"planner": {"model": tiny_models["tiny-llama-base"].name, "serve": "local", "api": "completion",
+                            "maxModelLen": MAX_MODEL_LEN, "dtype": "float32", "gpuMemoryUtilization": 0.1}},
+        sampling={"rollouts": 1, "samplesPerCoalition": 2, "maxTokens": 32, "temperature": 0.8, "seed": 0},
+        resources={"shards": 2, "gpusPerShard": 0},
+    )
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def cudanalyst(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cudanalyst", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
+    spec = write_spec(tmp_path, tiny_models)
+    out = tmp_path / "runs"
+    first = cudanalyst("run", str(spec), "--output", str(out))
+    assert first.returncode == 0, first.stderr[-3000:]
+    folder = out / "quickstart"
+    units = json.loads((folder / "plan.json").read_text())["units"]
+    assert units == 1 * (4 + 1) * 2  # one program x (2^2 coalitions + 1 control) x 2 samples
+    outcomes = sorted((folder / "outcomes").glob("*.json"))
+    assert len(outcomes) == units
+    levels = {json.loads(p.read_text())["evaluatedUpTo"] for p in outcomes}
+    # no GPU: a compiled candidate is established only up to "compile"; a unit with no code is a known fail
+    assert levels <= {"compile", "fast"}
+    assert (folder / "report" / "report.html").is_file() and "debugger" in first.stdout
+    report = json.loads((folder / "report" / "report.json").read_text())
+    assert report["units"]["outcomes"] == units
+    if "compile" in levels:
+        assert "pass" in report["notEvaluated"] and "not evaluated" in first.stderr
+
+    stamps = {p.name: p.stat().st_mtime_ns for p in (folder / "candidates").glob("*.json")}
+    again = cudanalyst("run", str(spec), "--output", str(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p.name: p.stat().st_mtime_ns for p in (folder / "candidates").glob("*.json")} == stamps
+
+
+def test_ctrl_c_stops_everything_and_a_rerun_finishes(tmp_path, tiny_models):
+    spec = write_spec(tmp_path, tiny_models)
+    out = tmp_path / "runs"
+    work = tmp_path / "work"  # the executor's spec copies and logs land here: shards name it on their command line
+    work.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "cudanalyst", "run", str(spec), "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(work)})
+    time.sleep(8)  # the model server is starting: the hardest moment to stop cleanly
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "resume" in err
+    time.sleep(2)
+    model = str(tiny_models["tiny-llama-base"])
+    for pattern in (str(work), f"api_server --model {model} "):  # no shard, no model server left behind
+        left = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+        assert left == [], (pattern, left)
+    done = cudanalyst("run", str(spec), "--output", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(list((out / "quickstart" / "outcomes").glob("*.json"))) == 10
