@@ -33,7 +33,7 @@ from cudanalyst.operator.metrics import Metrics
 from cudanalyst.operator.pods import job_summary
 from cudanalyst.operator.progress import read_shards, summarize
 from cudanalyst.plan import Plan
-from cudanalyst.runs import PlanError, plan_run, run_store
+from cudanalyst.runs import PlanError, check_models, plan_run, run_store
 from cudanalyst.store import ObjectStore, StoreError
 
 log = logging.getLogger("cudanalyst.operator")
@@ -127,6 +127,7 @@ class Operations:
             raise kopf.PermanentError(f"invalid spec: {text}") from None
         try:
             plan = self.s.plan(run)
+            check_models(run, local_paths=False)  # an s3:// model prefix is checked; pod paths cannot be
             store = self.s.store(run)
             store.put_json("spec.json", {k: v for k, v in run.to_dict().items() if k != "status"})
             store.put_json("plan.json", plan.summary())

@@ -62,3 +62,9 @@ def test_run_folder_of_another_spec_is_refused(tmp_path):
     res = run_cli(str(first), "--output", str(out))
     assert res.returncode == 2 and "different spec" in res.stderr and "spec.sampling" in res.stderr
     assert json.loads((folder / "spec.json").read_text())["spec"]["sampling"]["temperature"] == 0.1
+
+
+def test_missing_model_is_named_before_work(tmp_path):
+    spec = spec_file(tmp_path, models={"planner": {"model": str(tmp_path / "no-such-model"), "serve": "local"}})
+    res = run_cli(str(spec), "--output", str(tmp_path / "runs"))
+    assert res.returncode == 2 and "spec.models.planner.model" in res.stderr and "no-such-model" in res.stderr

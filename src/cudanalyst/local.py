@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.plan import Plan, plan_digest
-from cudanalyst.runs import plan_run, progress_key, run_store, s3_settings
+from cudanalyst.runs import check_models, plan_run, progress_key, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
 
 # Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
@@ -186,6 +186,7 @@ def write_spec_file(run: AttributionRun, folder: str) -> Path:
 
 def prepare(run: AttributionRun) -> tuple[Plan, ObjectStore]:
     plan = plan_run(run)
+    check_models(run, local_paths=True)
     return plan, prepare_folder(run, plan)
 
 

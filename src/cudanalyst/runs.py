@@ -8,6 +8,7 @@ Layout of one run under `<spec.output.uri>/<name>/`:
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from cudanalyst.api import AttributionRun
 from cudanalyst.plan import Plan, make_plan
@@ -44,6 +45,41 @@ def plan_run(run: AttributionRun) -> Plan:
     except (TrajectoryError, StoreError) as exc:
         raise PlanError(str(exc)) from None
     return make_plan(run, programs)
+
+
+def model_problems(run: AttributionRun, local_paths: bool) -> list[str]:
+    """Models that cannot be served, each named by its field: an s3:// prefix without config.json, and
+    (on this machine only: a pod's paths live in its image or volumes) a folder that does not exist."""
+    problems = []
+    for role in ("planner", "coder", "summarizer"):
+        model = getattr(run.spec.models, role)
+        if model is None or model.serve != "local" or not model.model:
+            continue
+        name, where = model.model, f"spec.models.{role}.model"
+        if name.startswith("s3://"):
+            try:
+                found = open_store(name.rstrip("/") + "/", s3_settings(run)).exists("config.json")
+            except StoreError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            if not found:
+                problems.append(f"{where}: {name} holds no config.json (not a model folder)")
+        elif local_paths:
+            path = Path(name.removeprefix("file://")).expanduser()
+            cached = models_cache() / name
+            if not (path / "config.json").is_file() and not ("/" not in name and (cached / "config.json").is_file()):
+                problems.append(f"{where}: {name!r} is neither a model folder nor a model in {models_cache()}")
+    return problems
+
+
+def models_cache() -> Path:
+    return Path(os.environ.get("CUDANALYST_CACHE", Path.home() / ".cache" / "cudanalyst")) / "models"
+
+
+def check_models(run: AttributionRun, local_paths: bool) -> None:
+    problems = model_problems(run, local_paths)
+    if problems:
+        raise PlanError("; ".join(problems))
 
 
 def run_store(run: AttributionRun) -> ObjectStore:

@@ -186,3 +186,19 @@ async def test_transitions_are_posted_as_events(kube: Any, output: str, tmp_path
     assert by_reason["JobCreated"]["involvedObject"]["name"] == "ok"
     for event in events():
         assert "AWS_SECRET" not in str(event) and "secret" not in event["message"].lower()
+
+
+async def test_model_prefix_without_weights_stalls_naming_the_field(
+        kube: Any, trajectory: str, output: str, s3_endpoint: Any, s3_bucket: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_endpoint.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_endpoint.secret_access_key)
+    body = run_body("nomodel", trajectory, output, s3={"endpoint": s3_endpoint.url, "region": s3_endpoint.region})
+    body["spec"]["models"] = {"planner": {"model": f"s3://{s3_bucket}/models/missing/", "serve": "local"}}
+    kube.objects[RUNS, NS, "nomodel"] = body
+    async with operator_running(Services(operator_config())):
+        stalled = await eventually(lambda: condition(kube, "nomodel", "Stalled")
+                                   if condition(kube, "nomodel", "Stalled")["status"] == "True" else None)
+    assert stalled["reason"] == "PlanFailed"
+    assert "spec.models.planner.model" in stalled["message"] and "config.json" in stalled["message"]
+    assert not job_exists(kube, "nomodel-runner")
