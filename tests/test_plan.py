@@ -106,7 +106,7 @@ def test_empty_generation_is_named():
 
 
 def test_plan_errors_name_the_trajectory(tmp_path):
-    with pytest.raises(PlanError, match="programs.jsonl"):
+    with pytest.raises(PlanError, match="spec.trajectory.uri: .*programs.jsonl"):
         plan_run(run_for(str(tmp_path)))
     (tmp_path / "programs.jsonl").write_text('{"task": "gemm"}\n')
     with pytest.raises(PlanError, match=r"programs.jsonl:1: generation"):

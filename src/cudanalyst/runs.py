@@ -43,7 +43,9 @@ def plan_run(run: AttributionRun) -> Plan:
         programs = freeze(trajectory.programs, spec.trajectory.generations,
                           spec.trajectory.programs_per_generation, spec.sampling.seed, spec.trajectory.tasks)
     except (TrajectoryError, StoreError) as exc:
-        raise PlanError(str(exc)) from None
+        message = str(exc)
+        # Name the field the user has to fix; freezing errors already do.
+        raise PlanError(message if message.startswith("spec.") else f"spec.trajectory.uri: {message}") from None
     return make_plan(run, programs)
 
 
