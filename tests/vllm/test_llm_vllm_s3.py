@@ -49,7 +49,8 @@ def test_plan_transfer_with_weights_and_records_in_s3(tmp_path: Path, monkeypatc
         assert rec["models"] == {"coder": coder_uri, "planner": "tiny"}
         assert rec["api"] == {"coder": "completion", "planner": "chat"}
         coder = rec["prompts"]["coder"]
-        assert coder.endswith("## Answer\n") and rec["plan"].strip() in coder  # the transferred plan, as text
+        # a base-model coder: the prompt opens the code block itself; the transferred plan is there as text
+        assert coder.endswith("## Answer\n```cuda\n") and rec["plan"].strip() in coder
         assert coder.index("## Plan for this revision") < coder.index("## What earlier generations tried")
         planner_user = json.loads(rec["prompts"]["planner"])[1]["content"]
         if "analyzer" in rec["coalition"]:

@@ -19,7 +19,7 @@ from llm_support import (
     write_trajectory,
 )
 
-from cudanalyst.runner.llm.prompts import dummy_plan
+from cudanalyst.runner.llm.prompts import TEMPLATE_VERSION, dummy_plan
 from cudanalyst.runner.shard import main
 
 RUN = "tiny"
@@ -53,7 +53,7 @@ def test_llm_stage_writes_one_record_per_unit_with_prompts_and_completion(explic
     # 2 programs x (4 coalitions + 3 controls) x 1 rollout x 2 samples
     assert len(cands) == 28 and records(run, "errors") == {}
     for rec in cands.values():
-        assert rec["promptVersion"] == "v1" and rec["seed"] is not None
+        assert rec["promptVersion"] == TEMPLATE_VERSION and rec["seed"] is not None
         messages = json.loads(rec["prompts"]["coder"])
         assert [m["role"] for m in messages] == ["system", "user"]
         assert 1 <= rec["tokens"]["coderCompletion"] <= MAX_TOKENS and rec["tokens"]["coderPrompt"] > 100
