@@ -37,22 +37,10 @@ class Kube:
 
     def create_configmap(self, namespace: str, body: dict[str, Any]) -> bool:
         """True when created now, False when it already existed."""
-        try:
-            self.core.create_namespaced_config_map(namespace, body, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise
-        return True
+        return _create(self.core.create_namespaced_config_map, namespace, body)
 
     def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
-        try:
-            self.batch.create_namespaced_job(namespace, body, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise
-        return True
+        return _create(self.batch.create_namespaced_job, namespace, body)
 
     def set_job_suspend(self, namespace: str, name: str, suspend: bool) -> bool:
         """False when the Job does not exist (finished and cleaned up, or not created yet)."""
@@ -63,3 +51,14 @@ class Kube:
                 return False
             raise
         return True
+
+
+def _create(create: Any, namespace: str, body: dict[str, Any]) -> bool:
+    """Create idempotently: a 409 (already there, e.g. made before a restart) counts as success."""
+    try:
+        create(namespace, body, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+    return True
