@@ -6,9 +6,6 @@ Needs the binaries from scripts/build-control-plane.sh; skipped with that reason
 from __future__ import annotations
 
 import copy
-import os
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+from apiserver_crd import apiserver_with_crd
 
-sys.path.insert(0, str(Path(__file__).parent / "cluster"))
-
-from cp_cluster import bin_dir, start_apiserver, start_etcd, wait_for  # noqa: E402
-
-from cudanalyst.api import API_GROUP, API_VERSION, PLURAL, AttributionRunStatus  # noqa: E402
-from cudanalyst.api.status import Condition, PlayerValue, Progress, Results  # noqa: E402
-from cudanalyst.crd import CHART_PATH, build_crd  # noqa: E402
+from cudanalyst.api import API_GROUP, API_VERSION, PLURAL, AttributionRunStatus
+from cudanalyst.api.status import Condition, PlayerValue, Progress, Results
+from cudanalyst.crd import CHART_PATH, build_crd
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,32 +25,12 @@ NS = "default"
 
 
 @pytest.fixture(scope="module")
-def api() -> Iterator[Any]:
-    bins = bin_dir()
-    missing = [b for b in ("etcd", "kube-apiserver") if not os.access(bins / b, os.X_OK)]
-    if missing:
-        pytest.skip(f"control-plane binaries not built ({', '.join(missing)} missing in {bins}); "
-                    "run scripts/build-control-plane.sh first")
-    from kubernetes import client, config
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with apiserver_with_crd(tmp_path_factory.mktemp("crd-apiserver"), NS) as kubeconfig:
+        from kubernetes import client, config
 
-    work = Path(tempfile.mkdtemp(prefix="crd-apiserver-"))
-    etcd = start_etcd(bins, work)
-    server = start_apiserver(bins, work, etcd)
-    try:
-        with config.new_client_from_config(config_file=str(server.admin_kubeconfig)) as c:
-            ext = client.ApiextensionsV1Api(c)
-            ext.create_custom_resource_definition(build_crd())
-            wait_for(lambda: any(x.type == "Established" and x.status == "True" for x in
-                                 ext.read_custom_resource_definition(f"{PLURAL}.{API_GROUP}").status.conditions
-                                 or []), 60, "the AttributionRun CRD to be established")
-            co = client.CustomObjectsApi(c)
-            # The CRD is served a moment after Established; wait until a list works.
-            wait_for(lambda: co.list_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL) is not None,
-                     30, "the AttributionRun resource to be served")
-            yield co, client
-    finally:
-        server.component.stop()
-        etcd.component.stop()
+        with config.new_client_from_config(config_file=str(kubeconfig)) as c:
+            yield client.CustomObjectsApi(c), client
 
 
 def quickstart(name: str) -> dict[str, Any]:

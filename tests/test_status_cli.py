@@ -16,47 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from apiserver_crd import apiserver_with_crd  # status reads one object: no controllers, no nodes
 
-sys.path.insert(0, str(Path(__file__).parent / "cluster"))
-
-from cp_cluster import bin_dir, start_apiserver, start_etcd, wait_for  # noqa: E402
-
-from cudanalyst.api import API_GROUP, API_VERSION, PLURAL  # noqa: E402
-from cudanalyst.crd import build_crd  # noqa: E402
-from cudanalyst.report import build_report  # noqa: E402
-from cudanalyst.report.demo import demo_spec, write_demo_run  # noqa: E402
-from cudanalyst.store import open_store  # noqa: E402
+from cudanalyst.api import API_GROUP, API_VERSION, PLURAL
+from cudanalyst.report import build_report
+from cudanalyst.report.demo import demo_spec, write_demo_run
+from cudanalyst.store import open_store
 
 pytestmark = pytest.mark.cluster
-NEEDED = ("etcd", "kube-apiserver")  # status reads one object: no controllers, no nodes
 
 
 @pytest.fixture(scope="module")
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    bins = bin_dir()
-    missing = [b for b in NEEDED if not os.access(bins / b, os.X_OK)]
-    if missing:
-        pytest.skip(f"control-plane binaries not built ({', '.join(missing)} missing in {bins}); "
-                    "run scripts/build-control-plane.sh first")
-    pytest.importorskip("kubernetes", reason="the kubernetes client is needed: pip install -e '.[operator]'")
-    work = tmp_path_factory.mktemp("apiserver")
-    etcd = start_etcd(bins, work)
-    try:
-        api = start_apiserver(bins, work, etcd)
-        try:
-            from kubernetes import client, config
-
-            with config.new_client_from_config(config_file=str(api.admin_kubeconfig)) as c:
-                ext = client.ApiextensionsV1Api(c)
-                ext.create_custom_resource_definition(build_crd())
-                wait_for(lambda: any(cond.type == "Established" and cond.status == "True" for cond in
-                                     ext.read_custom_resource_definition(f"{PLURAL}.{API_GROUP}").status.conditions
-                                     or []), 60, "the AttributionRun CRD to be established")
-            yield api.admin_kubeconfig
-        finally:
-            api.component.stop()
-    finally:
-        etcd.component.stop()
+    with apiserver_with_crd(tmp_path_factory.mktemp("apiserver")) as path:
+        yield path
 
 
 @pytest.fixture
