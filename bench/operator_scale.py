@@ -14,6 +14,9 @@ own. Measured in one run:
 
     python bench/operator_scale.py --runs 1000 --nodes 100 --interval 1.0
 
+`--operator-source DIR` runs the operator from another copy of `operator/` (e.g. an older commit's, from
+`git archive <commit> operator | tar -x -C DIR/..`), so a before/after pair runs in the same conditions.
+
 Needs the binaries of scripts/build-control-plane.sh. Prints what was run; a size that does not finish in
 --deadline seconds is reported as such (use a smaller --runs).
 """
@@ -134,6 +137,25 @@ def run_answered(run: dict[str, Any]) -> bool:
         "Aggregating", "Succeeded", "Failed")
 
 
+# Imported first by the operator process (PYTHONPATH): `cudanalyst.operator` is taken from another folder.
+SHIM = """import importlib.util, sys
+_spec = importlib.util.spec_from_file_location("cudanalyst.operator", {init!r}, submodule_search_locations=[{src!r}])
+_module = importlib.util.module_from_spec(_spec)
+sys.modules["cudanalyst.operator"] = _module
+_spec.loader.exec_module(_module)
+"""
+
+
+def operator_source_env(source: Path, work: Path) -> dict[str, str]:
+    """The environment that makes `python -m cudanalyst.operator.main` run the operator in `source`."""
+    if not (source / "main.py").is_file():
+        raise SystemExit(f"--operator-source {source}: no main.py there (expected a copy of operator/)")
+    shim = work / "operator-shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SHIM.format(init=str(source / "__init__.py"), src=str(source)))
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH", "")]))}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=1000)
@@ -144,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline", type=float, default=900.0, help="seconds for the whole measurement")
     p.add_argument("--start-share", type=float, default=0.6,
                    help="share of --deadline for starting the runs; the runs started by then are measured")
+    p.add_argument("--operator-source", type=Path, default=None,
+                   help="a copy of operator/ to run instead of the installed one (before/after comparisons)")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     args = p.parse_args(argv)
 
@@ -182,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"control plane with {args.nodes} kwok GPU nodes ({args.gpus_per_node} GPUs each) up in "
               f"{time.monotonic() - t0:.0f} s", flush=True)
 
+        extra_env = operator_source_env(args.operator_source.resolve(), work) if args.operator_source else {}
         op = OperatorProcess(cluster.kubeconfig, work / "operator.log", namespaces=NS,
-                             status_interval=args.interval).start()
+                             status_interval=args.interval, extra_env=extra_env).start()
         rss_idle = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
 
         from kubernetes import client
@@ -245,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         rss_now = current_rss_mb(op.proc.pid)  # type: ignore[union-attr]
         complete = len(started) == args.runs and len(latencies) == args.runs and not unanswered
         result = {
+            "operatorSource": str(args.operator_source or "installed"),
             "runs": args.runs, "nodes": args.nodes, "gpusPerNode": args.gpus_per_node, "interval_s": args.interval,
             "finishRate_per_s": args.finish_rate, "cores": os.cpu_count(), "complete": complete,
             "startedRuns": len(started), "measuredRuns": len(latencies), "startSeconds": round(t_started - t_post, 1),
