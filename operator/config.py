@@ -18,8 +18,9 @@ class OperatorConfig:
     runner_service_account: str = "cudanalyst-runner"
     # Retries of one shard's pod for failures that are not infrastructure (those are ignored).
     backoff_limit_per_index: int = 2
-    # Seconds between status refreshes of a running run (job state, pods, progress from the store).
-    status_interval: float = 15.0
+    # Seconds between safety-net refreshes of a running run (progress from the store, and anything missed):
+    # changes of its Job and Pods are followed at once, on their events.
+    status_interval: float = 60.0
     # Seconds between new attempts to start a run stalled on its trajectory or store.
     retry_interval: float = 60.0
     metrics_port: int = 8080
@@ -81,7 +82,7 @@ def load_config(env: Mapping[str, str] | None = None) -> OperatorConfig:
         namespaces=namespaces,
         runner_service_account=env.get("CUDANALYST_RUNNER_SERVICE_ACCOUNT", "cudanalyst-runner"),
         backoff_limit_per_index=_int(env, "CUDANALYST_BACKOFF_LIMIT_PER_INDEX", 2),
-        status_interval=_float(env, "CUDANALYST_STATUS_INTERVAL", 15.0),
+        status_interval=_float(env, "CUDANALYST_STATUS_INTERVAL", 60.0),
         retry_interval=_float(env, "CUDANALYST_RETRY_INTERVAL", 60.0),
         metrics_port=_int(env, "CUDANALYST_METRICS_PORT", 8080, low=1),
         health_port=_int(env, "CUDANALYST_HEALTH_PORT", 8081, low=1),

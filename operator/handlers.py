@@ -6,6 +6,7 @@ with different settings side by side.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import Any
@@ -14,6 +15,7 @@ import kopf
 
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.conditions import is_finished
+from cudanalyst.operator.follow import ChildChanges, Follower, RunKey, run_key
 from cudanalyst.operator.lifecycle import RETRYABLE, Operations, Services
 from cudanalyst.operator.pods import job_summary, pod_summary
 
@@ -54,9 +56,8 @@ def _delete_with_run(spec: dict[str, Any], **_: Any) -> bool:
     return bool((spec.get("output") or {}).get("deleteWithRun"))
 
 
-def _run_key(meta: dict[str, Any]) -> tuple[str, str] | None:
-    run = (meta.get("labels") or {}).get(c.RUN_LABEL)
-    return (meta.get("namespace", ""), run) if run else None
+def _run_key(meta: dict[str, Any]) -> RunKey | None:
+    return run_key(meta, c.RUN_LABEL)
 
 
 def build_registry(services: Services) -> kopf.OperatorRegistry:
@@ -116,12 +117,52 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
         with metrics.reconcile("suspend"):
             ops.suspend(dict(body), patch, bool(new))
 
-    @kopf.timer(*RUN, interval=interval, when=_running, id="follow", registry=registry)
+    # Following a running run: at once on each change of its Job or Pods (the events below), and by a slow
+    # timer as a safety net that also reads progress from the store while no child changes.
+    @kopf.timer(*RUN, interval=interval, initial_delay=interval, when=_running, id="follow", registry=registry)
     def follow(body: kopf.Body, patch: kopf.Patch, meta: kopf.Meta, runner_jobs: kopf.Index,
                runner_pods: kopf.Index, **_: Any) -> None:
         key = (meta.get("namespace", ""), meta.get("name", ""))
         with metrics.reconcile("follow"):
             ops.observe(dict(body), patch, list(runner_jobs.get(key, [])), list(runner_pods.get(key, [])))
+
+    follower = Follower()
+    changes = ChildChanges()
+
+    def refresher(key: RunKey, jobs: kopf.Index, pods: kopf.Index) -> Any:
+        def blocking() -> bool:
+            with metrics.reconcile("follow"):
+                return ops.refresh(key[0], key[1], list(jobs.get(key, [])), list(pods.get(key, [])))
+
+        async def refresh() -> bool:
+            # The indexes are read in the thread, when the refresh starts: the latest summaries count.
+            return await asyncio.to_thread(blocking)
+
+        return refresh
+
+    async def child_event(body: kopf.Body, type: str, summary: dict[str, Any], runner_jobs: kopf.Index,
+                          runner_pods: kopf.Index) -> None:
+        meta = body.get("metadata") or {}
+        key = _run_key(dict(meta))
+        uid = str(meta.get("uid") or meta.get("name"))
+        if key is None:
+            return
+        if type == "DELETED":
+            changes.forget(uid)
+        elif not changes.changed(uid, summary):
+            return  # nothing the run's status depends on has changed
+        await follower.poke(key, refresher(key, runner_jobs, runner_pods))
+
+    # Async, and filtered before any thread hop: Jobs and Pods change far more often than runs' status.
+    @kopf.on.event("batch", "v1", "jobs", labels={c.RUN_LABEL: kopf.PRESENT}, id="job_changed", registry=registry)
+    async def job_changed(body: kopf.Body, type: str, runner_jobs: kopf.Index, runner_pods: kopf.Index,
+                          **_: Any) -> None:
+        await child_event(body, type, job_summary(dict(body)), runner_jobs, runner_pods)
+
+    @kopf.on.event("", "v1", "pods", labels={c.RUN_LABEL: kopf.PRESENT}, id="pod_changed", registry=registry)
+    async def pod_changed(body: kopf.Body, type: str, runner_jobs: kopf.Index, runner_pods: kopf.Index,
+                          **_: Any) -> None:
+        await child_event(body, type, pod_summary(dict(body)), runner_jobs, runner_pods)
 
     @kopf.on.delete(*RUN, when=_delete_with_run, id="delete_results", registry=registry)
     def delete_results(body: kopf.Body, **_: Any) -> None:
@@ -129,9 +170,15 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
             ops.delete_results(dict(body))
 
     # Async: called for every event of every run, so it must not cost a thread hop.
-    @kopf.on.event(*RUN, id="forget_deleted", registry=registry)
-    async def forget_deleted(body: kopf.Body, type: str, **_: Any) -> None:
+    @kopf.on.event(*RUN, id="run_event", registry=registry)
+    async def run_event(body: kopf.Body, type: str, status: kopf.Status, runner_jobs: kopf.Index,
+                             runner_pods: kopf.Index, **_: Any) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
         if type == "DELETED":
             ops.forget(dict(body))
+            follower.forget(key)
+        elif _running(dict(status)):
+            await follower.started(key, refresher(key, runner_jobs, runner_pods))
 
     return registry

@@ -13,12 +13,15 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from cudanalyst.api import API_GROUP, API_VERSION, PLURAL
+
 
 class Kube:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
 
     @classmethod
     def from_environment(cls) -> Kube:
@@ -46,6 +49,27 @@ class Kube:
         """False when the Job does not exist (finished and cleaned up, or not created yet)."""
         try:
             self.batch.patch_namespaced_job(name, namespace, {"spec": {"suspend": suspend}}, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The AttributionRun as the API server holds it now; None when it is gone."""
+        try:
+            return dict(self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_run_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        """A merge patch of the run's status subresource (as kopf sends); False when the run is gone."""
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                API_GROUP, API_VERSION, namespace, PLURAL, name, {"status": status},
+                _content_type="application/merge-patch+json", _preload_content=False)
         except ApiException as exc:
             if exc.status == 404:
                 return False

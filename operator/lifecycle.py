@@ -170,6 +170,23 @@ class Operations:
 
     # ---- follow
 
+    def refresh(self, namespace: str, name: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> bool:
+        """Follow the run after a change of its Job or Pods: read it fresh, observe, write what changed.
+
+        Returns False when the run has not started yet (nothing to follow until its start handler wrote
+        status); True otherwise, also for a run that is gone or finished.
+        """
+        body = self.s.kube.get_run(namespace, name)
+        if body is None:
+            return True
+        if not (body.get("status") or {}).get("startTime"):
+            return False
+        patch = kopf.Patch()
+        self.observe(body, patch, jobs, pods)
+        if patch.status:
+            self.s.kube.patch_run_status(namespace, name, dict(patch.status))
+        return True
+
     def observe(self, body: dict[str, Any], patch: kopf.Patch, jobs: list[dict[str, Any]],
                 pods: list[dict[str, Any]]) -> None:
         status = dict(body.get("status") or {})

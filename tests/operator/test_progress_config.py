@@ -46,6 +46,8 @@ def test_config_from_environment() -> None:
     assert config.namespaces == ("a", "b") and config.status_interval == 2.5
     assert config.runner_pod_labels == {"x": "1", "y": "2"}
     assert load_config({}).namespaces == ()
+    # Job and Pod changes are followed on their events; the timer is only a slow safety net.
+    assert load_config({}).status_interval == 60.0
 
 
 @pytest.mark.parametrize("env,needle", [

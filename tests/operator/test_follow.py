@@ -1,0 +1,167 @@
+"""Following runs on child events (operator/follow.py, Operations.refresh): without a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+import pytest
+from harness import operator_config, run_body
+
+from cudanalyst.operator.follow import ChildChanges, Follower, run_key
+from cudanalyst.operator.lifecycle import Operations, Services
+
+
+def test_child_changes_report_only_a_different_summary() -> None:
+    changes = ChildChanges()
+    assert changes.changed("u1", {"active": 1})
+    assert not changes.changed("u1", {"active": 1})
+    assert changes.changed("u1", {"active": 0, "succeeded": 1})
+    assert changes.changed("u2", {"active": 1})
+    changes.forget("u1")
+    assert len(changes) == 1
+    assert changes.changed("u1", {"active": 0, "succeeded": 1})  # seen anew after a deletion
+
+
+def test_run_key_comes_from_the_run_label() -> None:
+    meta = {"namespace": "ns", "name": "r1-runner", "labels": {"cudanalyst.dev/run": "r1"}}
+    assert run_key(meta, "cudanalyst.dev/run") == ("ns", "r1")
+    assert run_key({"namespace": "ns", "name": "x"}, "cudanalyst.dev/run") is None
+
+
+@pytest.mark.asyncio
+async def test_pokes_during_a_refresh_fold_into_one_more_refresh() -> None:
+    follower = Follower()
+    gate = asyncio.Event()
+    calls: list[str] = []
+
+    def refresh(tag: str) -> Any:
+        async def run() -> bool:
+            calls.append(tag)
+            if tag == "first":
+                await gate.wait()
+            return True
+        return run
+
+    key = ("ns", "r1")
+    first = asyncio.create_task(follower.poke(key, refresh("first")))
+    await asyncio.sleep(0)
+    # Three changes while the first refresh is under way: one more refresh, with the latest callable.
+    for tag in ("a", "b", "c"):
+        await follower.poke(key, refresh(tag))
+    other = asyncio.create_task(follower.poke(("ns", "r2"), refresh("other run")))
+    await asyncio.sleep(0)
+    assert calls == ["first", "other run"]  # another run is not held up
+    gate.set()
+    await asyncio.gather(first, other)
+    assert calls == ["first", "other run", "c"]
+    await follower.poke(key, refresh("later"))
+    assert calls[-1] == "later"
+
+
+@pytest.mark.asyncio
+async def test_a_run_not_started_yet_is_refreshed_when_its_start_is_seen() -> None:
+    follower = Follower()
+    started = False
+    calls = 0
+
+    async def refresh() -> bool:
+        nonlocal calls
+        calls += 1
+        return started
+
+    key = ("ns", "r1")
+    await follower.poke(key, refresh)
+    assert follower.waiting() == {key} and calls == 1
+    started = True
+    await follower.started(key, refresh)
+    assert follower.waiting() == set() and calls == 2
+    await follower.started(key, refresh)  # already followed: nothing to do
+    assert calls == 2
+    await follower.poke(("ns", "r2"), refresh)
+    await follower.started(("ns", "r3"), refresh)
+    assert calls == 3
+
+
+class FakeKube:
+    """Test double of operator/kube.Kube for Operations.refresh: one run, status patches recorded."""
+
+    def __init__(self, body: dict[str, Any] | None) -> None:
+        self.body = body
+        self.patches: list[dict[str, Any]] = []
+        self.created: list[str] = []
+
+    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.body
+
+    def patch_run_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        self.patches.append(status)
+        return True
+
+    def create_configmap(self, namespace: str, body: dict[str, Any]) -> bool:
+        self.created.append(body["metadata"]["name"])
+        return True
+
+    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+        self.created.append(body["metadata"]["name"])
+        return True
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """kopf.event needs a running operator's queue; here the reasons are recorded instead."""
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message: posted.append(reason))
+    return posted
+
+
+def _services(kube: FakeKube) -> Services:
+    return Services(operator_config(), kube_factory=lambda: kube,  # type: ignore[arg-type,return-value]
+                    clock=lambda: datetime(2026, 1, 1, 12, 0, 10, tzinfo=UTC))
+
+
+def _job(**status: Any) -> dict[str, Any]:
+    return {"name": "r1-runner", "suspend": False, "active": 0, "ready": 0, "succeeded": 0, "failed": 0,
+            "failedIndexes": "", "conditions": [], **status}
+
+
+def test_refresh_of_a_run_not_started_writes_nothing(trajectory: str, output: str) -> None:
+    kube = FakeKube(run_body("r1", trajectory, output))
+    assert Operations(_services(kube)).refresh("ns1", "r1", [_job(active=2)], []) is False
+    assert kube.patches == []
+
+
+def test_refresh_of_a_gone_run_is_done(trajectory: str, output: str) -> None:
+    kube = FakeKube(None)
+    assert Operations(_services(kube)).refresh("ns1", "r1", [], []) is True
+    assert kube.patches == [] and kube.created == []
+
+
+def test_refresh_writes_only_what_changed(trajectory: str, output: str, events: list[str]) -> None:
+    body = run_body("r1", trajectory, output)
+    body["status"] = {"startTime": "2026-01-01T12:00:00Z", "phase": "Running",
+                      "progress": {"done": 0, "total": 64}}
+    kube = FakeKube(body)
+    ops = Operations(_services(kube))
+    assert ops.refresh("ns1", "r1", [_job(active=2)], []) is True
+    (patch,) = kube.patches
+    assert patch["shards"] == {"active": 2, "succeeded": 0, "failed": 0}
+    assert patch["message"] == "2 shard(s) running, 0/64 units" and "phase" not in patch  # still Running
+    # The same observation again: the status already says all of it, so nothing is sent.
+    body["status"].update(patch)
+    assert ops.refresh("ns1", "r1", [_job(active=2)], []) is True
+    assert len(kube.patches) == 1
+    assert events == ["Running"]  # the Ready condition's reason was unset before: one transition event
+
+
+def test_refresh_after_the_job_vanished_makes_it_again(trajectory: str, output: str, events: list[str]) -> None:
+    body = run_body("r1", trajectory, output)
+    body["status"] = {"startTime": "2026-01-01T12:00:00Z", "phase": "Running",
+                      "progress": {"done": 0, "total": 64}}
+    kube = FakeKube(body)
+    assert Operations(_services(kube)).refresh("ns1", "r1", [], []) is True
+    assert kube.created == ["r1-spec", "r1-runner"]
+    assert kube.patches[0]["phase"] == "Pending"
+    assert events == ["JobCreated", "CreatingJob"]
