@@ -84,6 +84,16 @@ def reconcile_errors(metrics: str) -> int:
                                                    metrics, re.M)))
 
 
+def reconciles(metrics: str) -> dict[str, list[float]]:
+    """{handler: [count, seconds]} from the operator's cudanalyst_reconcile_duration_seconds histogram."""
+    out: dict[str, list[float]] = {}
+    for part, index in (("count", 0), ("sum", 1)):
+        for handler, value in re.findall(
+                rf'^cudanalyst_reconcile_duration_seconds_{part}\{{handler="([^"]+)"\}} ([0-9.e+]+)$', metrics, re.M):
+            out.setdefault(handler, [0, 0.0])[index] = round(float(value), 2)
+    return out
+
+
 class Watcher(threading.Thread):
     """Watches one kind in NS and records, per run, the first time `seen(obj)` holds."""
 
@@ -297,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             "latency_p50_s": round(percentile(latencies, 50), 3), "latency_p99_s": round(percentile(latencies, 99), 3),
             "latency_max_s": round(max(latencies), 3) if latencies else None,
             "p99_over_target": round(percentile(latencies, 99) / P99_TARGET_S, 2),
-            "reconcileErrors": errors, "operatorErrorLines": error_lines,
+            "reconcileErrors": errors, "operatorErrorLines": error_lines, "reconciles": reconciles(metrics),
             "rssIdle_mb": round(rss_idle, 1), "rssPeak_mb": round(rss, 1), "rssEnd_mb": round(rss_now, 1),
             "rss_over_target": round(rss / RSS_TARGET_MB, 2),
             "endPhaseSeconds": round(time.monotonic() - finished_at, 1),

@@ -1,7 +1,7 @@
 """Following running runs on their children's events: which events matter, and one refresh per run at a time.
 
-A Job or Pod event leads to a refresh of the owning run only when the child's summary (pods.job_summary,
-pods.pod_summary) changed; refreshes of one run never overlap, and events that arrive during one are
+A Job or Pod event leads to a refresh of the owning run only when what its status depends on changed
+(job_relevant, pod_relevant of pods.job_summary and pods.pod_summary); refreshes of one run never overlap, and events that arrive during one are
 folded into a single refresh after it. A child that changed before its run had started is remembered, and
 the run is refreshed once its start is seen. Plain asyncio and dicts: tested without a cluster.
 """
@@ -15,22 +15,41 @@ RunKey = tuple[str, str]  # (namespace, run name)
 
 
 class ChildChanges:
-    """The last summary seen of each child (by uid): says whether a new one differs."""
+    """The last relevant summary seen of each child (by uid): says whether a new one differs.
+
+    `quiet`: a first sight of a child whose relevant summary equals it is no change (a new Pod without a
+    problem says nothing new about its run; a Job, even a quiet one, is news after an operator restart).
+    """
 
     def __init__(self) -> None:
         self._last: dict[str, dict[str, Any]] = {}
 
-    def changed(self, uid: str, summary: dict[str, Any]) -> bool:
-        if self._last.get(uid) == summary:
-            return False
+    def changed(self, uid: str, summary: dict[str, Any], quiet: dict[str, Any] | None = None) -> bool:
+        last = self._last.get(uid)
         self._last[uid] = summary
-        return True
+        if last is None:
+            return summary != quiet
+        return last != summary
 
-    def forget(self, uid: str) -> None:
-        self._last.pop(uid, None)
+    def forget(self, uid: str) -> dict[str, Any] | None:
+        """Drops a deleted child; returns its last relevant summary."""
+        return self._last.pop(uid, None)
 
     def __len__(self) -> int:
         return len(self._last)
+
+
+# What of a child's summary the run's status depends on (conditions.judge, Operations.observe): a Job's
+# counts, suspension and conditions but not `ready`; a Pod's problem, not its phase.
+def job_relevant(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k != "ready"}
+
+
+def pod_relevant(summary: dict[str, Any]) -> dict[str, Any]:
+    return {"problem": summary.get("problem")}
+
+
+POD_QUIET: dict[str, Any] = {"problem": None}
 
 
 Refresh = Callable[[], Awaitable[bool]]

@@ -15,7 +15,15 @@ import kopf
 
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.conditions import is_finished
-from cudanalyst.operator.follow import ChildChanges, Follower, RunKey, run_key
+from cudanalyst.operator.follow import (
+    POD_QUIET,
+    ChildChanges,
+    Follower,
+    RunKey,
+    job_relevant,
+    pod_relevant,
+    run_key,
+)
 from cudanalyst.operator.lifecycle import RETRYABLE, Operations, Services
 from cudanalyst.operator.pods import job_summary, pod_summary
 
@@ -140,16 +148,18 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
 
         return refresh
 
-    async def child_event(body: kopf.Body, type: str, summary: dict[str, Any], runner_jobs: kopf.Index,
-                          runner_pods: kopf.Index) -> None:
+    async def child_event(body: kopf.Body, type: str, relevant: dict[str, Any], quiet: dict[str, Any] | None,
+                          runner_jobs: kopf.Index, runner_pods: kopf.Index) -> None:
         meta = body.get("metadata") or {}
         key = _run_key(dict(meta))
-        uid = str(meta.get("uid") or meta.get("name"))
         if key is None:
             return
+        uid = str(meta.get("uid") or meta.get("name"))
         if type == "DELETED":
-            changes.forget(uid)
-        elif not changes.changed(uid, summary):
+            last = changes.forget(uid)
+            if quiet is not None and last == quiet:
+                return  # a quiet Pod went (e.g. with its suspended Job): the run's status did not depend on it
+        elif not changes.changed(uid, relevant, quiet):
             return  # nothing the run's status depends on has changed
         await follower.poke(key, refresher(key, runner_jobs, runner_pods))
 
@@ -157,12 +167,13 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
     @kopf.on.event("batch", "v1", "jobs", labels={c.RUN_LABEL: kopf.PRESENT}, id="job_changed", registry=registry)
     async def job_changed(body: kopf.Body, type: str, runner_jobs: kopf.Index, runner_pods: kopf.Index,
                           **_: Any) -> None:
-        await child_event(body, type, job_summary(dict(body)), runner_jobs, runner_pods)
+        await child_event(body, type, job_relevant(job_summary(dict(body))), None, runner_jobs, runner_pods)
 
     @kopf.on.event("", "v1", "pods", labels={c.RUN_LABEL: kopf.PRESENT}, id="pod_changed", registry=registry)
     async def pod_changed(body: kopf.Body, type: str, runner_jobs: kopf.Index, runner_pods: kopf.Index,
                           **_: Any) -> None:
-        await child_event(body, type, pod_summary(dict(body)), runner_jobs, runner_pods)
+        await child_event(body, type, pod_relevant(pod_summary(dict(body))), POD_QUIET, runner_jobs,
+                          runner_pods)
 
     @kopf.on.delete(*RUN, when=_delete_with_run, id="delete_results", registry=registry)
     def delete_results(body: kopf.Body, **_: Any) -> None:

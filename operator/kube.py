@@ -48,7 +48,8 @@ class Kube:
     def set_job_suspend(self, namespace: str, name: str, suspend: bool) -> bool:
         """False when the Job does not exist (finished and cleaned up, or not created yet)."""
         try:
-            self.batch.patch_namespaced_job(name, namespace, {"spec": {"suspend": suspend}}, _preload_content=False)
+            _release(self.batch.patch_namespaced_job(name, namespace, {"spec": {"suspend": suspend}},
+                                                     _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -67,9 +68,9 @@ class Kube:
     def patch_run_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """A merge patch of the run's status subresource (as kopf sends); False when the run is gone."""
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            _release(self.custom.patch_namespaced_custom_object_status(
                 API_GROUP, API_VERSION, namespace, PLURAL, name, {"status": status},
-                _content_type="application/merge-patch+json", _preload_content=False)
+                _content_type="application/merge-patch+json", _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -80,9 +81,20 @@ class Kube:
 def _create(create: Any, namespace: str, body: dict[str, Any]) -> bool:
     """Create idempotently: a 409 (already there, e.g. made before a restart) counts as success."""
     try:
-        create(namespace, body, _preload_content=False)
+        _release(create(namespace, body, _preload_content=False))
     except ApiException as exc:
         if exc.status == 409:
             return False
         raise
     return True
+
+
+def _release(response: Any) -> None:
+    """Read an unparsed response to its end and hand its connection back to the pool: otherwise every later
+    call opens a new TLS connection (a handshake each, which dominated the operator's CPU at scale)."""
+    try:
+        response.read()
+    finally:
+        release = getattr(response, "release_conn", None)
+        if release is not None:
+            release()

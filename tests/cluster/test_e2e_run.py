@@ -75,7 +75,9 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """The operator, cluster-wide, authenticated as the chart's ServiceAccount: the chart's RBAC must do."""
     install_chart(cluster)
     kubeconfig = cluster.impersonate(CHART_NAMESPACE, OPERATOR_SA)
-    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log").start()
+    # The safety-net timer at its deployed default (60 s): what the tests see comes from Job and Pod events.
+    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log",
+                         status_interval=60.0).start()
     yield op
     op.stop()
 

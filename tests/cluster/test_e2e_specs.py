@@ -77,7 +77,7 @@ API_REFUSED: list[tuple[str, Edit, str]] = [
 def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     install_chart(cluster)
     op = OperatorProcess(cluster.impersonate(CHART_NAMESPACE, OPERATOR_SA),
-                         tmp_path_factory.mktemp("operator-specs") / "operator.log").start()
+                         tmp_path_factory.mktemp("operator-specs") / "operator.log", status_interval=60.0).start()
     yield op
     op.stop()
 

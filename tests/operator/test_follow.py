@@ -8,10 +8,12 @@ from typing import Any
 
 import kopf
 import pytest
-from harness import operator_config, run_body
+from harness import NS, RUNS, operator_config, run_body
 
-from cudanalyst.operator.follow import ChildChanges, Follower, run_key
+from cudanalyst.operator.follow import POD_QUIET, ChildChanges, Follower, job_relevant, pod_relevant, run_key
+from cudanalyst.operator.kube import Kube
 from cudanalyst.operator.lifecycle import Operations, Services
+from cudanalyst.operator.pods import job_summary, pod_summary
 
 
 def test_child_changes_report_only_a_different_summary() -> None:
@@ -20,9 +22,32 @@ def test_child_changes_report_only_a_different_summary() -> None:
     assert not changes.changed("u1", {"active": 1})
     assert changes.changed("u1", {"active": 0, "succeeded": 1})
     assert changes.changed("u2", {"active": 1})
-    changes.forget("u1")
-    assert len(changes) == 1
+    assert changes.forget("u1") == {"active": 0, "succeeded": 1}
+    assert changes.forget("u1") is None and len(changes) == 1
     assert changes.changed("u1", {"active": 0, "succeeded": 1})  # seen anew after a deletion
+
+
+def test_a_quiet_first_sight_is_no_change() -> None:
+    changes = ChildChanges()
+    assert not changes.changed("p1", POD_QUIET, POD_QUIET)
+    assert changes.changed("p1", {"problem": {"reason": "Unschedulable"}}, POD_QUIET)
+    assert changes.changed("p1", POD_QUIET, POD_QUIET)  # the problem went: that is news
+    assert changes.changed("p2", {"problem": {"reason": "OOMKilled"}}, POD_QUIET)
+
+
+def test_only_what_the_status_depends_on_is_relevant() -> None:
+    pod = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                               "reason": "Unschedulable", "message": "0/4 nodes"}]}
+    running = pod_summary({"metadata": {"name": "p"}, "status": {"phase": "Running"}})
+    succeeded = pod_summary({"metadata": {"name": "p"}, "status": {"phase": "Succeeded"}})
+    assert pod_relevant(running) == pod_relevant(succeeded) == POD_QUIET  # a phase alone changes nothing
+    assert pod_relevant(pod_summary({"metadata": {"name": "p"}, "status": pod}))["problem"]["reason"] == \
+        "Unschedulable"
+    job = {"metadata": {"name": "j"}, "status": {"active": 1, "ready": 0}}
+    ready = {"metadata": {"name": "j"}, "status": {"active": 1, "ready": 1}}
+    done = {"metadata": {"name": "j"}, "status": {"active": 0, "succeeded": 1}}
+    assert job_relevant(job_summary(job)) == job_relevant(job_summary(ready))
+    assert job_relevant(job_summary(job)) != job_relevant(job_summary(done))
 
 
 def test_run_key_comes_from_the_run_label() -> None:
@@ -165,3 +190,27 @@ def test_refresh_after_the_job_vanished_makes_it_again(trajectory: str, output: 
     assert kube.created == ["r1-spec", "r1-runner"]
     assert kube.patches[0]["phase"] == "Pending"
     assert events == ["JobCreated", "CreatingJob"]
+
+
+@pytest.mark.asyncio
+async def test_status_patches_and_gets_reuse_one_connection(kube: Any, trajectory: str, output: str) -> None:
+    """Unparsed responses are read to the end, so each call does not open a new connection (at scale, the
+    TLS handshakes of fresh connections took most of the operator's CPU)."""
+    kube.objects[RUNS, NS, "r1"] = run_body("r1", trajectory, output)
+    client = Kube.from_environment()
+
+    def calls() -> dict[str, Any] | None:
+        for i in range(5):
+            assert client.patch_run_status(NS, "r1", {"message": f"m{i}"})
+            body = client.get_run(NS, "r1")
+        return body
+
+    try:
+        body = await asyncio.to_thread(calls)
+        manager = client.api.rest_client.pool_manager
+        pools = [manager.pools[key] for key in manager.pools.keys()]
+        assert [pool.num_connections for pool in pools] == [1]
+        assert body is not None and body["status"]["message"] == "m4"
+        assert await asyncio.to_thread(client.get_run, NS, "gone") is None
+    finally:
+        client.close()
