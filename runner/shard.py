@@ -1,10 +1,15 @@
 """`cudanalyst-runner`: run one shard of an AttributionRun (the LLM stage, the kernel stage, or both).
 
   cudanalyst-runner --spec run.yaml --shard I --of N [--stage llm|kernels|all]
+  cudanalyst-runner --spec run.yaml --shard 0,1,2,3 --of 4 --stage kernels
 
 The stages meet only in the run's store: the LLM stage writes candidates/<unit>.json, the kernel
 stage reads them and writes outcomes/<unit>.json, so they can run on different machines. Finished
 units are never redone; a restarted shard continues where the last one stopped.
+
+The kernel stage may take several shards in one process (a comma-separated `--shard`): on one machine
+with one GPU (`cudanalyst run`) that is one compile pool and one set of GPU workers, with their cached
+references, for all the shards, instead of a fresh set per shard. Each shard keeps its own progress.
 
 Exit status: 0 every unit of the shard finished the requested stages; 1 some did not (their reasons
 are in errors/<unit>.json and progress/shard-<i>.json; run the same command again to resume);
@@ -39,6 +44,7 @@ from cudanalyst.trajectory import FrozenProgram
 log = logging.getLogger("cudanalyst.runner")
 
 EXIT_OK, EXIT_UNFINISHED, EXIT_INVALID = 0, 1, 2
+PROGRESS_EVERY_S = 2.0  # how often the kernel stage rewrites progress objects while outcomes stream in
 
 
 class InvalidInput(ValueError):
@@ -48,8 +54,9 @@ class InvalidInput(ValueError):
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="cudanalyst-runner", description=__doc__.split("\n\n")[0])
     p.add_argument("--spec", required=True, help="AttributionRun YAML or JSON file")
-    p.add_argument("--shard", type=int, default=None,
-                   help="shard index 0..N-1 (default: $JOB_COMPLETION_INDEX, as set in an Indexed Job)")
+    p.add_argument("--shard", default=None,
+                   help="shard index 0..N-1 (default: $JOB_COMPLETION_INDEX, as set in an Indexed Job); "
+                        "with --stage kernels also a comma-separated list of indexes")
     p.add_argument("--of", type=int, required=True, dest="of", help="number of shards (spec.resources.shards)")
     p.add_argument("--stage", choices=("llm", "kernels", "all"), default="all")
     p.add_argument("--health-timeout", type=float, default=DEFAULT_HEALTH_TIMEOUT_S,
@@ -67,7 +74,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         env = os.environ.get("JOB_COMPLETION_INDEX")
         if env is None or not env.isdigit():
             p.error("--shard is required (or set JOB_COMPLETION_INDEX)")
-        args.shard = int(env)
+        args.shard = env
+    parts = [x.strip() for x in str(args.shard).split(",")]
+    if not all(x.isdigit() for x in parts) or len(set(parts)) != len(parts):
+        p.error(f"--shard {args.shard!r}: expected an index or distinct comma-separated indexes")
+    args.shards = [int(x) for x in parts]
+    if len(args.shards) > 1 and args.stage != "kernels":
+        p.error("several shards in one process only with --stage kernels")
+    args.shard = args.shards[0]
     return args
 
 
@@ -123,8 +137,14 @@ def fill_feedback(run: AttributionRun, programs: Sequence[FrozenProgram], needed
 
 
 def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], units: Sequence[Unit],
-                     store: UnitStore, progress: Progress) -> list[Failure]:
-    """The kernel stage (its own package) over the shard's candidates that have no outcome yet."""
+                     store: UnitStore, progress: Progress | dict[int, Progress],
+                     shard_of: dict[str, int] | None = None) -> list[Failure]:
+    """The kernel stage (its own package) over the candidates of `units` that have no outcome yet.
+
+    Outcomes are written as each one is final. `progress` is one shard's, or one per shard with
+    `shard_of` mapping each unit key to its shard (several shards in one process)."""
+    progresses = progress if isinstance(progress, dict) else {progress.shard: progress}
+    owner = shard_of or {u.key: next(iter(progresses)) for u in units}
     finished = store.finished_candidates()
     done = store.finished_outcomes()
     todo = [u for u in units if u.key in finished and u.key not in done]
@@ -139,14 +159,11 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
         record = store.read_candidate(u.key)
         jobs.append(kernels.KernelJob(key=u.key, task=u.task, source=record.code,
                                       frozen_source=programs[u.program_id].source))
-    failures: list[Failure] = []
     by_key = {u.key: u for u in todo}
-    t0 = time.monotonic()
-    try:
-        results = kernels.evaluate_candidates(jobs, run.spec.evaluation, gpu=None)
-    except Exception as exc:  # noqa: BLE001 - a broken stage fails the shard with its reason, units stay open
-        return [Failure("kernels", "error", f"{type(exc).__name__}: {exc}", list(by_key))]
-    for res in results:
+    written: set[str] = set()
+    last_progress = [time.monotonic()]
+
+    def store_outcome(res: Any) -> None:
         u = by_key[res.key]
         record = OutcomeRecord(
             key=u.key, run=run.metadata.name, task=u.task, generation=u.generation, program_id=u.program_id,
@@ -156,13 +173,30 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
             speedup_vs_baseline=_field(res, "speedup_vs_baseline", None), time_ms=_field(res, "time_ms", None),
             resources=dict(_field(res, "resources", {}) or {}), gpu_seconds=float(_field(res, "gpu_seconds", 0.0)),
         )
+        p = progresses[owner[u.key]]
         if store.write_outcome(record):
-            progress.kernels_done += 1
-        progress.gpu_seconds += record.gpu_seconds
-    missing = set(by_key) - {r.key for r in results}
-    if missing:
-        failures.append(Failure("kernels", "missing", "the kernel stage returned no result", sorted(missing)))
-    log.info("kernel stage: %d candidates in %.1f s", len(results), time.monotonic() - t0)
+            p.kernels_done += 1
+        p.gpu_seconds += record.gpu_seconds
+        written.add(u.key)
+        if time.monotonic() - last_progress[0] > PROGRESS_EVERY_S:
+            last_progress[0] = time.monotonic()
+            for shard, prog in progresses.items():
+                store.write_progress(shard, prog)
+
+    t0 = time.monotonic()
+    failures: list[Failure] = []
+    phases: dict[str, float] = {}
+    try:
+        kernels.evaluate_candidates(jobs, run.spec.evaluation, gpu=None, on_result=store_outcome, phases=phases)
+    except Exception as exc:  # noqa: BLE001 - a broken stage fails the shard with its reason, units stay open
+        failures.append(Failure("kernels", "error", f"{type(exc).__name__}: {exc}", sorted(set(by_key) - written)))
+    else:
+        if missing := set(by_key) - written:
+            failures.append(Failure("kernels", "missing", "the kernel stage returned no result", sorted(missing)))
+    # On stderr (the shard's log), so a user sees where the stage's time went without -v.
+    print(f"cudanalyst-runner: kernel stage: {len(written)} of {len(jobs)} candidates in "
+          f"{time.monotonic() - t0:.1f} s (compile and verify {phases.get('compileAndVerify', 0.0):.1f} s, "
+          f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s)", file=sys.stderr)
     return failures
 
 
@@ -173,28 +207,44 @@ def _field(obj: Any, name: str, default: Any = ...) -> Any:
     return value.value if hasattr(value, "value") else value
 
 
+def _split_failures(failures: Sequence[Failure], shard_of: dict[str, int], shard: int) -> list[Failure]:
+    """The failures that concern one shard (a failure naming no unit concerns every shard)."""
+    out = []
+    for f in failures:
+        mine = [k for k in f.units if shard_of.get(k) == shard]
+        if mine or not f.units:
+            out.append(Failure(f.stage, f.kind, f.reason, mine))
+    return out
+
+
 def run_shard(args: argparse.Namespace) -> int:
+    shards: list[int] = getattr(args, "shards", None) or [args.shard]
     try:
         run = load_run(args.spec)
         plan = plan_run(run)
-        units = shard_units(plan, args.shard, args.of)
+        units_of = {s: shard_units(plan, s, args.of) for s in shards}
         check_tasks(plan.programs)
     except (SpecError, PlanError, InvalidInput, ValueError) as exc:
         print(f"cudanalyst-runner: {exc}", file=sys.stderr)
         return EXIT_INVALID
     store = UnitStore(run_store(run))
-    keys = {u.key for u in units}
     stages = ["llm", "kernels"] if args.stage == "all" else [args.stage]
-    progress = Progress(args.shard, args.of, len(units), stages=stages)
-    finished = store.finished_candidates() & keys
-    progress.llm_done = len(finished)
-    progress.kernels_done = len(store.finished_outcomes() & keys)
-    store.write_progress(args.shard, progress)
+    candidates, outcomes = store.finished_candidates(), store.finished_outcomes()
+    progresses: dict[int, Progress] = {}
+    shard_of: dict[str, int] = {}
+    for s, units in units_of.items():
+        keys = {u.key for u in units}
+        shard_of.update(dict.fromkeys(keys, s))
+        progresses[s] = Progress(s, args.of, len(units), stages=stages)
+        progresses[s].llm_done = len(candidates & keys)
+        progresses[s].kernels_done = len(outcomes & keys)
+        store.write_progress(s, progresses[s])
     programs = {p.program_id: p for p in plan.programs}
     failures: list[Failure] = []
 
-    if "llm" in stages:
-        pending = [u for u in units if u.key not in finished]
+    if "llm" in stages:  # one shard (parse_args allows several only for the kernel stage)
+        units, progress = units_of[args.shard], progresses[args.shard]
+        pending = [u for u in units if u.key not in candidates]
         log.info("shard %d/%d: %d units, %d pending for the LLM stage", args.shard, args.of, len(units), len(pending))
         # Donors of randomized feedback may be any program of the run; otherwise only the shard's own.
         needed = ({p.program_id for p in plan.programs} if "randomizedFeedback" in run.spec.controls
@@ -207,11 +257,13 @@ def run_shard(args: argparse.Namespace) -> int:
         )
         failures += LlmStage(run, with_feedback, pending, store, progress, args.shard, settings).run_stage()
     if "kernels" in stages:
-        failures += run_kernel_stage(run, programs, units, store, progress)
+        every = [u for s in shards for u in units_of[s]]
+        failures += run_kernel_stage(run, programs, every, store, progresses, shard_of)
 
-    progress.failures = failures
-    progress.state = "failed" if failures else "succeeded"
-    store.write_progress(args.shard, progress)
+    for s, progress in progresses.items():
+        progress.failures = _split_failures(failures, shard_of, s)
+        progress.state = "failed" if progress.failures else "succeeded"
+        store.write_progress(s, progress)
     for f in failures:
         print(f"cudanalyst-runner: {f.stage} {f.kind}: {len(f.units)} unit(s) unfinished: {f.reason}", file=sys.stderr)
     return EXIT_UNFINISHED if failures else EXIT_OK

@@ -61,6 +61,19 @@ def test_without_gpu_labels_stop_at_compile(tmp_path, monkeypatch):
     assert by["nolaunch"].label == "fail" and "LAUNCH_gemm" in by["nolaunch"].reason
 
 
+@needs_nvcc
+def test_results_stream_to_the_callback_once_each_as_they_are_final(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    jobs = [KernelJob("none", "gemm", None, None),
+            KernelJob("good", "gemm", GEMM.baseline_source, GEMM.baseline_source),
+            KernelJob("broken", "gemm", GEMM.baseline_source.replace("acc +=", "acc +== "), None)]
+    seen: list[str] = []
+    results = evaluate_candidates(jobs, EvaluationSpec(), gpu=False, on_result=lambda r: seen.append(r.key))
+    assert sorted(seen) == sorted(j.key for j in jobs)  # every job reported once
+    assert seen[0] == "none"  # a job that needs no compile is reported before any compile ends
+    assert [r.key for r in results] == [j.key for j in jobs]
+
+
 def test_settings_from_the_spec_and_from_a_dict():
     spec = EvaluationSpec(fastTolerance=0.2, correctnessTrials=3)
     cfg = EvalSettings.of(spec)

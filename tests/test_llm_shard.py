@@ -132,6 +132,51 @@ def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Pat
     assert progress["done"] == 8 and progress["byStage"]["kernels"]["done"] == 8 and progress["state"] == "succeeded"
 
 
+@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the kernel stage: {_nvcc_missing()}")
+def test_one_kernel_stage_process_serves_several_shards_each_with_its_progress(tmp_path: Path,
+                                                                                trajectory: Path) -> None:
+    from cudanalyst.api import load_run
+    from cudanalyst.outcomes import CandidateRecord
+    from cudanalyst.plan import make_plan, shard_units
+    from cudanalyst.runner.units import UnitStore
+    from cudanalyst.store import open_store
+    from cudanalyst.tasks import get_task
+    from cudanalyst.trajectory import load_trajectory
+
+    spec = spec_for(tmp_path, trajectory, {"endpoint": "http://127.0.0.1:1/v1", "model": "m"}, samples=1, shards=2)
+    plan = make_plan(load_run(spec), load_trajectory(str(trajectory)).programs)
+    store = UnitStore(open_store(str(tmp_path / "out")).child(f"{RUN}/"))
+    shard1 = {u.key for u in shard_units(plan, 1, 2)}
+    for u in plan.units:  # shard 1 has one unit without a candidate: its LLM stage is unfinished
+        if u.key == min(shard1):
+            continue
+        store.write_candidate(CandidateRecord(
+            key=u.key, run=RUN, task=u.task, generation=u.generation, program_id=u.program_id,
+            coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample,
+            code=get_task("gemm").baseline_source))
+    assert main(["--spec", str(spec), "--shard", "0,1", "--of", "2", "--stage", "kernels"]) == 0
+    assert set(records(tmp_path / "out" / RUN, "outcomes")) == {u.key for u in plan.units} - {min(shard1)}
+    for shard in (0, 1):
+        progress = json.loads((tmp_path / "out" / RUN / "progress" / f"shard-{shard}.json").read_text())
+        expected = len(shard_units(plan, shard, 2)) - (1 if shard == 1 else 0)
+        assert (progress["shard"], progress["of"], progress["done"]) == (shard, 2, expected)
+        assert progress["total"] == len(shard_units(plan, shard, 2)) and progress["state"] == "succeeded"
+
+
+@pytest.mark.parametrize("shard, stage, message", [
+    ("0,1", "llm", "only with --stage kernels"),
+    ("0,1", "all", "only with --stage kernels"),
+    ("0,0", "kernels", "distinct"),
+    ("0,x", "kernels", "comma-separated"),
+])
+def test_several_shards_are_checked(tmp_path: Path, trajectory: Path, capsys, shard: str, stage: str,
+                                    message: str) -> None:
+    spec = spec_for(tmp_path, trajectory, {"endpoint": "http://127.0.0.1:1/v1", "model": "m"}, shards=2)
+    with pytest.raises(SystemExit) as exc:
+        main(["--spec", str(spec), "--shard", shard, "--of", "2", "--stage", stage])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
 @pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the feedback tools: {_nvcc_missing()}")
 def test_missing_reports_are_recomputed_by_the_tools_once_and_recorded_ones_win(tmp_path: Path) -> None:
     from cudanalyst.api import load_run

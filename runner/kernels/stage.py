@@ -1,12 +1,16 @@
 """The kernel stage's one interface: candidates in, labelled outcomes out; and the feedback reports.
 
-`evaluate_candidates(jobs, settings, gpu=None)`:
+`evaluate_candidates(jobs, settings, gpu=None, on_result=None)`:
 1. checks each job (known task, some source, kernel signatures as the contract says);
 2. compiles candidates, frozen programs and task baselines in the CPU compile pool (nvcc -> cubin);
 3. without a GPU stops there: compiled sources are labelled `compile` with `evaluated_up_to`
    `compile` (pass and fast are not evaluated, never guessed);
-4. with a GPU, verifies in persistent workers (in parallel), then times, holding the GPU alone, each
-   correct candidate and (once per source) its frozen program and the task baseline.
+4. with a GPU, verifies each candidate in persistent workers (in parallel) as soon as its compile is
+   done, so nvcc and verification overlap; then, once every compile is over (so nvcc never competes
+   with the timing loop for the CPU), times, holding the GPU alone, each correct candidate and (once
+   per source) its frozen program and the task baseline.
+`on_result` is called with each result as soon as it is final, in the caller's thread, so a caller can
+store outcomes while the rest are still being evaluated (a killed shard keeps what it finished).
 
 Label rule: fail (no code, contract broken, compile error) < compile (built, but failed to load, run or
 verify) < pass (correct) < fast (correct and frozen time / candidate time > 1 + fastTolerance).
@@ -19,8 +23,9 @@ import functools
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,8 +115,14 @@ def _resources(result: Any) -> dict[str, Any]:
 
 
 def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | None = None,
-                        pool: Any | None = None) -> list[KernelResult]:
-    """Outcomes for `jobs`, in the same order. `pool`: a WorkerPool to reuse (else one is made and closed)."""
+                        pool: Any | None = None,
+                        on_result: Callable[[KernelResult], None] | None = None,
+                        phases: dict[str, float] | None = None) -> list[KernelResult]:
+    """Outcomes for `jobs`, in the same order. `pool`: a WorkerPool to reuse (else one is made and closed);
+    `on_result`: called with each result once it is final (see the module's docstring); `phases`: filled
+    with the wall seconds of the two phases (`compileAndVerify`, `timing`) and the count timed (`timed`)."""
+    phases = {} if phases is None else phases
+    started = time.monotonic()
     cfg = EvalSettings.of(settings)
     from cudanalyst.runner.kernels.compile import (
         CompileCache,
@@ -121,74 +132,115 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
     )
 
     results: dict[str, KernelResult] = {}
+
+    def emit(result: KernelResult) -> None:
+        results[result.key] = result
+        if on_result is not None:
+            on_result(result)
+
     tasks: dict[str, Task] = {}
     todo: list[KernelJob] = []
     for job in jobs:
         try:
             tasks[job.key] = get_task(job.task)
         except UnknownTaskError as exc:
-            results[job.key] = _fail(job, str(exc))
+            emit(_fail(job, str(exc)))
             continue
         if job.source is None or not job.source.strip():
-            results[job.key] = _fail(job, "no kernel source was extracted from the completion")
+            emit(_fail(job, "no kernel source was extracted from the completion"))
             continue
         if problems := contract_problems(tasks[job.key], job.source):
-            results[job.key] = _fail(job, "contract: " + "; ".join(problems))
+            emit(_fail(job, "contract: " + "; ".join(problems)))
             continue
         todo.append(job)
+    if not todo:
+        return [results[j.key] for j in jobs]
 
-    # Compile candidates, frozen programs and baselines in one pool; identical sources compile once.
-    cache = CompileCache(os.environ.get("CUDANALYST_COMPILE_CACHE") or default_cache_dir())
-    with CompilePool(cfg.compile_workers, cache=cache) as compiler:
-        cand = {j.key: compiler.submit(task_translation_unit(tasks[j.key], j.source or "")) for j in todo}
-        refs: dict[tuple[str, str], Any] = {}
-        for j in todo:
-            t = tasks[j.key]
-            refs.setdefault((t.name, t.baseline_source), compiler.submit(task_translation_unit(t, t.baseline_source)))
-            if j.frozen_source:
-                refs.setdefault((t.name, j.frozen_source), compiler.submit(task_translation_unit(t, j.frozen_source)))
-        compiled = {k: f.result() for k, f in cand.items()}
-        ref_compiled = {k: f.result() for k, f in refs.items()}
-
-    built: list[KernelJob] = []
-    for job in todo:
-        c = compiled[job.key]
-        if not c.ok:
-            results[job.key] = _fail(job, "compile error: " + _compile_errors(c))
-        else:
-            built.append(job)
     use_gpu = gpu_available() if gpu is None else gpu
-    if not use_gpu:
-        for job in built:
-            results[job.key] = KernelResult(
-                key=job.key, label="compile", evaluated_up_to="compile", resources=_resources(compiled[job.key]),
-                reason="compiled; not run: no GPU on this machine, so pass and fast were not evaluated")
-    elif built:
+    own = use_gpu and pool is None
+    if use_gpu and pool is None:
         from cudanalyst.runner.kernels.pool import WorkerPool
 
-        own = pool is None
-        pool = pool or WorkerPool(cfg.gpu_workers)
-        try:
-            _evaluate_on_gpu(built, tasks, compiled, ref_compiled, cfg, pool, results)
-        finally:
-            if own:
-                pool.close()
+        pool = WorkerPool(cfg.gpu_workers)
+    seeds = [SEED_BASE + i for i in range(cfg.correctness_trials)]
+    correct: list[KernelJob] = []
+    verdicts: dict[str, dict[str, Any]] = {}
+    compiled: dict[str, Any] = {}
+    verifier: ThreadPoolExecutor | None = None
+
+    def _after_compile(job: KernelJob, c: Any) -> Future[Any] | None:
+        """Record a compile; return the verification it starts, if any."""
+        compiled[job.key] = c
+        if not c.ok:
+            emit(_fail(job, "compile error: " + _compile_errors(c)))
+        elif not use_gpu:
+            emit(KernelResult(key=job.key, label="compile", evaluated_up_to="compile", resources=_resources(c),
+                              reason="compiled; not run: no GPU on this machine, so pass and fast were not evaluated"))
+        else:
+            t = tasks[job.key]
+            request = {"task": t.name, "sizes": dict(t.sizes), "cubin": c.cubin, "seeds": seeds,
+                       "rtol": cfg.rtol, "atol": cfg.atol}
+            assert verifier is not None  # opened below, before any compile is submitted
+            return verifier.submit(pool.verify, request, cfg.timeout_seconds)
+        return None
+
+    def _after_verify(job: KernelJob, verdict: dict[str, Any]) -> None:
+        if verdict.get("ok") and verdict.get("correct"):
+            correct.append(job)
+            verdicts[job.key] = verdict
+            return
+        why = str(verdict.get("reason")) if verdict.get("ok") else f"{verdict.get('kind')}: {verdict.get('error')}"
+        emit(KernelResult(job.key, "compile", "fast", why, resources=_resources(compiled[job.key]),
+                          gpu_seconds=float(verdict.get("seconds", 0.0))))
+
+    try:
+        # Compile candidates, frozen programs and baselines in one pool; identical sources compile once.
+        cache = CompileCache(os.environ.get("CUDANALYST_COMPILE_CACHE") or default_cache_dir())
+        with CompilePool(cfg.compile_workers, cache=cache) as compiler, \
+                ThreadPoolExecutor(max(1, len(pool.workers)) if pool else 1, thread_name_prefix="verify") as verifier:
+            # The pool hands identical sources the same future, so a future may stand for several jobs.
+            by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}
+            for j in todo:
+                fut = compiler.submit(task_translation_unit(tasks[j.key], j.source or ""))
+                by_future.setdefault(fut, []).append(("compile", j))
+            refs: dict[tuple[str, str], Any] = {}
+            for j in todo:
+                t = tasks[j.key]
+                refs.setdefault((t.name, t.baseline_source),
+                                compiler.submit(task_translation_unit(t, t.baseline_source)))
+                if j.frozen_source:
+                    refs.setdefault((t.name, j.frozen_source), compiler.submit(task_translation_unit(t, j.frozen_source)))
+            pending = set(by_future)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    for step, job in by_future.pop(fut):
+                        if step == "compile":
+                            verify = _after_compile(job, fut.result())
+                            if verify is not None:
+                                by_future[verify] = [("verify", job)]
+                                pending.add(verify)
+                        else:
+                            _after_verify(job, fut.result())
+            ref_compiled = {k: f.result() for k, f in refs.items()}
+        phases["compileAndVerify"] = time.monotonic() - started
+        phases["timed"] = len(correct)
+        if correct:
+            # Timing in the order the jobs came in, so a run's outcomes do not depend on compile speed.
+            order = {j.key: i for i, j in enumerate(todo)}
+            _time_correct(sorted(correct, key=lambda j: order[j.key]), tasks, compiled, verdicts, ref_compiled,
+                          cfg, pool, emit)
+        phases["timing"] = time.monotonic() - started - phases["compileAndVerify"]
+    finally:
+        if own and pool is not None:
+            pool.close()
     return [results[j.key] for j in jobs]
 
 
-def _evaluate_on_gpu(built: Sequence[KernelJob], tasks: dict[str, Task], compiled: dict[str, Any],
-                     ref_compiled: dict[tuple[str, str], Any], cfg: EvalSettings, pool: Any,
-                     results: dict[str, KernelResult]) -> None:
-    seeds = [SEED_BASE + i for i in range(cfg.correctness_trials)]
-
-    def verify(job: KernelJob) -> dict[str, Any]:
-        t = tasks[job.key]
-        return pool.verify({"task": t.name, "sizes": dict(t.sizes), "cubin": compiled[job.key].cubin,
-                            "seeds": seeds, "rtol": cfg.rtol, "atol": cfg.atol}, cfg.timeout_seconds)
-
-    with ThreadPoolExecutor(max(1, len(pool.workers))) as ex:
-        verdicts = dict(zip([j.key for j in built], ex.map(verify, built), strict=True))
-
+def _time_correct(correct: Sequence[KernelJob], tasks: dict[str, Task], compiled: dict[str, Any],
+                  verdicts: dict[str, dict[str, Any]], ref_compiled: dict[tuple[str, str], Any], cfg: EvalSettings, pool: Any,
+                  emit: Callable[[KernelResult], None]) -> None:
+    """Time each verified candidate (and, once per source, its frozen program and the baseline)."""
     ref_times: dict[tuple[str, str], dict[str, Any] | None] = {}
 
     def time_source(t: Task, cubin: bytes, keep: bool) -> dict[str, Any]:
@@ -206,23 +258,15 @@ def _evaluate_on_gpu(built: Sequence[KernelJob], tasks: dict[str, Task], compile
             ref_times[key] = reply["stats"] if reply and reply.get("ok") else None
         return ref_times[key]
 
-    for job in built:
-        t, verdict = tasks[job.key], verdicts[job.key]
-        resources = _resources(compiled[job.key])
+    for job in correct:
+        t, c, verdict = tasks[job.key], compiled[job.key], verdicts[job.key]
+        resources = _resources(c)
         gpu_s = float(verdict.get("seconds", 0.0))
-        if not verdict.get("ok"):
-            results[job.key] = KernelResult(job.key, "compile", "fast", f"{verdict.get('kind')}: {verdict.get('error')}",
-                                            resources=resources, gpu_seconds=gpu_s)
-            continue
-        if not verdict.get("correct"):
-            results[job.key] = KernelResult(job.key, "compile", "fast", str(verdict.get("reason")),
-                                            resources=resources, gpu_seconds=gpu_s)
-            continue
-        reply = time_source(t, compiled[job.key].cubin, keep=False)
+        reply = time_source(t, c.cubin, keep=False)
         gpu_s += float(reply.get("seconds", 0.0))
         if not reply.get("ok"):
-            results[job.key] = KernelResult(job.key, "pass", "pass", f"correct, but timing failed: {reply.get('error')}",
-                                            resources=resources, gpu_seconds=gpu_s)
+            emit(KernelResult(job.key, "pass", "pass", f"correct, but timing failed: {reply.get('error')}",
+                              resources=resources, gpu_seconds=gpu_s))
             continue
         mine = reply["stats"]
         frozen = reference_time(t, job.frozen_source)
@@ -235,9 +279,9 @@ def _evaluate_on_gpu(built: Sequence[KernelJob], tasks: dict[str, Task], compile
                f"(IQR/median {mine['iqr_over_median']:.1%})")
         why += (f"; speedup {s_frozen:.3f}x vs the frozen program (fast needs > {1 + cfg.fast_tolerance:.2f}x)"
                 if s_frozen is not None else "; the frozen program could not be timed, so fast was not evaluated")
-        results[job.key] = KernelResult(
+        emit(KernelResult(
             job.key, label, up_to, why, speedup=s_frozen, speedup_vs_baseline=s_base, time_ms=mine["median_ms"],
-            timings={"candidate": mine, "frozen": frozen, "baseline": base}, resources=resources, gpu_seconds=gpu_s)
+            timings={"candidate": mine, "frozen": frozen, "baseline": base}, resources=resources, gpu_seconds=gpu_s))
 
 
 def feedback_reports(task: str, source: str, settings: Any, *, gpu: bool | None = None) -> dict[str, str]:

@@ -94,7 +94,7 @@ def handle_time(session: GpuSession, request: dict[str, Any]) -> dict[str, Any]:
         launcher = ContractLauncher(cuda, task, module)
     except (cuda.Error, ContractError) as exc:
         return {"ok": False, "kind": "load", "error": f"cannot time: {exc}", "sticky": not session.healthy()}
-    buffers = Buffers(cuda, task, task.make_inputs(int(request.get("seed", 0))))
+    buffers = Buffers(cuda, task, session.inputs_for(task, int(request.get("seed", 0))))
     try:
         times = time_launches(session, launcher, buffers, int(request.get("warmup", 3)), int(request.get("trials", 30)))
     finally:

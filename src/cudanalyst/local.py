@@ -4,7 +4,8 @@ One pass of `cudanalyst run`:
   1. check the spec, the output folder and (when resuming) that the folder belongs to this spec;
   2. serve each `serve: local` model once with vLLM, shared by every shard (a pod serves its own);
   3. run every shard's LLM stage at once against those servers;
-  4. stop the servers, so the GPU is quiet, then run the kernel stage shard by shard (timing holds the GPU);
+  4. stop the servers, so the GPU is quiet, then run the kernel stage of every shard in one process (one
+     compile pool and one set of GPU workers; timing holds the GPU);
   5. build the report.
 Everything lands in the run's folder of the object store, so stopping and running again resumes.
 """
@@ -135,11 +136,12 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float) -
         yield AttributionRun.model_validate(data)
 
 
-def _launch(spec_path: Path, shard: int, of: int, stage: str, log_dir: str) -> subprocess.Popen[bytes]:
-    log = open(Path(log_dir) / f"shard-{shard}-{stage}.log", "ab")  # noqa: SIM115 - owned by the process
+def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str) -> subprocess.Popen[bytes]:
+    name = "-".join(map(str, shards))
+    log = open(Path(log_dir) / f"shard-{name}-{stage}.log", "ab")  # noqa: SIM115 - owned by the process
     return subprocess.Popen(
-        [sys.executable, "-m", "cudanalyst.runner.shard", "--spec", str(spec_path), "--shard", str(shard),
-         "--of", str(of), "--stage", stage, "--log-dir", log_dir],
+        [sys.executable, "-m", "cudanalyst.runner.shard", "--spec", str(spec_path),
+         "--shard", ",".join(map(str, shards)), "--of", str(of), "--stage", stage, "--log-dir", log_dir],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )
 
@@ -161,21 +163,21 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def run_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str, parallel: bool,
               tick: Callable[[], None]) -> dict[int, int]:
-    """Run one stage over the shards; return each shard's exit status. Ctrl-C stops every child."""
-    codes: dict[int, int] = {}
-    waves = [shards] if parallel else [[s] for s in shards]
-    for wave in waves:
-        procs = {s: _launch(spec_path, s, of, stage, log_dir) for s in wave}
-        try:
-            while any(p.poll() is None for p in procs.values()):
-                tick()
-                time.sleep(POLL_S)
-        except KeyboardInterrupt:
-            _stop(list(procs.values()))
-            raise
-        codes.update({s: p.returncode for s, p in procs.items()})
-        tick()
-    return codes
+    """Run one stage over the shards; return each shard's exit status. Ctrl-C stops every child.
+
+    parallel: one process per shard, all at once (the LLM stage: every prompt in flight); otherwise one
+    process for all the shards (the kernel stage: one GPU, so one pool of workers)."""
+    groups = [[s] for s in shards] if parallel else [list(shards)]
+    procs = {tuple(g): _launch(spec_path, g, of, stage, log_dir) for g in groups}
+    try:
+        while any(p.poll() is None for p in procs.values()):
+            tick()
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        _stop(list(procs.values()))
+        raise
+    tick()
+    return {s: p.returncode for g, p in procs.items() for s in g}
 
 
 def write_spec_file(run: AttributionRun, folder: str) -> Path:
