@@ -284,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
                 harness.finish(NS, pod.metadata.name)
                 time.sleep(gap)
             finished_at = time.monotonic()
-            changed = lambda: [n for n in jobs_w.times if n in names]  # noqa: E731
+            name_set = set(names)
+            # A copy of the keys first: the watcher threads add to these dicts meanwhile.
+            changed = lambda: [n for n in list(jobs_w.times) if n in name_set]  # noqa: E731
             while time.monotonic() < end and (len(changed()) < len(started)
                                                or any(n not in runs_w.times for n in changed())):
                 time.sleep(1)
