@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from cudanalyst.runner.llm.client import ClientSettings, GenerationRequest, generate
+from cudanalyst.runner.llm.client import ClientSettings, GenerationRequest, generate, generate_chained
 from cudanalyst.runner.llm.serving import Endpoint, free_port
 
 FAST = ClientSettings(concurrency=4, retries=3, backoff_s=0.01, backoff_max_s=0.05, timeout_s=5)
@@ -49,6 +49,9 @@ def standin() -> Iterator[tuple[Endpoint, Script]]:
             with script.lock:
                 script.requests.append(body)
                 status, text, delay = script.answers.pop(0) if script.answers else (200, None, 0.0)
+            prompt = str(body.get("prompt", ""))
+            if prompt.startswith("sleep:"):  # a request that says how slow its answer is
+                delay = max(delay, float(prompt.removeprefix("sleep:")))
             time.sleep(delay)
             payload = json.dumps(completion(body) if text is None else {"error": {"message": text}}).encode()
             self.send_response(status)
@@ -127,3 +130,22 @@ def test_refused_connections_stop_the_batch_after_one_retry_cycle() -> None:
     assert all(r.error_kind == "unreachable" for r in results)
     assert results[0].attempts == 4
     assert sum(r.attempts for r in results[1:]) == 0  # failed fast on the breaker
+
+
+def test_a_follow_up_leaves_as_soon_as_its_first_request_is_answered(standin) -> None:
+    endpoint, script = standin
+    started = time.monotonic()
+    seen: list[tuple[str, float]] = []
+
+    def follow_up(res):  # a plan, then the coder request that shows it; no follow-up for "none"
+        assert res.ok
+        return None if res.key == "none" else GenerationRequest(f"{res.key}-code", "sleep:0", n=2, seed=3, max_tokens=8)
+
+    first = [GenerationRequest(k, p, n=1, seed=1, max_tokens=8) for k, p in (("fast", "sleep:0"), ("slow", "sleep:1.5"), ("none", "x"))]
+    generate_chained(endpoint, first, follow_up, [GenerationRequest("direct", "sleep:0", n=1, seed=2, max_tokens=8)], FAST,
+                     on_result=lambda r: seen.append((r.key, time.monotonic() - started)))
+    keys = [k for k, _ in seen]
+    assert sorted(keys) == ["direct", "fast-code", "slow-code"]  # follow-ups and direct ones, each once
+    when = dict(seen)
+    assert when["fast-code"] < 1.0 <= 1.5 <= when["slow-code"]  # fast's follow-up did not wait for slow
+    assert len(script.requests) == 6 and {r["n"] for r in script.requests if r["prompt"] == "sleep:0"} >= {2}

@@ -121,6 +121,8 @@ class _Breaker:
 
 
 OnResult = Callable[[GenerationResult], None]
+# Given a finished request, the request that follows from it (or None): runs in a worker thread.
+FollowUp = Callable[[GenerationResult], "GenerationRequest | None"]
 
 
 async def _one(
@@ -210,3 +212,43 @@ def generate(
     if not requests:
         return []
     return asyncio.run(generate_async(endpoint, requests, settings, on_result))
+
+
+async def generate_chained_async(
+    endpoint: Endpoint, first: Sequence[GenerationRequest], follow_up: FollowUp,
+    direct: Sequence[GenerationRequest] = (), settings: ClientSettings | None = None,
+    on_result: OnResult | None = None,
+) -> None:
+    """Each request of `first`, then at once the request `follow_up` makes of its result (e.g. a plan,
+    then the coder request that shows it), next to the `direct` requests that need no first step. Every
+    request is in flight as soon as it can be, so no request waits for the slowest of another phase.
+    `on_result` gets the results of the follow-up and direct requests (not of the first ones)."""
+    settings = settings or ClientSettings()
+    sem = asyncio.Semaphore(settings.concurrency)
+    breaker = _Breaker()
+    rng = random.Random(0)
+    client = AsyncOpenAI(
+        base_url=endpoint.base_url, api_key="EMPTY", max_retries=0, timeout=settings.timeout_s,
+    )
+
+    async def chain(req: GenerationRequest) -> None:
+        result = await _one(client, endpoint, req, settings, sem, breaker, rng, None)
+        nxt = await asyncio.to_thread(follow_up, result)
+        if nxt is not None:
+            await _one(client, endpoint, nxt, settings, sem, breaker, rng, on_result)
+
+    try:
+        await asyncio.gather(*(chain(r) for r in first),
+                             *(_one(client, endpoint, r, settings, sem, breaker, rng, on_result) for r in direct))
+    finally:
+        await client.close()
+
+
+def generate_chained(
+    endpoint: Endpoint, first: Sequence[GenerationRequest], follow_up: FollowUp,
+    direct: Sequence[GenerationRequest] = (), settings: ClientSettings | None = None,
+    on_result: OnResult | None = None,
+) -> None:
+    """Synchronous front of `generate_chained_async`."""
+    if first or direct:
+        asyncio.run(generate_chained_async(endpoint, first, follow_up, direct, settings, on_result))

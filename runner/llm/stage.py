@@ -4,6 +4,9 @@ Order of work (each phase sends all its requests at once, then the next phase st
   1. summaries of the reports in `summary` mode, cached per program and player;
   2. plans (explicit planning), one per (program, coalition, arm, rollout), stored once;
   3. candidates: one coder request per (program, coalition, arm, rollout) with n = samplesPerCoalition.
+When the planner and the coder are the same model (one server), phases 2 and 3 are one: each group's
+coder request leaves as soon as its plan is stored, so no coder request waits for the slowest plan.
+Seeds and prompts are the same either way, so the records are too.
 
 Models (servers.py): phases run one after the other on the shard's GPU. A local server is kept
 between phases whose model spec is identical (coder defaults to planner: one server for both), and
@@ -27,7 +30,7 @@ from typing import Any
 from cudanalyst.api import AttributionRun, ModelSpec
 from cudanalyst.outcomes import CandidateRecord
 from cudanalyst.plan import Unit
-from cudanalyst.runner.llm.client import GenerationRequest, GenerationResult, generate
+from cudanalyst.runner.llm.client import GenerationRequest, GenerationResult, generate, generate_chained
 from cudanalyst.runner.llm.extract import extract_kernel
 from cudanalyst.runner.llm.prompts import (
     TEMPLATE_VERSION,
@@ -182,10 +185,13 @@ class LlmStage:
         with stopping(servers):
             summaries = self._summaries(groups, servers)
             live = [g for g in groups if not g.failed]
-            if self.spec.planning == "explicit":
-                self._plans(live, summaries, servers)
-                live = [g for g in live if not g.failed]
-            self._candidates(live, summaries, servers)
+            if self.spec.planning == "explicit" and self._one_model_plans_and_codes():
+                self._plans_into_candidates(live, summaries, servers)
+            else:
+                if self.spec.planning == "explicit":
+                    self._plans(live, summaries, servers)
+                    live = [g for g in live if not g.failed]
+                self._candidates(live, summaries, servers)
         # Time a local model held the shard's GPU(s); endpoints cost this shard nothing.
         self.progress.gpu_seconds += servers.served_seconds
         self._tick(force=True)
@@ -231,8 +237,8 @@ class LlmStage:
                 summaries[key] = result
         return summaries
 
-    def _plans(self, groups: list[Group], summaries: dict[tuple[str, str], str], servers: ModelServers) -> None:
-        spec = self.spec.models.planner
+    def _plans_needed(self, groups: list[Group], summaries: dict[tuple[str, str], str]) -> list[Group]:
+        """Set every group's planner prompt, and the plan where it is known (dummy or stored); the rest."""
         todo = []
         for g in groups:
             g.planner_prompt = planner_prompt(self.view(g.program), self.reports(g, summaries))
@@ -245,37 +251,85 @@ class LlmStage:
                 g.plan, g.planner_meta = str(stored["plan"]), stored
             else:
                 todo.append(g)
+        return todo
+
+    def _planner_request(self, g: Group, endpoint: Endpoint) -> GenerationRequest:
+        assert g.planner_prompt is not None
+        return GenerationRequest(
+            g.key, g.planner_prompt.rendered(endpoint.api), 1, derive_seed(self.spec.sampling.seed, "planner", g.key),
+            min(PLAN_MAX_TOKENS, self.spec.sampling.max_tokens), self.spec.sampling.temperature,
+            self.spec.sampling.top_p)
+
+    def _store_plan(self, g: Group, res: GenerationResult, endpoint: Endpoint) -> bool:
+        """Record a planner result on its group (a failure fails the group's units); True when planned."""
+        assert g.planner_prompt is not None
+        prompt_text = _prompt_text(g.planner_prompt.rendered(endpoint.api))
+        if not res.ok:
+            g.failed = True
+            self._fail_units(g.units, "planner", res.error_kind or "error", res.error or "",
+                             prompts={"planner": prompt_text})
+            return False
+        self._count(res)
+        meta = self.store.write_plan(g.key, {
+            "groupKey": g.key, "plan": res.texts[0], "model": self.spec.models.planner.model, "api": endpoint.api,
+            "seed": res.seed, "promptVersion": TEMPLATE_VERSION, "prompt": prompt_text,
+            "finishReason": res.finish_reasons[0],
+            "tokens": {"prompt": res.prompt_tokens, "completion": res.completion_tokens[0]},
+        })
+        g.plan, g.planner_meta = str(meta["plan"]), meta
+        return True
+
+    def _plans(self, groups: list[Group], summaries: dict[tuple[str, str], str], servers: ModelServers) -> None:
+        todo = self._plans_needed(groups, summaries)
         if not todo:
             return
-        endpoint = self._endpoint_or_fail(servers, spec, "planner", [u for g in todo for u in g.units])
+        endpoint = self._endpoint_or_fail(servers, self.spec.models.planner, "planner",
+                                          [u for g in todo for u in g.units])
         if endpoint is None:
             for g in todo:
                 g.failed = True
             return
-        requests = []
-        for g in todo:
-            assert g.planner_prompt is not None
-            requests.append(GenerationRequest(
-                g.key, g.planner_prompt.rendered(endpoint.api), 1,
-                derive_seed(self.spec.sampling.seed, "planner", g.key),
-                min(PLAN_MAX_TOKENS, self.spec.sampling.max_tokens),
-                self.spec.sampling.temperature, self.spec.sampling.top_p))
+        requests = [self._planner_request(g, endpoint) for g in todo]
         for g, res in zip(todo, generate(endpoint, requests, self.settings.client), strict=True):
-            assert g.planner_prompt is not None
-            prompt_text = _prompt_text(g.planner_prompt.rendered(endpoint.api))
-            if not res.ok:
-                g.failed = True
-                self._fail_units(g.units, "planner", res.error_kind or "error", res.error or "",
-                                 prompts={"planner": prompt_text})
-                continue
-            self._count(res)
-            meta = self.store.write_plan(g.key, {
-                "groupKey": g.key, "plan": res.texts[0], "model": spec.model, "api": endpoint.api,
-                "seed": res.seed, "promptVersion": TEMPLATE_VERSION, "prompt": prompt_text,
-                "finishReason": res.finish_reasons[0],
-                "tokens": {"prompt": res.prompt_tokens, "completion": res.completion_tokens[0]},
-            })
-            g.plan, g.planner_meta = str(meta["plan"]), meta
+            self._store_plan(g, res, endpoint)
+
+    def _one_model_plans_and_codes(self) -> bool:
+        """Whether one server writes plans and kernels (the coder defaults to the planner)."""
+        return self.spec.coder.model_dump_json() == self.spec.models.planner.model_dump_json()
+
+    def _plans_into_candidates(self, groups: list[Group], summaries: dict[tuple[str, str], str],
+                               servers: ModelServers) -> None:
+        """Explicit planning on one model: each coder request leaves as soon as its group's plan is stored."""
+        if not groups:
+            return
+        todo = self._plans_needed(groups, summaries)
+        todo_keys = {g.key for g in todo}
+        planned = [g for g in groups if g.key not in todo_keys]
+        try:
+            endpoint = servers.endpoint(self.spec.coder)
+        except ServingError as exc:  # as the two phases would say it: plans first, then the coder's units
+            for phase, failed in (("planner", todo), ("coder", planned)):
+                if failed:
+                    self._fail_units([u for g in failed for u in g.units], phase, "serving", str(exc))
+            return
+        by_key = {g.key: g for g in groups}
+        prompts: dict[str, Prompt] = {}
+
+        def coder_request(g: Group) -> GenerationRequest:
+            prompts[g.key] = self._coder_prompt(g, summaries)
+            return self._coder_request(g, prompts[g.key], endpoint)
+
+        def after_plan(res: GenerationResult) -> GenerationRequest | None:
+            g = by_key[res.key]
+            return coder_request(g) if self._store_plan(g, res, endpoint) else None
+
+        def record(res: GenerationResult) -> None:
+            g = by_key[res.key]
+            self._write_group(g, res, prompts[g.key], endpoint)
+            self._tick()
+
+        generate_chained(endpoint, [self._planner_request(g, endpoint) for g in todo], after_plan,
+                         [coder_request(g) for g in planned], self.settings.client, on_result=record)
 
     def _coder_prompt(self, g: Group, summaries: dict[tuple[str, str], str]) -> Prompt:
         if g.arm == "dummyPlan" and g.plan is None:
@@ -293,15 +347,9 @@ class LlmStage:
         endpoint = self._endpoint_or_fail(servers, spec, "coder", [u for g in groups for u in g.units])
         if endpoint is None:
             return
-        sampling = self.spec.sampling
         prompts = {g.key: self._coder_prompt(g, summaries) for g in groups}
         by_key = {g.key: g for g in groups}
-        requests = [
-            GenerationRequest(g.key, prompts[g.key].rendered(endpoint.api), sampling.samples_per_coalition,
-                              derive_seed(sampling.seed, "coder", g.key), sampling.max_tokens,
-                              sampling.temperature, sampling.top_p)
-            for g in groups
-        ]
+        requests = [self._coder_request(g, prompts[g.key], endpoint) for g in groups]
 
         def record(res: GenerationResult) -> None:
             g = by_key[res.key]
@@ -309,6 +357,12 @@ class LlmStage:
             self._tick()
 
         generate(endpoint, requests, self.settings.client, on_result=record)
+
+    def _coder_request(self, g: Group, prompt: Prompt, endpoint: Endpoint) -> GenerationRequest:
+        sampling = self.spec.sampling
+        return GenerationRequest(g.key, prompt.rendered(endpoint.api), sampling.samples_per_coalition,
+                                 derive_seed(sampling.seed, "coder", g.key), sampling.max_tokens,
+                                 sampling.temperature, sampling.top_p)
 
     def _write_group(self, g: Group, res: GenerationResult, coder: Prompt, endpoint: Endpoint) -> None:
         prompts = {"coder": _prompt_text(coder.rendered(endpoint.api))}
