@@ -184,24 +184,33 @@ def _token_count(choice: Any) -> int | None:
     return len(ids) if isinstance(ids, list) else None
 
 
+class _Batch:
+    """What the requests of one call share: the HTTP client, the concurrency bound, the breaker."""
+
+    def __init__(self, endpoint: Endpoint, settings: ClientSettings | None) -> None:
+        self.endpoint = endpoint
+        self.settings = settings or ClientSettings()
+        self.sem = asyncio.Semaphore(self.settings.concurrency)
+        self.breaker = _Breaker()
+        self.rng = random.Random(0)
+        self.client = AsyncOpenAI(
+            base_url=endpoint.base_url, api_key="EMPTY", max_retries=0, timeout=self.settings.timeout_s,
+        )
+
+    async def one(self, req: GenerationRequest, on_result: OnResult | None) -> GenerationResult:
+        return await _one(self.client, self.endpoint, req, self.settings, self.sem, self.breaker, self.rng, on_result)
+
+
 async def generate_async(
     endpoint: Endpoint, requests: Sequence[GenerationRequest], settings: ClientSettings | None = None,
     on_result: OnResult | None = None,
 ) -> list[GenerationResult]:
     """Results in the order of `requests`; never raises for a failed request."""
-    settings = settings or ClientSettings()
-    sem = asyncio.Semaphore(settings.concurrency)
-    breaker = _Breaker()
-    rng = random.Random(0)
-    client = AsyncOpenAI(
-        base_url=endpoint.base_url, api_key="EMPTY", max_retries=0, timeout=settings.timeout_s,
-    )
+    batch = _Batch(endpoint, settings)
     try:
-        return list(await asyncio.gather(
-            *(_one(client, endpoint, r, settings, sem, breaker, rng, on_result) for r in requests)
-        ))
+        return list(await asyncio.gather(*(batch.one(r, on_result) for r in requests)))
     finally:
-        await client.close()
+        await batch.client.close()
 
 
 def generate(
@@ -223,25 +232,17 @@ async def generate_chained_async(
     then the coder request that shows it), next to the `direct` requests that need no first step. Every
     request is in flight as soon as it can be, so no request waits for the slowest of another phase.
     `on_result` gets the results of the follow-up and direct requests (not of the first ones)."""
-    settings = settings or ClientSettings()
-    sem = asyncio.Semaphore(settings.concurrency)
-    breaker = _Breaker()
-    rng = random.Random(0)
-    client = AsyncOpenAI(
-        base_url=endpoint.base_url, api_key="EMPTY", max_retries=0, timeout=settings.timeout_s,
-    )
+    batch = _Batch(endpoint, settings)
 
     async def chain(req: GenerationRequest) -> None:
-        result = await _one(client, endpoint, req, settings, sem, breaker, rng, None)
-        nxt = await asyncio.to_thread(follow_up, result)
+        nxt = await asyncio.to_thread(follow_up, await batch.one(req, None))
         if nxt is not None:
-            await _one(client, endpoint, nxt, settings, sem, breaker, rng, on_result)
+            await batch.one(nxt, on_result)
 
     try:
-        await asyncio.gather(*(chain(r) for r in first),
-                             *(_one(client, endpoint, r, settings, sem, breaker, rng, on_result) for r in direct))
+        await asyncio.gather(*(chain(r) for r in first), *(batch.one(r, on_result) for r in direct))
     finally:
-        await client.close()
+        await batch.client.close()
 
 
 def generate_chained(
