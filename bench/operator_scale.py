@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         rss_idle = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
 
         from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
 
         jobs_w = Watcher(cluster, "jobs", job_changed)
         runs_w = Watcher(cluster, "runs", run_answered)
@@ -269,7 +270,12 @@ def main(argv: list[str] | None = None) -> int:
             quiet_end = min(end, t_quiet + 120)
             started_names = {pod.metadata.labels[RUN_LABEL] for pod in started}
             while time.monotonic() < quiet_end:
-                items = co.list_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL)["items"]
+                try:
+                    items = co.list_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL)["items"]
+                except ApiException as exc:  # an overloaded API server times lists out (504): ask again
+                    print(f"  listing runs failed ({exc.status} {exc.reason}); trying again", flush=True)
+                    time.sleep(2)
+                    continue
                 if len([r for r in items if r["metadata"]["name"] in started_names and run_running(r)]) \
                         >= len(started_names):
                     break
