@@ -150,6 +150,7 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
 
     async def child_event(body: kopf.Body, type: str, relevant: dict[str, Any], quiet: dict[str, Any] | None,
                           runner_jobs: kopf.Index, runner_pods: kopf.Index) -> None:
+        # A refresh that raises is logged by kopf and not retried: the safety-net timer catches up.
         meta = body.get("metadata") or {}
         key = _run_key(dict(meta))
         if key is None:
@@ -183,7 +184,7 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
     # Async: called for every event of every run, so it must not cost a thread hop.
     @kopf.on.event(*RUN, id="run_event", registry=registry)
     async def run_event(body: kopf.Body, type: str, status: kopf.Status, runner_jobs: kopf.Index,
-                             runner_pods: kopf.Index, **_: Any) -> None:
+                        runner_pods: kopf.Index, **_: Any) -> None:
         meta = body.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if type == "DELETED":
