@@ -208,7 +208,8 @@ async def test_status_patches_and_gets_reuse_one_connection(kube: Any, trajector
     try:
         body = await asyncio.to_thread(calls)
         manager = client.api.rest_client.pool_manager
-        pools = [manager.pools[key] for key in manager.pools.keys()]
+        # urllib3's pool container refuses plain iteration (not thread-safe); keys() is its safe copy.
+        pools = [manager.pools[key] for key in manager.pools.keys()]  # noqa: SIM118
         assert [pool.num_connections for pool in pools] == [1]
         assert body is not None and body["status"]["message"] == "m4"
         assert await asyncio.to_thread(client.get_run, NS, "gone") is None
