@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst.api import AttributionRun, load_run
-from cudanalyst.local import prepare, run_stage, shared_servers, write_spec_file
+from cudanalyst.local import llm_stage_args, prepare, run_stage, shared_servers, write_spec_file
 from cudanalyst.outcomes import CandidateRecord, Label, OutcomeRecord
 from cudanalyst.plan import Unit
 from cudanalyst.runs import plan_run, run_store
@@ -160,7 +160,8 @@ def run_pipeline_llm(served: AttributionRun, folder: str, side: Side) -> None:
     shards = list(range(served.spec.resources.shards))
     spec_path = write_spec_file(served, folder)
     t0 = time.perf_counter()
-    codes = run_stage(spec_path, shards, len(shards), "llm", folder, True, lambda: None)
+    codes = run_stage(spec_path, shards, len(shards), "llm", folder, True, lambda: None,
+                      llm_stage_args(served, len(shards)))
     side.stage_seconds["llm"] = time.perf_counter() - t0
     side.failures += sum(1 for c in codes.values() if c != 0)
 
@@ -169,7 +170,7 @@ def run_pipeline_kernels(run: AttributionRun, folder: str, side: Side) -> None:
     shards = list(range(run.spec.resources.shards))
     spec_path = write_spec_file(run, folder)
     t0 = time.perf_counter()
-    # One shard at a time, as `cudanalyst run` does: timing must hold the GPU alone.
+    # Every shard in one process, as `cudanalyst run` does: timing must hold the GPU alone.
     codes = run_stage(spec_path, shards, len(shards), "kernels", folder, False, lambda: None)
     side.stage_seconds["kernels"] = time.perf_counter() - t0
     side.failures += sum(1 for c in codes.values() if c != 0)

@@ -19,13 +19,14 @@ are in errors/<unit>.json and progress/shard-<i>.json; run the same command agai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cudanalyst.api import AttributionRun, SpecError, load_run
@@ -68,6 +69,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--retries", type=int, default=ClientSettings.retries,
                    help="retries of a request on connection errors and 5xx (default %(default)s)")
     p.add_argument("--log-dir", default=None, help="folder for vLLM server logs (default: a temp folder)")
+    p.add_argument("--precompile-workers", type=int, default=0,
+                   help="nvcc processes compiling candidates into the shared cache while the LLM stage still "
+                        "runs (default 0: off; `cudanalyst run` sets it from the machine's cores)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.shard is None:
@@ -207,6 +211,22 @@ def _field(obj: Any, name: str, default: Any = ...) -> Any:
     return value.value if hasattr(value, "value") else value
 
 
+@contextlib.contextmanager
+def _precompiler(workers: int) -> Iterator[Any]:
+    """A Precompiler for the LLM stage (None when off, or when the kernel stage cannot be loaded)."""
+    if workers <= 0:
+        yield None
+        return
+    try:
+        from cudanalyst.runner.kernels.precompile import Precompiler
+    except ImportError:
+        yield None
+        return
+    with Precompiler(workers) as early:
+        yield early
+    log.info("compiled during generation: %d candidates submitted", early.submitted)
+
+
 def _split_failures(failures: Sequence[Failure], shard_of: dict[str, int], shard: int) -> list[Failure]:
     """The failures that concern one shard (a failure naming no unit concerns every shard)."""
     out = []
@@ -255,7 +275,9 @@ def run_shard(args: argparse.Namespace) -> int:
             client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout),
             log_dir=args.log_dir, s3=s3_settings(run),
         )
-        failures += LlmStage(run, with_feedback, pending, store, progress, args.shard, settings).run_stage()
+        with _precompiler(getattr(args, "precompile_workers", 0)) as early:
+            failures += LlmStage(run, with_feedback, pending, store, progress, args.shard, settings,
+                                 on_code=early.submit if early else None).run_stage()
     if "kernels" in stages:
         every = [u for s in shards for u in units_of[s]]
         failures += run_kernel_stage(run, programs, every, store, progresses, shard_of)

@@ -166,6 +166,79 @@ def test_one_kernel_stage_process_serves_several_shards_each_with_its_progress(t
         assert progress["total"] == len(shard_units(plan, shard, 2)) and progress["state"] == "succeeded"
 
 
+class _KernelWriter:
+    """A loopback stand-in for an OpenAI server whose every answer is the gemm baseline in a cuda block."""
+
+    def __init__(self) -> None:
+        import json as _json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from cudanalyst.runner.llm.serving import free_port
+        from cudanalyst.tasks import get_task
+
+        answer = "Here it is.\n```cuda\n" + get_task("gemm").baseline_source + "\n```\n"
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = _json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                n, chat = body.get("n", 1), self.path.endswith("/chat/completions")
+                choices = [{"index": i, "finish_reason": "stop",
+                            **({"message": {"role": "assistant", "content": answer}} if chat else {"text": answer})}
+                           for i in range(n)]
+                payload = _json.dumps({"id": "x", "object": "chat.completion" if chat else "text_completion",
+                                       "created": 0, "model": body["model"], "choices": choices,
+                                       "usage": {"prompt_tokens": 5, "completion_tokens": 9 * n,
+                                                 "total_tokens": 5 + 9 * n}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc to compile with: {_nvcc_missing()}")
+def test_kernels_are_compiled_into_the_shared_cache_while_the_model_writes(tmp_path: Path, trajectory: Path,
+                                                                            monkeypatch) -> None:
+    from cudanalyst.runner.kernels.compile import CompileCache, CompilePool, task_translation_unit
+    from cudanalyst.tasks import get_task
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path / "nvcc-cache"))
+    server = _KernelWriter()
+    try:
+        spec = spec_for(tmp_path, trajectory, {"endpoint": server.url, "model": "m"}, samples=1)
+        assert main(["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "llm",
+                     "--precompile-workers", "2"]) == 0
+    finally:
+        server.close()
+    candidates = records(tmp_path / "out" / RUN, "candidates")
+    assert candidates and all(c["code"] for c in candidates.values())
+    gemm = get_task("gemm")
+    with CompilePool(1, cache=CompileCache(tmp_path / "nvcc-cache")) as pool:
+        again = pool.submit(task_translation_unit(gemm, next(iter(candidates.values()))["code"])).result()
+    assert again.ok and again.cached  # the kernel stage will find it compiled
+
+
+def test_compiles_during_generation_only_where_cores_are_to_spare() -> None:
+    from cudanalyst.local import precompile_workers
+
+    assert precompile_workers(compile_workers=16, cpus=16, processes=4) == 2  # the H200 machine, 4 shards
+    assert precompile_workers(compile_workers=16, cpus=128, processes=4) == 4  # within the spec's workers
+    assert precompile_workers(compile_workers=16, cpus=8, processes=4) == 1
+    assert precompile_workers(compile_workers=4, cpus=2, processes=2) == 0  # vLLM on the CPU needs them all
+
+
 @pytest.mark.parametrize("shard, stage, message", [
     ("0,1", "llm", "only with --stage kernels"),
     ("0,1", "all", "only with --stage kernels"),

@@ -143,6 +143,11 @@ def default_cache_dir() -> Path:
     return Path(base) / "cudanalyst" / "compile"
 
 
+def shared_cache() -> CompileCache:
+    """The on-disk cache every compile of this machine shares ($CUDANALYST_COMPILE_CACHE, else ~/.cache)."""
+    return CompileCache(os.environ.get("CUDANALYST_COMPILE_CACHE") or default_cache_dir())
+
+
 def _scrubbed_env() -> dict[str, str]:
     return {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
 
@@ -290,8 +295,9 @@ class CompilePool:
         futures = [self.submit(s, options) for s in sources]
         return [f.result() for f in futures]
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=True)
+    def close(self, drop_queued: bool = False) -> None:
+        """Wait for running compiles; with drop_queued, compiles not started yet are cancelled."""
+        self._executor.shutdown(wait=True, cancel_futures=drop_queued)
 
     def __enter__(self) -> CompilePool:
         return self

@@ -20,7 +20,6 @@ Bad input never raises: it becomes a `fail` with its reason.
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 import time
@@ -124,12 +123,7 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
     phases = {} if phases is None else phases
     started = time.monotonic()
     cfg = EvalSettings.of(settings)
-    from cudanalyst.runner.kernels.compile import (
-        CompileCache,
-        CompilePool,
-        default_cache_dir,
-        task_translation_unit,
-    )
+    from cudanalyst.runner.kernels.compile import CompilePool, shared_cache, task_translation_unit
 
     results: dict[str, KernelResult] = {}
 
@@ -195,8 +189,7 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
 
     try:
         # Compile candidates, frozen programs and baselines in one pool; identical sources compile once.
-        cache = CompileCache(os.environ.get("CUDANALYST_COMPILE_CACHE") or default_cache_dir())
-        with CompilePool(cfg.compile_workers, cache=cache) as compiler, \
+        with CompilePool(cfg.compile_workers, cache=shared_cache()) as compiler, \
                 ThreadPoolExecutor(max(1, len(pool.workers)) if pool else 1, thread_name_prefix="verify") as verifier:
             # The pool hands identical sources the same future, so a future may stand for several jobs.
             by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}

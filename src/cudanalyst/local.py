@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,12 +136,28 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float) -
         yield AttributionRun.model_validate(data)
 
 
-def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str) -> subprocess.Popen[bytes]:
+def precompile_workers(compile_workers: int, cpus: int, processes: int) -> int:
+    """nvcc processes each of `processes` LLM-stage processes may run beside the model server on `cpus`
+    cores (runner/kernels/precompile.py): what is left after about six cores for the server and its
+    clients, within the spec's compile workers, shared out; 0 (off) on a small machine, where nvcc would
+    slow generation itself (vLLM on the CPU uses every core)."""
+    spare = min(compile_workers, cpus - 6)
+    return max(1, spare // max(1, processes)) if spare > 0 else 0
+
+
+def llm_stage_args(run: AttributionRun, shards: int) -> list[str]:
+    """Extra runner arguments of the LLM stage here: compile early where the machine has cores to spare."""
+    workers = precompile_workers(run.spec.evaluation.compile_workers, os.cpu_count() or 1, shards)
+    return ["--precompile-workers", str(workers)] if workers else []
+
+
+def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str,
+            extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     name = "-".join(map(str, shards))
     log = open(Path(log_dir) / f"shard-{name}-{stage}.log", "ab")  # noqa: SIM115 - owned by the process
     return subprocess.Popen(
         [sys.executable, "-m", "cudanalyst.runner.shard", "--spec", str(spec_path),
-         "--shard", ",".join(map(str, shards)), "--of", str(of), "--stage", stage, "--log-dir", log_dir],
+         "--shard", ",".join(map(str, shards)), "--of", str(of), "--stage", stage, "--log-dir", log_dir, *extra],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )
 
@@ -162,13 +178,13 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def run_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str, parallel: bool,
-              tick: Callable[[], None]) -> dict[int, int]:
+              tick: Callable[[], None], extra: Sequence[str] = ()) -> dict[int, int]:
     """Run one stage over the shards; return each shard's exit status. Ctrl-C stops every child.
 
     parallel: one process per shard, all at once (the LLM stage: every prompt in flight); otherwise one
     process for all the shards (the kernel stage: one GPU, so one pool of workers)."""
     groups = [[s] for s in shards] if parallel else [list(shards)]
-    procs = {tuple(g): _launch(spec_path, g, of, stage, log_dir) for g in groups}
+    procs = {tuple(g): _launch(spec_path, g, of, stage, log_dir, extra) for g in groups}
     try:
         while any(p.poll() is None for p in procs.values()):
             tick()
@@ -196,5 +212,5 @@ def work_dir(run: AttributionRun) -> str:
     return tempfile.mkdtemp(prefix=f"cudanalyst-{run.metadata.name}-")
 
 
-__all__ = ["RunInputError", "Snapshot", "plan_digest", "prepare", "read_snapshot", "run_stage",
+__all__ = ["RunInputError", "Snapshot", "llm_stage_args", "plan_digest", "prepare", "read_snapshot", "run_stage",
            "shared_servers", "write_spec_file", "work_dir"]

@@ -23,6 +23,7 @@ from rich.progress import (
 from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, load_or_die
 from cudanalyst.local import (
     RunInputError,
+    llm_stage_args,
     prepare,
     read_snapshot,
     run_stage,
@@ -98,10 +99,12 @@ def run(args: argparse.Namespace) -> int:
             if args.stage in ("llm", "all"):
                 with shared_servers(ar, folder, args.health_timeout) as served:
                     spec_path = write_spec_file(served, folder)
-                    codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick)
+                    # Compiling early only helps a kernel stage on this machine, right after.
+                    early = llm_stage_args(ar, len(shards)) if args.stage == "all" else []
+                    codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick, early)
             if args.stage in ("kernels", "all"):
                 spec_path = write_spec_file(ar, folder)
-                # One shard at a time: timing must hold the GPU alone.
+                # Every shard in one process: one GPU, one set of workers; timing holds the GPU alone.
                 codes["kernels"] = run_stage(spec_path, shards, len(shards), "kernels", folder, False, tick)
     except KeyboardInterrupt:
         console.print("[yellow]stopped[/]; finished units are kept: run the same command again to resume")
