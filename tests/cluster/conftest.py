@@ -35,6 +35,7 @@ from cp_cluster import (  # noqa: E402
 )
 from cp_harness import PodHarness  # noqa: E402
 from cp_process import Component  # noqa: E402
+from e2e_support import CHART_NAMESPACE, OPERATOR_SA, RUNNER_SA, OperatorProcess, Runs, install_chart  # noqa: E402
 
 GPU_NODES = 4
 GPUS_PER_NODE = 8
@@ -131,3 +132,26 @@ def namespace(cluster: Cluster, core_v1: Any) -> Iterator[str]:
     yield name
     check_alive(cluster.components)  # a component that died mid-test explains odd failures
     core_v1.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
+             request: pytest.FixtureRequest) -> Iterator[OperatorProcess]:
+    """The operator (one per test module), cluster-wide, authenticated as the chart's ServiceAccount: the
+    chart's RBAC must do. Its safety-net timer is at the deployed default (60 s), so what the tests see
+    comes from Job and Pod events."""
+    install_chart(cluster)
+    kubeconfig = cluster.impersonate(CHART_NAMESPACE, OPERATOR_SA)
+    log = tmp_path_factory.mktemp(f"operator-{request.module.__name__}") / "operator.log"
+    op = OperatorProcess(kubeconfig, log, status_interval=60.0).start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def runs(cluster: Cluster, namespace: str) -> Iterator[Runs]:
+    with cluster.api_client() as api:
+        runs = Runs(api, namespace)
+        # The chart makes the runner's ServiceAccount in its own namespace; a namespace of runs needs one too.
+        runs.core.create_namespaced_service_account(namespace, {"metadata": {"name": RUNNER_SA}})
+        yield runs

@@ -19,14 +19,10 @@ import pytest
 from cp_cluster import REPO, Cluster, wait_for
 from cp_harness import PodHarness
 from e2e_support import (
-    CHART_NAMESPACE,
-    OPERATOR_SA,
     RUN_LABEL,
-    RUNNER_SA,
     OperatorProcess,
     Runs,
     condition,
-    install_chart,
     is_true,
     play_pods,
     run_body,
@@ -68,27 +64,6 @@ def planner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     with start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, health_timeout_s=900,
                             log_dir=str(tmp_path_factory.mktemp("vllm-log"))) as server:
         yield {"endpoint": server.endpoint.base_url, "model": "tiny", "api": "chat"}
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    """The operator, cluster-wide, authenticated as the chart's ServiceAccount: the chart's RBAC must do."""
-    install_chart(cluster)
-    kubeconfig = cluster.impersonate(CHART_NAMESPACE, OPERATOR_SA)
-    # The safety-net timer at its deployed default (60 s): what the tests see comes from Job and Pod events.
-    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log",
-                         status_interval=60.0).start()
-    yield op
-    op.stop()
-
-
-@pytest.fixture
-def runs(cluster: Cluster, namespace: str) -> Iterator[Runs]:
-    with cluster.api_client() as api:
-        runs = Runs(api, namespace)
-        # The chart makes the runner's ServiceAccount in its own namespace; a namespace of runs needs one too.
-        runs.core.create_namespaced_service_account(namespace, {"metadata": {"name": RUNNER_SA}})
-        yield runs
 
 
 def _job(runs: Runs, name: str, operator: OperatorProcess) -> Any:

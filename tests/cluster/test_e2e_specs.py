@@ -5,7 +5,7 @@ crashes and keeps serving a healthy run meanwhile."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +15,7 @@ from cp_cluster import Cluster, wait_for
 from cp_harness import PodHarness
 from cp_process import free_port
 from e2e_support import (
-    CHART_NAMESPACE,
-    OPERATOR_SA,
     RUN_LABEL,
-    RUNNER_SA,
     OperatorProcess,
     Runs,
     condition,
@@ -71,23 +68,6 @@ API_REFUSED: list[tuple[str, Edit, str]] = [
     ("negative-gpus", _set("resources.gpusPerShard", -1), "spec.resources.gpusPerShard"),
     ("string-shards", _set("resources.shards", "four"), "spec.resources.shards"),
 ]
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    install_chart(cluster)
-    op = OperatorProcess(cluster.impersonate(CHART_NAMESPACE, OPERATOR_SA),
-                         tmp_path_factory.mktemp("operator-specs") / "operator.log", status_interval=60.0).start()
-    yield op
-    op.stop()
-
-
-@pytest.fixture
-def runs(cluster: Cluster, namespace: str) -> Iterator[Runs]:
-    with cluster.api_client() as api:
-        runs = Runs(api, namespace)
-        runs.core.create_namespaced_service_account(namespace, {"metadata": {"name": RUNNER_SA}})
-        yield runs
 
 
 def test_the_api_server_refuses_bad_specs_naming_the_field(cluster: Cluster, namespace: str,
