@@ -6,6 +6,7 @@ success (a restarted operator creates nothing twice).
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -76,6 +77,15 @@ class Kube:
                 return False
             raise
         return True
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own words for a refused call (its Status message), else the exception's reason."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (TypeError, ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or exc)
 
 
 def _create(create: Any, namespace: str, body: dict[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.operator import constants as c
@@ -28,7 +29,7 @@ from cudanalyst.operator.conditions import (
 )
 from cudanalyst.operator.config import OperatorConfig
 from cudanalyst.operator.jobs import owner_view, runner_job, spec_configmap
-from cudanalyst.operator.kube import Kube
+from cudanalyst.operator.kube import Kube, api_message
 from cudanalyst.operator.metrics import Metrics
 from cudanalyst.operator.pods import job_summary
 from cudanalyst.operator.progress import read_shards, summarize
@@ -139,7 +140,15 @@ class Operations:
         except StoreError as exc:
             self._stall(body, patch, RETRYABLE[1], f"cannot write to spec.output.uri: {exc}")
             raise kopf.PermanentError(str(exc)) from None
-        job = self.ensure_children(body, run)
+        try:
+            job = self.ensure_children(body, run)
+        except ApiException as exc:
+            if exc.status == 403:
+                # On the run for `kubectl describe ar`, not only in the operator's log; kopf retries the
+                # handler, and the next start that gets through replaces this condition.
+                self._stall(body, patch, "Forbidden", f"the operator may not create the run's ConfigMap and Job: "
+                            f"{api_message(exc)} (grant it the chart's RBAC rules, charts/cudanalyst)")
+            raise
         now = rfc3339(self.s.clock())
         total = len(plan.units)
         obs = Observation(int(body["metadata"].get("generation") or 1), run.spec.suspend,

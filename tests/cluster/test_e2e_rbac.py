@@ -1,6 +1,7 @@
 """One missing permission fails loudly: the operator, as a service account whose Role is the chart's rules
-minus `create` on Jobs, cannot start a run, and says so (its log, its error metric), creating no Job and
-marking nothing as started. (That the chart's full rules suffice is shown by test_e2e_run.py.)"""
+minus `create` on Jobs, cannot start a run, and says so (on the run's Stalled condition, in its log, in
+its error metric), creating no Job and marking nothing as started. (That the chart's full rules suffice
+is shown by test_e2e_run.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from cp_cluster import Cluster, read_versions, wait_for
-from e2e_support import CHART, OPERATOR_SA, RELEASE, OperatorProcess, Runs, install_chart, run_body
+from e2e_support import CHART, OPERATOR_SA, RELEASE, OperatorProcess, Runs, condition, install_chart, run_body
 
 pytestmark = pytest.mark.cluster
 
@@ -65,6 +66,11 @@ def test_a_missing_permission_fails_loudly(cluster: Cluster, namespace: str,
         assert re.search(r'cudanalyst_reconcile_errors_total\{handler="start",reason="ForbiddenException"\} [1-9]',
                          metrics), metrics
         assert runs.jobs("denied") == []
+        # What `kubectl describe ar denied` shows: Stalled, Forbidden, in the API server's words.
+        stalled = wait_for(lambda: condition(runs.get("denied"), "Stalled") or None, 30,
+                           f"the run to show the refusal\n{op.tail()}")
+        assert (stalled["status"], stalled["reason"]) == ("True", "Forbidden"), stalled
+        assert 'cannot create resource "jobs"' in stalled["message"] and "RBAC" in stalled["message"], stalled
         run = runs.get("denied")
         assert not (run.get("status") or {}).get("startTime")  # not marked as started
         # What it could do, it did: the spec ConfigMap (allowed) exists; a retry will find it (409 = success).
