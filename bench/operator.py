@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,37 +93,36 @@ def phase(emu: kmock.KubernetesEmulator, name: str) -> str | None:
     return (emu.objects[key].raw.get("status") or {}).get("phase")
 
 
-async def wait_all(emu: kmock.KubernetesEmulator, names: list[str], want: str, since: dict[str, float],
-                   timeout: float) -> dict[str, float]:
-    """Seconds from since[name] until each run's phase is `want` (polled every 50 ms)."""
+async def _wait(names: list[str], reached: Callable[[str], bool], since: dict[str, float], timeout: float,
+                what: str) -> dict[str, float]:
+    """Seconds from since[name] until reached(name) holds for each run (polled every 50 ms)."""
     done: dict[str, float] = {}
     deadline = time.perf_counter() + timeout
     while len(done) < len(names):
         now = time.perf_counter()
         for name in names:
-            if name not in done and phase(emu, name) == want:
+            if name not in done and reached(name):
                 done[name] = now - since[name]
         if now > deadline:
-            raise SystemExit(f"timeout: {len(done)}/{len(names)} runs reached {want}")
+            raise SystemExit(f"timeout: {len(done)}/{len(names)} {what}")
         await asyncio.sleep(0.05)  # kmock serves from this same loop: poll lightly
     return done
+
+
+async def wait_all(emu: kmock.KubernetesEmulator, names: list[str], want: str, since: dict[str, float],
+                   timeout: float) -> dict[str, float]:
+    """Seconds from since[name] until each run's phase is `want`."""
+    return await _wait(names, lambda name: phase(emu, name) == want, since, timeout, f"runs reached {want}")
 
 
 async def wait_jobs(emu: kmock.KubernetesEmulator, names: list[str], since: dict[str, float],
                     timeout: float) -> dict[str, float]:
     """Seconds from since[name] until each run's Indexed Job exists."""
-    done: dict[str, float] = {}
-    deadline = time.perf_counter() + timeout
-    while len(done) < len(names):
-        now = time.perf_counter()
-        for name in names:
-            key = (kmock.resource("batch/v1/jobs"), NS, f"{name}-runner")
-            if name not in done and key in emu.objects and not emu.objects[key].deleted:
-                done[name] = now - since[name]
-        if now > deadline:
-            raise SystemExit(f"timeout: {len(done)}/{len(names)} Jobs created")
-        await asyncio.sleep(0.05)  # kmock serves from this same loop: poll lightly
-    return done
+    def exists(name: str) -> bool:
+        key = (kmock.resource("batch/v1/jobs"), NS, f"{name}-runner")
+        return key in emu.objects and not emu.objects[key].deleted
+
+    return await _wait(names, exists, since, timeout, "Jobs created")
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
