@@ -28,13 +28,9 @@ class SharedContextSession(GpuSession):
         import pycuda.driver as cuda
 
         cuda.init()
-        self.cuda = cuda
-        self.device = cuda.Device(0)
+        self._setup(cuda, cuda.Device(0))
         self.context = self.device.retain_primary_context()
         self.context.push()
-        self.modules, self.references = {}, {}  # type: ignore[assignment]
-        self.l2_bytes = int(self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
-        self._flush = None
 
 
 def main() -> int:

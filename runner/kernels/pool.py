@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -61,7 +63,10 @@ class WorkerPool:
     def __init__(self, size: int = 2, device: int = 0) -> None:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {size}")
-        self.workers = [WorkerHandle(device, name=f"gpu{device}-worker-{i}") for i in range(size)]
+        # The workers make each task's inputs and references once between them (references.py).
+        self.shared_dir = tempfile.mkdtemp(prefix="cudanalyst-references-")
+        self.workers = [WorkerHandle(device, name=f"gpu{device}-worker-{i}", shared_dir=self.shared_dir)
+                        for i in range(size)]
         self._idle: queue.Queue[WorkerHandle] = queue.Queue()
         for w in self.workers:
             self._idle.put(w)
@@ -95,6 +100,7 @@ class WorkerPool:
     def close(self) -> None:
         for w in self.workers:
             w.close()
+        shutil.rmtree(self.shared_dir, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
         return self

@@ -63,30 +63,69 @@ def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
 
 
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays hold the same bytes (one pass over unsigned words; no NaN bookkeeping)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.size == 0:
+        return True
+    word = np.dtype(f"u{a.dtype.itemsize}") if a.dtype.itemsize in (1, 2, 4, 8) else np.dtype("u1")
+    return bool(np.array_equal(np.ascontiguousarray(a).view(word), np.ascontiguousarray(b).view(word)))
+
+
+def threshold(want: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """atol + rtol * |want| in float64: the bound `compare_output` holds each element to (reusable)."""
+    thr = np.abs(want.astype(np.float64))
+    thr *= tol.rtol
+    thr += tol.atol
+    return thr
+
+
+def check_output(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance,
+                 thr: np.ndarray | None = None) -> tuple[str | None, float]:
+    """(why `got` is not an acceptable output `name` or None, max abs error when acceptable).
+
+    numpy.isclose semantics (equal_nan), made cheap for the usual case: one float64 pass finds the
+    elements within atol + rtol * |want|; only the others (none, for a correct kernel) go through
+    isclose and the unwritten-NaN check, so the verdict and message are those of the plain checks."""
+    if got.shape != want.shape:
+        return f"output {name}: shape {got.shape}, expected {want.shape}", 0.0
+    want64 = want.astype(np.float64, copy=False)
+    diff = got.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # inf - inf is NaN, left to isclose below
+        np.subtract(diff, want64, out=diff)
+    np.abs(diff, out=diff)
+    ok = diff <= (threshold(want, tol) if thr is None else thr)
+    if ok.all():
+        return None, float(diff.max(initial=0.0))
+    suspects = np.flatnonzero(~ok)  # ascending, so the first bad element below is the first overall
+    g, w = got.reshape(-1)[suspects].astype(np.float64), want64.reshape(-1)[suspects]
+    unwritten = np.isnan(g) & ~np.isnan(w)
+    if unwritten.any():
+        first = int(suspects[np.flatnonzero(unwritten)[0]])
+        return (f"output {name}: {int(unwritten.sum())} of {got.size} elements were never written "
+                f"(still the NaN the harness prefilled), first at {list(_index(first, got.shape))}"), 0.0
+    close = np.isclose(g, w, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+    if close.all():  # inf == inf, NaN == NaN: close, though the fast pass could not say so
+        return None, float(np.nanmax(diff, initial=0.0))
+    bad = suspects[~close]
+    first = int(bad[0])
+    return (f"output {name}: {bad.size} of {got.size} elements differ from the reference beyond "
+            f"rtol={tol.rtol:g}, atol={tol.atol:g}; first at {list(_index(first, got.shape))}: got "
+            f"{float(got.flat[first]):.6g}, expected {float(want64.flat[first]):.6g}; "
+            f"max abs error {np.nanmax(diff):.3g}"), 0.0
+
+
 def compare_output(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> str | None:
     """Why `got` is not an acceptable output `name`, or None."""
-    if got.shape != want.shape:
-        return f"output {name}: shape {got.shape}, expected {want.shape}"
-    got64, want64 = got.astype(np.float64), want.astype(np.float64)
-    unwritten = np.isnan(got64) & ~np.isnan(want64)
-    if unwritten.any():
-        first = _index(int(np.flatnonzero(unwritten)[0]), got.shape)
-        return (f"output {name}: {int(unwritten.sum())} of {got.size} elements were never written "
-                f"(still the NaN the harness prefilled), first at {list(first)}")
-    close = np.isclose(got64, want64, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
-    if not close.all():
-        bad = np.flatnonzero(~close)
-        first = int(bad[0])
-        err = np.abs(got64 - want64)
-        return (f"output {name}: {bad.size} of {got.size} elements differ from the reference beyond "
-                f"rtol={tol.rtol:g}, atol={tol.atol:g}; first at {list(_index(first, got.shape))}: got "
-                f"{got64.flat[first]:.6g}, expected {want64.flat[first]:.6g}; max abs error {np.nanmax(err):.3g}")
-    return None
+    return check_output(name, got, want, tol)[0]
 
 
 def compare_runs(first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray], tol: Tolerance) -> str | None:
     for name, a in first.items():
         b = second[name]
+        if _same_bits(a, b):  # the usual case: a deterministic kernel; skips two float64 copies
+            continue
         if not np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=tol.rtol, atol=tol.atol, equal_nan=True):
             return f"output {name}: the second run of the candidate differs from the first (state kept between calls?)"
     return None
@@ -95,7 +134,7 @@ def compare_runs(first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarra
 def modified_inputs(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray]) -> str | None:
     for name, a in before.items():
         b = after[name]
-        if not np.array_equal(a, b, equal_nan=True):
+        if not _same_bits(a, b) and not np.array_equal(a, b, equal_nan=True):
             changed = int(np.sum(~((a == b) | (np.isnan(a) & np.isnan(b)))))
             return f"input {name} was modified by the candidate ({changed} of {a.size} elements changed)"
     return None
@@ -103,7 +142,8 @@ def modified_inputs(before: Mapping[str, np.ndarray], after: Mapping[str, np.nda
 
 def late_writes(at_stream_sync: Mapping[str, np.ndarray], at_device_sync: Mapping[str, np.ndarray]) -> str | None:
     for name, a in at_stream_sync.items():
-        if not np.array_equal(a, at_device_sync[name], equal_nan=True):
+        b = at_device_sync[name]
+        if not _same_bits(a, b) and not np.array_equal(a, b, equal_nan=True):
             return (f"output {name} changed after the launch stream had finished: work was left running on "
                     "another stream or after the launch returned")
     return None
@@ -197,8 +237,11 @@ class Buffers:
                 out.append(np.dtype(p.dtype).type(self.inputs[p.name]))
         return out
 
-    def read(self, names: Sequence[str], stream: Any | None = None) -> dict[str, np.ndarray]:
-        """Copy arrays to the host; with a stream, asynchronously on it (the caller synchronizes it)."""
+    def read(self, names: Sequence[str], stream: Any | None = None,
+             pinned: Callable[[str, tuple[int, ...], str], np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Copy arrays to the host; with a stream, asynchronously on it into page-locked memory (the caller
+        synchronizes it). `pinned(name, shape, dtype)` may lend reused page-locked arrays (the caller then
+        copies them out before the next read); else each read allocates its own."""
         out: dict[str, np.ndarray] = {}
         for name in names:
             p = self.task.param(name)
@@ -206,7 +249,9 @@ class Buffers:
                 host = np.empty(self.task.shape(name), dtype=p.dtype)
                 self.cuda.memcpy_dtoh(host, self.device[name])
             else:
-                host = self.cuda.pagelocked_empty(self.task.shape(name), dtype=p.dtype)
+                shape = self.task.shape(name)
+                host = (pinned(name, shape, p.dtype) if pinned is not None
+                        else self.cuda.pagelocked_empty(shape, dtype=p.dtype))
                 self.cuda.memcpy_dtoh_async(host, self.device[name], stream)
             out[name] = host
         return out
@@ -235,9 +280,9 @@ def run_once(session: GpuSession, task: Task, launch: Launch, buffers: Buffers) 
     copy_stream = cuda.Stream(flags=1)  # CU_STREAM_NON_BLOCKING: not ordered after other streams' work
     launch(stream, buffers)
     stream.synchronize()
-    early = buffers.read(task.outputs, copy_stream)
+    early = buffers.read(task.outputs, copy_stream, pinned=session.pinned)
     copy_stream.synchronize()
-    early = {k: np.array(v) for k, v in early.items()}
+    early = {k: np.array(v) for k, v in early.items()}  # out of the lent page-locked arrays
     session.context.synchronize()
     late = buffers.read(task.outputs)
     ins = buffers.read([p.name for p in task.params if p.role is Role.IN])
@@ -252,6 +297,7 @@ def verify_candidate(
     worst = 0.0
     for seed in seeds:
         inputs, want = references(seed) if references else _fresh(task, seed)
+        bounds = {name: threshold(want[name], tol) for name in task.outputs}  # shared by both runs
         buffers = Buffers(session.cuda, task, inputs)
         try:
             first = run_once(session, task, launch, buffers)
@@ -259,18 +305,22 @@ def verify_candidate(
         finally:
             buffers.free()
         ins = {p.name: inputs[p.name] for p in task.params if p.role is Role.IN}
+        seed_worst = 0.0
         for reading in (first, second):
             problem = (late_writes(reading.outputs, reading.outputs_after_device_sync)
-                       or modified_inputs(ins, reading.inputs_after)
-                       or next((why for name in task.outputs
-                                if (why := compare_output(name, reading.outputs[name], want[name], tol))), None))
+                       or modified_inputs(ins, reading.inputs_after))
+            for name in task.outputs:
+                if problem:
+                    break
+                problem, err = check_output(name, reading.outputs[name], want[name], tol, bounds[name])
+                if reading is first:
+                    seed_worst = max(seed_worst, err)
             if problem:
                 run = "first" if reading is first else "second"
                 return False, f"seed {seed}, {run} run: {problem}", worst
         if (problem := compare_runs(first.outputs, second.outputs, tol)) is not None:
             return False, f"seed {seed}: {problem}", worst
-        for name in task.outputs:
-            worst = max(worst, float(np.nanmax(np.abs(first.outputs[name].astype(np.float64) - want[name]), initial=0)))
+        worst = max(worst, seed_worst)  # counted once the seed passed every check, as reported
     return True, f"correct on {len(seeds)} seeds, each run twice", worst
 
 
@@ -295,14 +345,6 @@ def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any
     tol = tolerance_for(task, request.get("rtol"), request.get("atol"))
     cuda = session.cuda
 
-    def references(seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        key = (task.name, tuple(sorted(task.sizes.items())), seed)
-        if key not in session.references:
-            session.references[key] = _fresh(task, seed)
-            while len(session.references) > 64:
-                session.references.popitem(last=False)
-        return session.references[key]
-
     try:
         module = session.module(request["cubin"]) if request.get("keep") else cuda.module_from_buffer(request["cubin"])
     except cuda.Error as exc:
@@ -310,7 +352,8 @@ def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any
                 "reason": f"the module could not be loaded: {exc}", "sticky": not session.healthy()}
     try:
         launcher = ContractLauncher(cuda, task, module)
-        correct, reason, worst = verify_candidate(session, task, launcher, request["seeds"], tol, references)
+        correct, reason, worst = verify_candidate(session, task, launcher, request["seeds"], tol,
+                                                  lambda seed: session.reference_for(task, seed))
     except ContractError as exc:
         return {"ok": True, "correct": False, "stage": "contract", "reason": str(exc),
                 "seconds": time.monotonic() - started}

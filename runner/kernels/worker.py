@@ -52,9 +52,10 @@ def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str
 class WorkerHandle:
     """The runner's end of one worker process. Not thread-safe: the pool hands it to one thread at a time."""
 
-    def __init__(self, device: int = 0, name: str = "worker-0") -> None:
+    def __init__(self, device: int = 0, name: str = "worker-0", shared_dir: str | None = None) -> None:
         self.device = device
         self.name = name
+        self.shared_dir = shared_dir  # where the pool's workers share task inputs and references
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
@@ -75,8 +76,13 @@ class WorkerHandle:
         parent, child = Pipe(duplex=True)
         cmd = [sys.executable, "-m", "cudanalyst.runner.kernels.worker", "--fd", str(child.fileno()),
                "--device", str(self.device)]
+        env = scrubbed_environment()
+        if self.shared_dir:
+            from cudanalyst.runner.kernels.references import FOLDER_ENV
+
+            env[FOLDER_ENV] = self.shared_dir
         self._proc = subprocess.Popen(
-            cmd, env=scrubbed_environment(), pass_fds=(child.fileno(),), cwd=self._cwd,
+            cmd, env=env, pass_fds=(child.fileno(),), cwd=self._cwd,
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
         )
         child.close()
@@ -176,18 +182,25 @@ _STICKY = re.compile(
 
 
 class GpuSession:
-    """The child's CUDA state: one context, loaded modules (keyed by cubin hash), cached references."""
+    """The child's CUDA state: one context, loaded modules (keyed by cubin hash), and the task inputs and
+    references it verifies and times on (made once for the whole pool: references.py)."""
 
     def __init__(self, device: int) -> None:
         import pycuda.driver as cuda
 
         cuda.init()
-        self.cuda = cuda
-        self.device = cuda.Device(device)
+        self._setup(cuda, cuda.Device(device))
         self.context = self.device.make_context()
+
+    def _setup(self, cuda: Any, device: Any) -> None:
+        """Everything but the context (a subclass may bring its own)."""
+        from cudanalyst.runner.kernels.references import SharedArrays
+
+        self.cuda = cuda
+        self.device = device
         self.modules: OrderedDict[str, Any] = OrderedDict()
-        self.references: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self.timing_inputs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self.shared = SharedArrays.from_environment()
+        self._pinned: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.l2_bytes = int(self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
         self._flush: Any = None
 
@@ -195,13 +208,26 @@ class GpuSession:
         """The task's inputs for a seed, made once: every candidate of a task is timed on the same ones,
         and making them (a seeded numpy draw of up to tens of MB) costs more than many short kernels.
         The host arrays are only read (Buffers copies them to the device)."""
-        key = (task.name, tuple(sorted(task.sizes.items())), seed)
-        if key not in self.timing_inputs:
-            self.timing_inputs[key] = task.make_inputs(seed)
-            while len(self.timing_inputs) > 16:
-                self.timing_inputs.popitem(last=False)
-        self.timing_inputs.move_to_end(key)
-        return self.timing_inputs[key]
+        from cudanalyst.runner.kernels.references import task_inputs
+
+        return task_inputs(self.shared, task, seed)
+
+    def reference_for(self, task: Any, seed: int) -> Any:
+        """(inputs, expected outputs) of the task for a correctness seed, made once (only read)."""
+        from cudanalyst.runner.kernels.references import task_reference
+
+        return task_reference(self.shared, task, seed)
+
+    def pinned(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
+        """A page-locked host array lent for one read of output `name` (allocating one per read costs
+        milliseconds; every candidate of a task reads the same shapes)."""
+        key = (name, tuple(shape), str(dtype))
+        if key not in self._pinned:
+            self._pinned[key] = self.cuda.pagelocked_empty(shape, dtype=dtype)
+            while len(self._pinned) > 16:
+                self._pinned.popitem(last=False)
+        self._pinned.move_to_end(key)
+        return self._pinned[key]
 
     def module(self, cubin: bytes) -> Any:
         key = hashlib.sha256(cubin).hexdigest()
