@@ -35,7 +35,7 @@ def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, 
                 "analyzer": analyzer,
                 "profiler": profiler_report(task, compiled.cubin if compiled.ok else None, None, None, gpu=gpu)}
     from cudanalyst.runner.kernels.pool import WorkerPool
-    from cudanalyst.runner.kernels.stage import SEED_BASE
+    from cudanalyst.runner.kernels.stage import SEED_BASE, verify_request
 
     own = pool is None
     pool = pool or WorkerPool(1)
@@ -43,9 +43,7 @@ def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, 
         base = compile_task_source(task, task.baseline_source, cache=cache)
         request = {"task": task.name, "sizes": dict(task.sizes), "warmup": cfg.warmup, "trials": cfg.trials,
                    "seed": SEED_BASE - 1}
-        seeds = [SEED_BASE + i for i in range(cfg.correctness_trials)]
-        verdict = pool.verify({"task": task.name, "sizes": dict(task.sizes), "cubin": compiled.cubin,
-                               "seeds": seeds, "rtol": cfg.rtol, "atol": cfg.atol}, cfg.timeout_seconds)
+        verdict = pool.verify(verify_request(task, compiled.cubin or b"", cfg), cfg.timeout_seconds)
         correct = bool(verdict.get("ok") and verdict.get("correct"))
         why = verdict.get("reason") or verdict.get("error")
         debugger += f"\nRun-time verification: {'correct' if correct else 'FAILED'}: {why}"

@@ -6,7 +6,8 @@
 3. without a GPU stops there: compiled sources are labelled `compile` with `evaluated_up_to`
    `compile` (pass and fast are not evaluated, never guessed);
 4. with a GPU, verifies each candidate in persistent workers (in parallel) as soon as its compile is
-   done, so nvcc and verification overlap; then, once every compile is over (so nvcc never competes
+   done, so nvcc and verification overlap (a verdict already stored, e.g. by the LLM stage's early
+   verification, is read instead: verdicts.py); then, once every compile is over (so nvcc never competes
    with the timing loop for the CPU), times, holding the GPU alone, each correct candidate and (once
    per source) its frozen program and the task baseline.
 `on_result` is called with each result as soon as it is final, in the caller's thread, so a caller can
@@ -80,6 +81,16 @@ class EvalSettings:
         return cls(**{k: getattr(settings, k) for k in cls.__dataclass_fields__ if hasattr(settings, k)})
 
 
+def correctness_seeds(cfg: EvalSettings) -> list[int]:
+    return [SEED_BASE + i for i in range(cfg.correctness_trials)]
+
+
+def verify_request(task: Task, cubin: bytes, cfg: EvalSettings) -> dict[str, Any]:
+    """What a worker is asked to verify a candidate's cubin (also the verdict cache's key)."""
+    return {"task": task.name, "sizes": dict(task.sizes), "cubin": cubin, "seeds": correctness_seeds(cfg),
+            "rtol": cfg.rtol, "atol": cfg.atol}
+
+
 def label_for(correct: bool, speedup_vs_frozen: float | None, fast_tolerance: float) -> str:
     """pass or fast for a verified candidate; `compile` when it built but is not correct (pure)."""
     if not correct:
@@ -119,11 +130,13 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
                         phases: dict[str, float] | None = None) -> list[KernelResult]:
     """Outcomes for `jobs`, in the same order. `pool`: a WorkerPool to reuse (else one is made and closed);
     `on_result`: called with each result once it is final (see the module's docstring); `phases`: filled
-    with the wall seconds of the two phases (`compileAndVerify`, `timing`) and the count timed (`timed`)."""
+    with the wall seconds of the two phases (`compileAndVerify`, `timing`), the count timed (`timed`) and
+    the count whose verdict was already stored (`verifiedBefore`, see verdicts.py)."""
     phases = {} if phases is None else phases
     started = time.monotonic()
     cfg = EvalSettings.of(settings)
     from cudanalyst.runner.kernels.compile import CompilePool, shared_cache, task_translation_unit
+    from cudanalyst.runner.kernels.verdicts import VerdictCache, verify_once
 
     results: dict[str, KernelResult] = {}
 
@@ -156,7 +169,8 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
         from cudanalyst.runner.kernels.pool import WorkerPool
 
         pool = WorkerPool(cfg.gpu_workers)
-    seeds = [SEED_BASE + i for i in range(cfg.correctness_trials)]
+    cache = shared_cache()
+    verdicts = VerdictCache.beside(cache)  # the LLM stage may have verified some already
     correct: list[KernelJob] = []
     verdicts: dict[str, dict[str, Any]] = {}
     compiled: dict[str, Any] = {}
@@ -171,14 +185,13 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
             emit(KernelResult(key=job.key, label="compile", evaluated_up_to="compile", resources=_resources(c),
                               reason="compiled; not run: no GPU on this machine, so pass and fast were not evaluated"))
         else:
-            t = tasks[job.key]
-            request = {"task": t.name, "sizes": dict(t.sizes), "cubin": c.cubin, "seeds": seeds,
-                       "rtol": cfg.rtol, "atol": cfg.atol}
+            request = verify_request(tasks[job.key], c.cubin, cfg)
             assert verifier is not None  # opened below, before any compile is submitted
-            return verifier.submit(pool.verify, request, cfg.timeout_seconds)
+            return verifier.submit(verify_once, pool, verdicts, request, cfg.timeout_seconds)
         return None
 
     def _after_verify(job: KernelJob, verdict: dict[str, Any]) -> None:
+        phases["verifiedBefore"] = phases.get("verifiedBefore", 0) + (1 if verdict.get("cached") else 0)
         if verdict.get("ok") and verdict.get("correct"):
             correct.append(job)
             verdicts[job.key] = verdict
@@ -189,7 +202,7 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
 
     try:
         # Compile candidates, frozen programs and baselines in one pool; identical sources compile once.
-        with CompilePool(cfg.compile_workers, cache=shared_cache()) as compiler, \
+        with CompilePool(cfg.compile_workers, cache=cache) as compiler, \
                 ThreadPoolExecutor(max(1, len(pool.workers)) if pool else 1, thread_name_prefix="verify") as verifier:
             # The pool hands identical sources the same future, so a future may stand for several jobs.
             by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}

@@ -146,9 +146,10 @@ def precompile_workers(compile_workers: int, cpus: int, processes: int) -> int:
 
 
 def llm_stage_args(run: AttributionRun, shards: int) -> list[str]:
-    """Extra runner arguments of the LLM stage here: compile early where the machine has cores to spare."""
+    """Extra runner arguments of the LLM stage here: where the machine has cores to spare, compile early,
+    and verify early with one GPU worker per shard (the runner does that only where it finds a GPU)."""
     workers = precompile_workers(run.spec.evaluation.compile_workers, os.cpu_count() or 1, shards)
-    return ["--precompile-workers", str(workers)] if workers else []
+    return ["--precompile-workers", str(workers), "--preverify-workers", "1"] if workers else []
 
 
 def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str,
