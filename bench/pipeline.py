@@ -57,6 +57,7 @@ class Side:
     completion_tokens: int = 0
     labels: dict[str, int] = field(default_factory=dict)
     failures: int = 0
+    notes: list[str] = field(default_factory=list)  # the runner's per-stage summaries
 
     @property
     def per_hour(self) -> float:
@@ -156,6 +157,16 @@ def completion_tokens(store: ObjectStore) -> int:
 
 
 # ------------------------------------------------------------------------------------- the sides
+def runner_lines(folder: str, stage: str) -> list[str]:
+    """The runner's one-line summaries of a stage (where its time went), from the shards' logs."""
+    marker = {"llm": "LLM stage:", "kernels": "kernel stage:"}[stage]
+    lines = []
+    for log in sorted(Path(folder).glob(f"shard-*-{stage}.log")):
+        lines += [f"{log.stem}: {x.split(marker, 1)[1].strip()}" for x in log.read_text(errors="replace").splitlines()
+                  if marker in x]
+    return lines
+
+
 def run_pipeline_llm(served: AttributionRun, folder: str, side: Side) -> None:
     shards = list(range(served.spec.resources.shards))
     spec_path = write_spec_file(served, folder)
@@ -306,7 +317,7 @@ def table(pipeline: Side, serial: Side, server_start_s: float, gpu: bool) -> str
 def side_json(s: Side) -> dict[str, Any]:
     return {"units": s.units, "seconds": s.seconds, "stageSeconds": s.stage_seconds, "perHour": s.per_hour,
             "completionTokens": s.completion_tokens, "tokensPerSecond": s.tokens_per_s, "labels": s.labels,
-            "failures": s.failures}
+            "failures": s.failures, "notes": s.notes}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -356,13 +367,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"model server healthy after {server_start_s:.1f} s", flush=True)
         with compile_cache(work / "cache-pipeline"):
             run_pipeline_llm(served, logs, pipeline)
-        print(f"pipeline LLM stage: {pipeline.stage_seconds['llm']:.1f} s", flush=True)
+        pipeline.notes += runner_lines(logs, "llm")
+        print(f"pipeline LLM stage: {pipeline.stage_seconds['llm']:.1f} s", *pipeline.notes, sep="\n  ", flush=True)
         with compile_cache(work / "cache-serial"):
             SerialPipeline(with_output(served, serial_run.spec.output.uri), serial_units, gpu).run_all(serial)
         print(f"serial: {serial.units} units in {serial.seconds:.1f} s", flush=True)
     # Servers stopped (as in `cudanalyst run`) before any kernel is timed.
     with compile_cache(work / "cache-pipeline"):
         run_pipeline_kernels(pipe_run, logs, pipeline)
+    kernel_notes = runner_lines(logs, "kernels")
+    pipeline.notes += kernel_notes
+    print(f"pipeline kernel stage: {pipeline.stage_seconds['kernels']:.1f} s", *kernel_notes, sep="\n  ")
     pipeline.seconds = sum(pipeline.stage_seconds.values())
     pipeline.units = len(keys_under(pipe_store, "outcomes/"))
     pipeline.labels = label_counts(pipe_store)

@@ -72,6 +72,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--precompile-workers", type=int, default=0,
                    help="nvcc processes compiling candidates into the shared cache while the LLM stage still "
                         "runs (default 0: off; `cudanalyst run` sets it from the machine's cores)")
+    p.add_argument("--preverify-workers", type=int, default=0,
+                   help="with --precompile-workers and a GPU: GPU workers verifying the compiled candidates beside "
+                        "the model server, verdicts stored for the kernel stage (default 0: off)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.shard is None:
@@ -200,6 +203,7 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
     # On stderr (the shard's log), so a user sees where the stage's time went without -v.
     print(f"cudanalyst-runner: kernel stage: {len(written)} of {len(jobs)} candidates in "
           f"{time.monotonic() - t0:.1f} s (compile and verify {phases.get('compileAndVerify', 0.0):.1f} s, "
+          f"{int(phases.get('verifiedBefore', 0))} verdicts found stored, "
           f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s)", file=sys.stderr)
     return failures
 
@@ -212,7 +216,7 @@ def _field(obj: Any, name: str, default: Any = ...) -> Any:
 
 
 @contextlib.contextmanager
-def _precompiler(workers: int) -> Iterator[Any]:
+def _precompiler(workers: int, verify_workers: int, settings: Any) -> Iterator[Any]:
     """A Precompiler for the LLM stage (None when off, or when the kernel stage cannot be loaded)."""
     if workers <= 0:
         yield None
@@ -222,9 +226,8 @@ def _precompiler(workers: int) -> Iterator[Any]:
     except ImportError:
         yield None
         return
-    with Precompiler(workers) as early:
+    with Precompiler(workers, verify_workers, settings) as early:
         yield early
-    log.info("compiled during generation: %d candidates submitted", early.submitted)
 
 
 def _split_failures(failures: Sequence[Failure], shard_of: dict[str, int], shard: int) -> list[Failure]:
@@ -275,9 +278,14 @@ def run_shard(args: argparse.Namespace) -> int:
             client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout),
             log_dir=args.log_dir, s3=s3_settings(run),
         )
-        with _precompiler(getattr(args, "precompile_workers", 0)) as early:
-            failures += LlmStage(run, with_feedback, pending, store, progress, args.shard, settings,
-                                 on_code=early.submit if early else None).run_stage()
+        with _precompiler(getattr(args, "precompile_workers", 0), getattr(args, "preverify_workers", 0),
+                          run.spec.evaluation) as early:
+            llm = LlmStage(run, with_feedback, pending, store, progress, args.shard, settings,
+                           on_code=early.submit if early else None)
+            failures += llm.run_stage()
+        if pending:  # on stderr (the shard's log), as the kernel stage's line
+            side = f"; meanwhile {early.submitted} sent to nvcc, {early.verified} verified on the GPU" if early else ""
+            print(f"cudanalyst-runner: LLM stage: {llm.summary()}{side}", file=sys.stderr)
     if "kernels" in stages:
         every = [u for s in shards for u in units_of[s]]
         failures += run_kernel_stage(run, programs, every, store, progresses, shard_of)

@@ -210,7 +210,7 @@ class _KernelWriter:
 
 @pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc to compile with: {_nvcc_missing()}")
 def test_kernels_are_compiled_into_the_shared_cache_while_the_model_writes(tmp_path: Path, trajectory: Path,
-                                                                            monkeypatch) -> None:
+                                                                            monkeypatch, capsys) -> None:
     from cudanalyst.runner.kernels.compile import CompileCache, CompilePool, task_translation_unit
     from cudanalyst.tasks import get_task
 
@@ -219,15 +219,24 @@ def test_kernels_are_compiled_into_the_shared_cache_while_the_model_writes(tmp_p
     try:
         spec = spec_for(tmp_path, trajectory, {"endpoint": server.url, "model": "m"}, samples=1)
         assert main(["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "llm",
-                     "--precompile-workers", "2"]) == 0
+                     "--precompile-workers", "2", "--preverify-workers", "1"]) == 0
     finally:
         server.close()
     candidates = records(tmp_path / "out" / RUN, "candidates")
     assert candidates and all(c["code"] for c in candidates.values())
+    line = next(x for x in capsys.readouterr().err.splitlines() if "LLM stage:" in x)  # where the time went
+    assert f"{len(candidates)} candidates in" in line and "kernels back from" in line
+    assert f"{2 * 9 * len(candidates)} tokens generated" in line  # a plan and a kernel per sample here
     gemm = get_task("gemm")
     with CompilePool(1, cache=CompileCache(tmp_path / "nvcc-cache")) as pool:
         again = pool.submit(task_translation_unit(gemm, next(iter(candidates.values()))["code"])).result()
     assert again.ok and again.cached  # the kernel stage will find it compiled
+    from cudanalyst.runner.kernels.stage import gpu_available
+
+    verdicts = list((tmp_path / "nvcc-cache" / "verdicts").rglob("*.json"))
+    # Early verification needs a GPU; with one, the single distinct kernel may be verified before the
+    # (instant) model is done, or be cut short and left to the kernel stage.
+    assert len(verdicts) <= 1 if gpu_available() else not verdicts
 
 
 def test_compiles_during_generation_only_where_cores_are_to_spare() -> None:

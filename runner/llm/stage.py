@@ -128,6 +128,10 @@ class LlmStage:
         self._last_progress = 0.0
         self.token_counts = {"prompt": 0, "completion": 0}
         self.on_code = on_code  # (task, code) of each extracted kernel, e.g. to compile it early
+        self._started = time.monotonic()
+        # Seconds from the stage's start to the first and last plan and coder result (for the shard's log).
+        self.timeline: dict[str, float] = {}
+        self._done_before = progress.llm_done
 
     # ------------------------------------------------------------------ inputs
     def view(self, program: FrozenProgram) -> ProgramView:
@@ -179,7 +183,24 @@ class LlmStage:
                 self.store.write_progress(self.shard, self.progress)
 
     # ------------------------------------------------------------------ phases
+    def _mark(self, what: str) -> None:
+        at = time.monotonic() - self._started
+        with self._lock:
+            self.timeline.setdefault(f"first{what}", at)
+            self.timeline[f"last{what}"] = at
+
+    def summary(self) -> str:
+        """One line on where the stage's time went: when plans and kernels came back, and the tokens."""
+        t = self.timeline
+        parts = [f"{self.progress.llm_done - self._done_before} candidates in {time.monotonic() - self._started:.1f} s"]
+        for what, label in (("Plan", "plans"), ("Code", "kernels")):
+            if f"first{what}" in t:
+                parts.append(f"{label} back from {t[f'first{what}']:.1f} s to {t[f'last{what}']:.1f} s")
+        parts.append(f"{self.token_counts['completion']} tokens generated")
+        return ", ".join(parts)
+
     def run_stage(self) -> list[Failure]:
+        self._started = time.monotonic()
         groups = make_groups(self.name, self.units, self.programs)
         if not groups:
             return []
@@ -272,6 +293,7 @@ class LlmStage:
                              prompts={"planner": prompt_text})
             return False
         self._count(res)
+        self._mark("Plan")
         meta = self.store.write_plan(g.key, {
             "groupKey": g.key, "plan": res.texts[0], "model": self.spec.models.planner.model, "api": endpoint.api,
             "seed": res.seed, "promptVersion": TEMPLATE_VERSION, "prompt": prompt_text,
@@ -375,6 +397,7 @@ class LlmStage:
             self._fail_units(g.units, "coder", res.error_kind or "error", res.error or "", prompts, g.plan)
             return
         self._count(res)
+        self._mark("Code")
         models = {"coder": self.spec.coder.model or endpoint.model}
         if self.spec.planning == "explicit":
             models["planner"] = "" if g.arm == "dummyPlan" else (self.spec.models.planner.model or "")

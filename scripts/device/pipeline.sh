@@ -68,7 +68,10 @@ fi
 
 if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
   step "bench/pipeline.py"
-  $py bench/pipeline.py --spec "$spec" --json "$out/bench-pipeline.json" "${@:3}" 2>&1 | tee "$out/bench-pipeline.log"
+  $py bench/pipeline.py --spec "$spec" --workdir /tmp/bench-pipeline --json "$out/bench-pipeline.json" "${@:3}" 2>&1 \
+    | tee "$out/bench-pipeline.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  mkdir -p "$out/bench-logs" && cp /tmp/bench-pipeline/logs/shard-*.log "$out/bench-logs/" 2>/dev/null
+  tail -n 200 /tmp/bench-pipeline/logs/*vllm*.log > "$out/bench-logs/server-tail.log" 2>/dev/null
 fi
 exit "$rc"
