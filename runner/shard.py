@@ -204,7 +204,10 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
     print(f"cudanalyst-runner: kernel stage: {len(written)} of {len(jobs)} candidates in "
           f"{time.monotonic() - t0:.1f} s (compile and verify {phases.get('compileAndVerify', 0.0):.1f} s, "
           f"{int(phases.get('verifiedBefore', 0))} verdicts found stored, "
-          f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s)", file=sys.stderr)
+          f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s: "
+          f"{int(phases.get('timingRequests', 0))} requests, {phases.get('timingWorker', 0.0):.1f} s in the worker "
+          f"of which {phases.get('timingPrep', 0.0):.1f} s loading and inputs)",
+          file=sys.stderr)
     return failures
 
 

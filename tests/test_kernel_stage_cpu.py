@@ -178,6 +178,20 @@ def test_worker_sees_no_credentials_and_survives_timeouts_and_crashes(monkeypatc
     assert not worker.alive
 
 
+def test_side_job_workers_and_nvcc_run_at_a_lower_priority():
+    from cudanalyst.runner.kernels.compile import niced
+
+    assert niced(["nvcc", "-c"], 0) == ["nvcc", "-c"]
+    assert niced(["nvcc", "-c"], 10)[1:] == ["-n", "10", "nvcc", "-c"]
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    worker = WorkerHandle(name="niced", nice=7)
+    try:
+        assert worker.call({"op": "ping"}, 60)["ok"]
+        assert os.getpriority(os.PRIO_PROCESS, worker.pid) == min(19, base + 7)
+    finally:
+        worker.close()
+
+
 def test_gpu_gate_gives_timing_the_gpu_alone():
     gate = GpuGate()
     events: list[str] = []

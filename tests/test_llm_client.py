@@ -149,3 +149,24 @@ def test_a_follow_up_leaves_as_soon_as_its_first_request_is_answered(standin) ->
     when = dict(seen)
     assert when["fast-code"] < 1.0 <= 1.5 <= when["slow-code"]  # fast's follow-up did not wait for slow
     assert len(script.requests) == 6 and {r["n"] for r in script.requests if r["prompt"] == "sleep:0"} >= {2}
+
+
+def test_warm_up_sends_a_short_sampled_burst_with_the_run_settings(standin) -> None:
+    from cudanalyst.runner.llm.client import warm_up
+
+    endpoint, script = standin
+    seconds = warm_up(endpoint, temperature=0.7, top_p=0.9, requests=5, samples=3)
+    assert seconds >= 0 and len(script.requests) == 5
+    assert all(r["n"] == 3 and r["top_p"] == 0.9 and r["temperature"] == 0.7 and r["max_tokens"] == 8
+               for r in script.requests)
+    assert sorted(r["seed"] for r in script.requests) == [0, 1, 2, 3, 4]
+
+
+def test_a_failed_warm_up_is_logged_not_raised(standin, caplog) -> None:
+    from cudanalyst.runner.llm.client import warm_up
+
+    endpoint, script = standin
+    script.answers = [(400, '{"error": {"message": "bad"}}', 0.0)] * 4
+    with caplog.at_level("WARNING", logger="cudanalyst.runner.llm"):
+        warm_up(endpoint, temperature=0.8, top_p=0.95, requests=2)
+    assert "warm-up" in caplog.text and "2 of 2 requests failed" in caplog.text

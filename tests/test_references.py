@@ -88,5 +88,5 @@ def test_a_pool_hands_its_workers_one_folder_and_removes_it():
         for _ in range(2):
             reply = pool.call({"op": "environ"}, 60)
             assert reply["ok"] and FOLDER_ENV in reply["names"]
-        assert {w.shared_dir for w in pool.workers} == {folder}
+        assert {w.shared_dir for w in (*pool.workers, pool.timer)} == {folder}
     assert not os.path.exists(folder)

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -152,6 +153,12 @@ def _scrubbed_env() -> dict[str, str]:
     return {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
 
 
+def niced(cmd: Sequence[str], nice: int) -> list[str]:
+    """`cmd` at a lower CPU priority (for side jobs that must not slow what runs beside them)."""
+    wrapper = shutil.which("nice") if nice > 0 else None
+    return [wrapper, "-n", str(nice), *cmd] if wrapper else list(cmd)
+
+
 def _run(cmd: Sequence[str], cwd: str, timeout_s: float) -> tuple[int | None, str]:
     """Run nvcc in its own process group so a timeout kills cicc / ptxas / the host compiler too."""
     proc = subprocess.Popen(
@@ -197,8 +204,10 @@ def compile_source(
     options: CompileOptions | None = None,
     cache: CompileCache | None = None,
     toolchain: Toolchain | None = None,
+    nice: int = 0,
 ) -> CompileResult:
-    """Compile one translation unit to a cubin; never raises for a bad source (see `ok`, `diagnostics`)."""
+    """Compile one translation unit to a cubin; never raises for a bad source (see `ok`, `diagnostics`).
+    `nice` > 0 runs nvcc at that lower CPU priority."""
     options = options or CompileOptions()
     tc = toolchain or find_toolchain()
     key = cache_key(source, options, tc.version)
@@ -214,7 +223,7 @@ def compile_source(
         cmd = [str(tc.nvcc), "-cubin", f"-arch={options.arch}", "-Xptxas", "-v", *options.extra_flags]
         cmd += [f"-I{d}" for d in tc.include_dirs]
         cmd += ["-o", str(out), SOURCE_NAME]
-        code, log = _run(cmd, work, options.timeout_s)
+        code, log = _run(niced(cmd, nice), work, options.timeout_s)
         log = log.replace(work + os.sep, "")  # temp paths would make identical results differ
         cubin = out.read_bytes() if code == 0 and out.is_file() else None
     seconds = time.perf_counter() - started
@@ -266,10 +275,12 @@ class CompilePool:
         workers: int | None = None,
         cache: CompileCache | None = None,
         options: CompileOptions | None = None,
+        nice: int = 0,
     ) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.cache = cache
         self.options = options or CompileOptions()
+        self.nice = nice
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="nvcc")
         self._inflight: dict[str, Future[CompileResult]] = {}
         self._lock = threading.Lock()
@@ -281,7 +292,7 @@ class CompilePool:
         with self._lock:
             if (fut := self._inflight.get(key)) is not None:
                 return fut
-            fut = self._executor.submit(compile_source, source, opts, self.cache, self._toolchain)
+            fut = self._executor.submit(compile_source, source, opts, self.cache, self._toolchain, self.nice)
             self._inflight[key] = fut
         fut.add_done_callback(lambda _f, k=key: self._forget(k))
         return fut

@@ -23,6 +23,9 @@ from cudanalyst.tasks import Task, UnknownTaskError, get_task
 from cudanalyst.tasks.conformance import contract_problems
 
 log = logging.getLogger("cudanalyst.runner.kernels")
+# nvcc and the GPU workers of the side job run at this lower CPU priority: the model server and its
+# clients come first (they are what the LLM stage waits for).
+SIDE_JOB_NICE = 10
 
 
 class Precompiler:
@@ -42,7 +45,7 @@ class Precompiler:
         self._verifier: ThreadPoolExecutor | None = None
         try:
             cache = shared_cache()
-            self.pool = CompilePool(workers, cache=cache)
+            self.pool = CompilePool(workers, cache=cache, nice=SIDE_JOB_NICE)
         except ToolchainNotFoundError as exc:
             log.info("no compiles during generation: %s", exc)
             return
@@ -51,7 +54,7 @@ class Precompiler:
 
             # Workers start on the first request, and the first verification asks whether there is a
             # GPU at all (a child process), so none of this delays the LLM stage's first request.
-            self.gpu = WorkerPool(verify_workers)
+            self.gpu = WorkerPool(verify_workers, nice=SIDE_JOB_NICE)
             self.verdicts = VerdictCache.beside(cache)
             self._verifier = ThreadPoolExecutor(verify_workers, thread_name_prefix="early-verify")
 
@@ -101,7 +104,7 @@ class Precompiler:
             self._verifier.shutdown(wait=False, cancel_futures=True)
             # A verification still running (a slow or hung kernel) is cut short rather than waited for;
             # its verdict is not stored, so the kernel stage does it again.
-            for worker in self.gpu.workers:
+            for worker in self.gpu.workers:  # (its timer never started: nothing is timed here)
                 worker.stop()
             self._verifier.shutdown(wait=True)
             self.gpu.close()

@@ -170,7 +170,7 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
 
         pool = WorkerPool(cfg.gpu_workers)
     cache = shared_cache()
-    verdicts = VerdictCache.beside(cache)  # the LLM stage may have verified some already
+    stored = VerdictCache.beside(cache)  # the LLM stage may have verified some already
     correct: list[KernelJob] = []
     verdicts: dict[str, dict[str, Any]] = {}
     compiled: dict[str, Any] = {}
@@ -187,7 +187,7 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
         else:
             request = verify_request(tasks[job.key], c.cubin, cfg)
             assert verifier is not None  # opened below, before any compile is submitted
-            return verifier.submit(verify_once, pool, verdicts, request, cfg.timeout_seconds)
+            return verifier.submit(verify_once, pool, stored, request, cfg.timeout_seconds)
         return None
 
     def _after_verify(job: KernelJob, verdict: dict[str, Any]) -> None:
@@ -235,7 +235,7 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
             # Timing in the order the jobs came in, so a run's outcomes do not depend on compile speed.
             order = {j.key: i for i, j in enumerate(todo)}
             _time_correct(sorted(correct, key=lambda j: order[j.key]), tasks, compiled, verdicts, ref_compiled,
-                          cfg, pool, emit)
+                          cfg, pool, emit, phases)
         phases["timing"] = time.monotonic() - started - phases["compileAndVerify"]
     finally:
         if own and pool is not None:
@@ -245,14 +245,19 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
 
 def _time_correct(correct: Sequence[KernelJob], tasks: dict[str, Task], compiled: dict[str, Any],
                   verdicts: dict[str, dict[str, Any]], ref_compiled: dict[tuple[str, str], Any], cfg: EvalSettings, pool: Any,
-                  emit: Callable[[KernelResult], None]) -> None:
+                  emit: Callable[[KernelResult], None], phases: dict[str, float]) -> None:
     """Time each verified candidate (and, once per source, its frozen program and the baseline)."""
     ref_times: dict[tuple[str, str], dict[str, Any] | None] = {}
 
     def time_source(t: Task, cubin: bytes, keep: bool) -> dict[str, Any]:
         request = {"task": t.name, "sizes": dict(t.sizes), "cubin": cubin, "warmup": cfg.warmup,
                    "trials": cfg.trials, "seed": SEED_BASE - 1, "keep": keep}
-        return pool.time(request, max(cfg.timeout_seconds, 60.0))
+        reply = pool.time(request, max(cfg.timeout_seconds, 60.0))
+        # The worker's own seconds against the phase's wall time: what the round trips cost.
+        phases["timingWorker"] = phases.get("timingWorker", 0.0) + float(reply.get("seconds", 0.0))
+        phases["timingRequests"] = phases.get("timingRequests", 0) + 1
+        phases["timingPrep"] = phases.get("timingPrep", 0.0) + float(reply.get("prepSeconds", 0.0))
+        return reply
 
     def reference_time(t: Task, source: str | None) -> dict[str, Any] | None:
         if source is None:

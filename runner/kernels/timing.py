@@ -95,10 +95,12 @@ def handle_time(session: GpuSession, request: dict[str, Any]) -> dict[str, Any]:
     except (cuda.Error, ContractError) as exc:
         return {"ok": False, "kind": "load", "error": f"cannot time: {exc}", "sticky": not session.healthy()}
     buffers = Buffers(cuda, task, session.inputs_for(task, int(request.get("seed", 0))))
+    prepared = time.monotonic()
     try:
         times = time_launches(session, launcher, buffers, int(request.get("warmup", 3)), int(request.get("trials", 30)))
     finally:
         buffers.free()
     stats = summarize(times)
     return {"ok": True, "stats": stats.to_dict(), "timesMs": times, "seconds": time.monotonic() - started,
+            "prepSeconds": prepared - started,
             "l2FlushBytes": session.flush_buffer()[1] * 4, "median": statistics.median(times)}

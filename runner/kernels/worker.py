@@ -52,9 +52,11 @@ def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str
 class WorkerHandle:
     """The runner's end of one worker process. Not thread-safe: the pool hands it to one thread at a time."""
 
-    def __init__(self, device: int = 0, name: str = "worker-0", shared_dir: str | None = None) -> None:
+    def __init__(self, device: int = 0, name: str = "worker-0", shared_dir: str | None = None,
+                 nice: int = 0) -> None:
         self.device = device
         self.name = name
+        self.nice = nice  # > 0: a lower CPU priority (a side job beside a model server)
         self.shared_dir = shared_dir  # where the pool's workers share task inputs and references
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -81,8 +83,10 @@ class WorkerHandle:
             from cudanalyst.runner.kernels.references import FOLDER_ENV
 
             env[FOLDER_ENV] = self.shared_dir
+        from cudanalyst.runner.kernels.compile import niced
+
         self._proc = subprocess.Popen(
-            cmd, env=env, pass_fds=(child.fileno(),), cwd=self._cwd,
+            niced(cmd, self.nice), env=env, pass_fds=(child.fileno(),), cwd=self._cwd,
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
         )
         child.close()

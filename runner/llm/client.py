@@ -12,6 +12,7 @@ its own retries.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,8 @@ import openai
 from openai import AsyncOpenAI
 
 from cudanalyst.runner.llm.serving import Endpoint
+
+log = logging.getLogger("cudanalyst.runner.llm")
 
 ErrorKind = Literal["prompt-too-long", "unreachable", "server-error", "timeout", "rejected"]
 _CONTEXT_HINTS = ("maximum context length", "context length", "longer than the maximum", "too long",
@@ -221,6 +224,26 @@ def generate(
     if not requests:
         return []
     return asyncio.run(generate_async(endpoint, requests, settings, on_result))
+
+
+WARM_UP_PROMPT = "Write a CUDA kernel that adds two float vectors."
+
+
+def warm_up(endpoint: Endpoint, temperature: float, top_p: float, requests: int = 16, samples: int = 3) -> float:
+    """A short burst of sampled requests right after a server is healthy, with the run's sampling settings.
+
+    vLLM compiles some kernels (top-p sampling, slot mapping) on their first use: seconds during which
+    the first real batch stalls. Paid here, they are part of start-up. Returns the seconds it took;
+    a failure is only logged (the real requests say what is wrong)."""
+    prompt: list[dict[str, str]] | str = (
+        [{"role": "user", "content": WARM_UP_PROMPT}] if endpoint.api == "chat" else WARM_UP_PROMPT)
+    batch = [GenerationRequest(f"warm-up-{i}", prompt, samples, i, 8, temperature, top_p) for i in range(requests)]
+    started = time.monotonic()
+    results = generate(endpoint, batch, ClientSettings(concurrency=requests, retries=1, timeout_s=120.0))
+    if failed := [r for r in results if not r.ok]:
+        log.warning("warm-up of %s: %d of %d requests failed: %s", endpoint.model, len(failed), len(results),
+                    failed[0].error)
+    return time.monotonic() - started
 
 
 async def generate_chained_async(

@@ -59,10 +59,12 @@ class ModelServers:
     """At most one local vLLM server at a time, reused while consecutive phases want the same model."""
 
     def __init__(self, settings: StageSettings, seed: int,
-                 start: Callable[..., Any] = _start_local_server) -> None:
+                 start: Callable[..., Any] = _start_local_server,
+                 warm_up: Callable[[Endpoint], Any] | None = None) -> None:
         self.settings = settings
         self.seed = seed
         self._start = start
+        self._warm_up = warm_up  # called once per server started, after it is healthy
         self._key: str | None = None
         self._ctx: Any = None
         self._server: LocalServer | None = None
@@ -106,6 +108,8 @@ class ModelServers:
         self._since = time.monotonic()
         self._gpus = spec.tensor_parallel_size
         assert self._server is not None
+        if self._warm_up is not None:
+            self._warm_up(self._server.endpoint)
         return self._server.endpoint
 
     def stop(self) -> None:

@@ -30,7 +30,13 @@ from typing import Any
 from cudanalyst.api import AttributionRun, ModelSpec
 from cudanalyst.outcomes import CandidateRecord
 from cudanalyst.plan import Unit
-from cudanalyst.runner.llm.client import GenerationRequest, GenerationResult, generate, generate_chained
+from cudanalyst.runner.llm.client import (
+    GenerationRequest,
+    GenerationResult,
+    generate,
+    generate_chained,
+    warm_up,
+)
 from cudanalyst.runner.llm.extract import extract_kernel
 from cudanalyst.runner.llm.prompts import (
     TEMPLATE_VERSION,
@@ -204,7 +210,9 @@ class LlmStage:
         groups = make_groups(self.name, self.units, self.programs)
         if not groups:
             return []
-        servers = ModelServers(self.settings, self.spec.sampling.seed)
+        sampling = self.spec.sampling
+        servers = ModelServers(self.settings, sampling.seed,
+                               warm_up=lambda ep: warm_up(ep, sampling.temperature, sampling.top_p))
         with stopping(servers):
             summaries = self._summaries(groups, servers)
             live = [g for g in groups if not g.failed]

@@ -111,6 +111,7 @@ def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
 @contextlib.contextmanager
 def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float) -> Iterator[AttributionRun]:
     """Serve each distinct local model once; yield the run with those models as endpoints."""
+    from cudanalyst.runner.llm.client import warm_up
     from cudanalyst.runner.llm.serving import start_local_server
     from cudanalyst.runner.weights import resolve_model_path
 
@@ -131,6 +132,8 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float) -
                     path, spec_model, served_name=Path(name.rstrip("/")).name or name, seed=run.spec.sampling.seed,
                     health_timeout_s=health_timeout_s, log_dir=log_dir))
                 served[name] = server.endpoint
+                sampling = run.spec.sampling
+                warm_up(server.endpoint, sampling.temperature, sampling.top_p)  # part of start-up
             endpoint = served[name]
             models[role] = {**model, "serve": "endpoint", "endpoint": endpoint.base_url, "model": endpoint.model}
         yield AttributionRun.model_validate(data)
