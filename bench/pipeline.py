@@ -4,20 +4,22 @@
   python bench/pipeline.py --spec SPEC [--serial-units K] [--units M] [--model NAME]
                            [--max-model-len N] [--max-tokens N] [--json FILE]
 
-One vLLM server per local model is started once and shared by both sides (its start-up time is
-printed apart; it is not what is compared):
-- pipeline: what `cudanalyst run SPEC --no-report` does (src/cudanalyst/local.py): every shard's LLM
-  stage at once as subprocesses (all prompts in flight), the server stopped, then the kernel stage
-  shard by shard (CPU compile pool, persistent GPU workers). M units: the whole spec, or --units M
-  rounded up to whole frozen programs.
+One vLLM server per local model is started (and warmed up) once and shared by both sides; its
+start-up time is printed apart and is not what is compared:
+- pipeline: what `cudanalyst run SPEC --no-report` does (src/cudanalyst/local.py): the kernel stage of
+  every shard in one process (CPU compile pool, persistent GPU workers), started beside every shard's
+  LLM stage (subprocesses, all prompts in flight); it compiles and verifies candidates as they are
+  stored and, once the LLM stage is over, times the correct ones with the GPU alone (here the idle
+  server keeps its memory but runs nothing; `cudanalyst run` stops it). M units: the whole spec, or
+  --units M rounded up to whole frozen programs. Its time runs from the kernel stage's start to its end.
 - serial: K units spread over the plan, one at a time, each through the same building blocks: its
   prompts (runner/llm/stage.py, prompts.py), the plan of its group (one planner request, reused by
   the group's later samples as the pipeline does), one coder request with n = 1, extraction, then
   compile, verify and time it alone (kernels/stage.py, one persistent GPU worker reused across units).
-The serial side runs after the pipeline's LLM stage on the same server, so any prefix-cache warmth
-favours the serial side (the ratio is conservative). Each side writes to its own fresh output folder
-and compile cache, so nothing is skipped as already done. A "program" is a candidate kernel taken end
-to end to its outcome record. Without a GPU kernels are compiled only, and the output says so.
+The serial side runs after the pipeline, on the same server, so any prefix-cache warmth favours the
+serial side (the ratio is conservative). Each side writes to its own fresh output folder and compile
+cache, so nothing is skipped as already done. A "program" is a candidate kernel taken end to end to
+its outcome record. Without a GPU kernels are compiled only, and the output says so.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst.api import AttributionRun, load_run
-from cudanalyst.local import llm_stage_args, prepare, run_stage, shared_servers, write_spec_file
+from cudanalyst.local import kernel_stage_alongside, prepare, run_stage, shared_servers, write_spec_file
 from cudanalyst.outcomes import CandidateRecord, Label, OutcomeRecord
 from cudanalyst.plan import Unit
 from cudanalyst.runs import plan_run, run_store
@@ -167,24 +169,20 @@ def runner_lines(folder: str, stage: str) -> list[str]:
     return lines
 
 
-def run_pipeline_llm(served: AttributionRun, folder: str, side: Side) -> None:
+def run_pipeline(run: AttributionRun, served: AttributionRun, folder: str, side: Side) -> None:
+    """What `cudanalyst run` does: the kernel stage (every shard in one process) started beside every
+    shard's LLM stage, compiling and verifying as candidates come, timing once the LLM stage is over.
+    `llm` is the LLM stage's time; `kernels` what the kernel stage took after it (its tail)."""
     shards = list(range(served.spec.resources.shards))
-    spec_path = write_spec_file(served, folder)
     t0 = time.perf_counter()
-    codes = run_stage(spec_path, shards, len(shards), "llm", folder, True, lambda: None,
-                      llm_stage_args(served, len(shards)))
-    side.stage_seconds["llm"] = time.perf_counter() - t0
-    side.failures += sum(1 for c in codes.values() if c != 0)
-
-
-def run_pipeline_kernels(run: AttributionRun, folder: str, side: Side) -> None:
-    shards = list(range(run.spec.resources.shards))
-    spec_path = write_spec_file(run, folder)
-    t0 = time.perf_counter()
-    # Every shard in one process, as `cudanalyst run` does: timing must hold the GPU alone.
-    codes = run_stage(spec_path, shards, len(shards), "kernels", folder, False, lambda: None)
-    side.stage_seconds["kernels"] = time.perf_counter() - t0
-    side.failures += sum(1 for c in codes.values() if c != 0)
+    with kernel_stage_alongside(run, shards, folder, lambda: None) as kernels_after_llm:
+        spec_path = write_spec_file(served, folder)
+        codes = run_stage(spec_path, shards, len(shards), "llm", folder, True, lambda: None)
+        t_llm = time.perf_counter()
+        # The server is idle from here on (no requests), so the kernel stage times with the GPU alone.
+        codes_k = kernels_after_llm()
+    side.stage_seconds = {"llm": t_llm - t0, "kernels": time.perf_counter() - t_llm}
+    side.failures += sum(1 for c in (*codes.values(), *codes_k.values()) if c != 0)
 
 
 class SerialPipeline:
@@ -366,18 +364,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         server_start_s = time.perf_counter() - t0
         print(f"model server healthy after {server_start_s:.1f} s", flush=True)
         with compile_cache(work / "cache-pipeline"):
-            run_pipeline_llm(served, logs, pipeline)
-        pipeline.notes += runner_lines(logs, "llm")
-        print(f"pipeline LLM stage: {pipeline.stage_seconds['llm']:.1f} s", *pipeline.notes, sep="\n  ", flush=True)
+            run_pipeline(pipe_run, served, logs, pipeline)
+        pipeline.notes += runner_lines(logs, "llm") + runner_lines(logs, "kernels")
+        print(f"pipeline: LLM stage {pipeline.stage_seconds['llm']:.1f} s, then the kernel stage's tail "
+              f"{pipeline.stage_seconds['kernels']:.1f} s", *pipeline.notes, sep="\n  ", flush=True)
         with compile_cache(work / "cache-serial"):
             SerialPipeline(with_output(served, serial_run.spec.output.uri), serial_units, gpu).run_all(serial)
         print(f"serial: {serial.units} units in {serial.seconds:.1f} s", flush=True)
-    # Servers stopped (as in `cudanalyst run`) before any kernel is timed.
-    with compile_cache(work / "cache-pipeline"):
-        run_pipeline_kernels(pipe_run, logs, pipeline)
-    kernel_notes = runner_lines(logs, "kernels")
-    pipeline.notes += kernel_notes
-    print(f"pipeline kernel stage: {pipeline.stage_seconds['kernels']:.1f} s", *kernel_notes, sep="\n  ")
     pipeline.seconds = sum(pipeline.stage_seconds.values())
     pipeline.units = len(keys_under(pipe_store, "outcomes/"))
     pipeline.labels = label_counts(pipe_store)

@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from cudanalyst.api import AttributionRun, SpecError, load_run
@@ -46,6 +46,7 @@ log = logging.getLogger("cudanalyst.runner")
 
 EXIT_OK, EXIT_UNFINISHED, EXIT_INVALID = 0, 1, 2
 PROGRESS_EVERY_S = 2.0  # how often the kernel stage rewrites progress objects while outcomes stream in
+FOLLOW_POLL_S = 1.0  # how often a kernel stage beside the LLM stage looks for new candidates
 
 
 class InvalidInput(ValueError):
@@ -75,6 +76,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--preverify-workers", type=int, default=0,
                    help="with --precompile-workers and a GPU: GPU workers verifying the compiled candidates beside "
                         "the model server, verdicts stored for the kernel stage (default 0: off)")
+    p.add_argument("--follow", metavar="FILE", default=None,
+                   help="with --stage kernels: start beside the LLM stage, compiling and verifying candidates as "
+                        "they are stored, until FILE exists (the LLM stage is over and the GPU free); then time")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.shard is None:
@@ -88,6 +92,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.shards = [int(x) for x in parts]
     if len(args.shards) > 1 and args.stage != "kernels":
         p.error("several shards in one process only with --stage kernels")
+    if args.follow and args.stage != "kernels":
+        p.error("--follow only with --stage kernels")
     args.shard = args.shards[0]
     return args
 
@@ -145,33 +151,37 @@ def fill_feedback(run: AttributionRun, programs: Sequence[FrozenProgram], needed
 
 def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], units: Sequence[Unit],
                      store: UnitStore, progress: Progress | dict[int, Progress],
-                     shard_of: dict[str, int] | None = None) -> list[Failure]:
+                     shard_of: dict[str, int] | None = None,
+                     follow: Callable[[], bool] | None = None) -> list[Failure]:
     """The kernel stage (its own package) over the candidates of `units` that have no outcome yet.
 
     Outcomes are written as each one is final. `progress` is one shard's, or one per shard with
-    `shard_of` mapping each unit key to its shard (several shards in one process)."""
+    `shard_of` mapping each unit key to its shard (several shards in one process). With `follow`, the
+    stage runs beside the LLM stage: it takes in candidates as they are stored (compiling and
+    verifying them at once) until `follow()` says the LLM stage is over, then takes the rest and times."""
     progresses = progress if isinstance(progress, dict) else {progress.shard: progress}
     owner = shard_of or {u.key: next(iter(progresses)) for u in units}
-    finished = store.finished_candidates()
-    done = store.finished_outcomes()
-    todo = [u for u in units if u.key in finished and u.key not in done]
-    if not todo:
+    open_units = {u.key: u for u in units if u.key not in store.finished_outcomes()}
+    if not open_units:
         return []
     try:
         from cudanalyst.runner.kernels import stage as kernels
+        from cudanalyst.runner.kernels.precompile import SIDE_JOB_NICE
     except ImportError as exc:
-        return [Failure("kernels", "unavailable", f"the kernel stage cannot be loaded: {exc}", [u.key for u in todo])]
-    jobs = []
-    for u in todo:
-        record = store.read_candidate(u.key)
-        jobs.append(kernels.KernelJob(key=u.key, task=u.task, source=record.code,
-                                      frozen_source=programs[u.program_id].source))
-    by_key = {u.key: u for u in todo}
+        return [Failure("kernels", "unavailable", f"the kernel stage cannot be loaded: {exc}",
+                        sorted(k for k in open_units if k in store.finished_candidates()))]
+    submitted: dict[str, Unit] = {}
     written: set[str] = set()
     last_progress = [time.monotonic()]
 
+    def write_progress(force: bool = False) -> None:
+        if force or time.monotonic() - last_progress[0] > PROGRESS_EVERY_S:
+            last_progress[0] = time.monotonic()
+            for shard, prog in progresses.items():
+                store.write_progress(shard, prog)
+
     def store_outcome(res: Any) -> None:
-        u = by_key[res.key]
+        u = submitted[res.key]
         record = OutcomeRecord(
             key=u.key, run=run.metadata.name, task=u.task, generation=u.generation, program_id=u.program_id,
             coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample,
@@ -185,23 +195,52 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
             p.kernels_done += 1
         p.gpu_seconds += record.gpu_seconds
         written.add(u.key)
-        if time.monotonic() - last_progress[0] > PROGRESS_EVERY_S:
-            last_progress[0] = time.monotonic()
+        write_progress()
+
+    def new_jobs(final: bool) -> list[Any]:
+        """Stored candidates not taken in yet. While following, only those with code: the LLM stage
+        itself records the outcome of a completion without code, just after its candidate."""
+        finished, outcomes = store.finished_candidates(), set()
+        if follow is not None:  # both stages write these objects now: count from the store, not locally
+            outcomes = store.finished_outcomes()
             for shard, prog in progresses.items():
-                store.write_progress(shard, prog)
+                mine = {k for k, s in owner.items() if s == shard}
+                prog.llm_done, prog.kernels_done = len(finished & mine), len(outcomes & mine)
+        jobs = []
+        for key in sorted((finished & set(open_units)) - set(submitted) - outcomes):
+            record = store.read_candidate(key)
+            if not final and not (record.code or "").strip():
+                continue
+            u = submitted[key] = open_units[key]
+            jobs.append(kernels.KernelJob(key=u.key, task=u.task, source=record.code,
+                                          frozen_source=programs[u.program_id].source))
+        return jobs
 
     t0 = time.monotonic()
     failures: list[Failure] = []
     phases: dict[str, float] = {}
     try:
-        kernels.evaluate_candidates(jobs, run.spec.evaluation, gpu=None, on_result=store_outcome, phases=phases)
+        # Beside the LLM stage, the model server and its clients come first (see precompile.py).
+        nice = SIDE_JOB_NICE if follow is not None else 0
+        with kernels.Evaluation(run.spec.evaluation, on_result=store_outcome, phases=phases,
+                                nice=nice) as evaluation:
+            while True:
+                over = follow is None or follow()  # asked before listing: nothing stored after it is missed
+                evaluation.add(new_jobs(final=over))
+                if over:
+                    break
+                write_progress()
+                waited = time.monotonic()
+                evaluation.poll(timeout=FOLLOW_POLL_S)
+                time.sleep(max(0.0, FOLLOW_POLL_S - (time.monotonic() - waited)))
+            evaluation.finish()
     except Exception as exc:  # noqa: BLE001 - a broken stage fails the shard with its reason, units stay open
-        failures.append(Failure("kernels", "error", f"{type(exc).__name__}: {exc}", sorted(set(by_key) - written)))
+        failures.append(Failure("kernels", "error", f"{type(exc).__name__}: {exc}", sorted(set(submitted) - written)))
     else:
-        if missing := set(by_key) - written:
+        if missing := set(submitted) - written:
             failures.append(Failure("kernels", "missing", "the kernel stage returned no result", sorted(missing)))
     # On stderr (the shard's log), so a user sees where the stage's time went without -v.
-    print(f"cudanalyst-runner: kernel stage: {len(written)} of {len(jobs)} candidates in "
+    print(f"cudanalyst-runner: kernel stage: {len(written)} of {len(submitted)} candidates in "
           f"{time.monotonic() - t0:.1f} s (compile and verify {phases.get('compileAndVerify', 0.0):.1f} s, "
           f"{int(phases.get('verifiedBefore', 0))} verdicts found stored, "
           f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s: "
@@ -291,7 +330,9 @@ def run_shard(args: argparse.Namespace) -> int:
             print(f"cudanalyst-runner: LLM stage: {llm.summary()}{side}", file=sys.stderr)
     if "kernels" in stages:
         every = [u for s in shards for u in units_of[s]]
-        failures += run_kernel_stage(run, programs, every, store, progresses, shard_of)
+        marker = getattr(args, "follow", None)
+        follow = (lambda: os.path.exists(marker)) if marker else None
+        failures += run_kernel_stage(run, programs, every, store, progresses, shard_of, follow)
 
     for s, progress in progresses.items():
         progress.failures = _split_failures(failures, shard_of, s)

@@ -73,11 +73,12 @@ def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path,
     assert data["sides"]["pipeline"]["units"] == data["sides"]["serial"]["units"] == 18
     assert data["sides"]["serial"]["failures"] == 0 and data["sides"]["pipeline"]["failures"] == 0
     assert data["ratio"] > 0
-    # Where the LLM stage's time went, as each shard's runner summed it up (quickstart: 2 shards; with 16
-    # tokens no kernel is written, so the kernel stage has nothing to sum up).
-    notes = data["sides"]["pipeline"]["notes"]
-    assert sorted(n.split(":")[0] for n in notes) == ["shard-0-llm", "shard-1-llm"]
-    assert all("candidates in" in n and "tokens generated" in n for n in notes)
+    # Where the time went, as each runner summed it up (quickstart: 2 shards, and the kernel stage of both
+    # beside them). With 16 tokens no kernel is written: the LLM stage records those outcomes itself.
+    notes = {n.split(":")[0]: n for n in data["sides"]["pipeline"]["notes"]}
+    assert sorted(notes) == ["shard-0-1-kernels", "shard-0-llm", "shard-1-llm"]
+    assert all("candidates in" in notes[s] and "tokens generated" in notes[s] for s in ("shard-0-llm", "shard-1-llm"))
+    assert "0 of 0 candidates" in notes["shard-0-1-kernels"]
     # The serial side's request count is n = 1 per unit: one coder completion per candidate record.
     candidates = list((tmp_path / "work" / "serial" / "quickstart" / "candidates").glob("*.json"))
     assert len(candidates) == 18

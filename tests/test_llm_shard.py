@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -290,3 +291,53 @@ def test_missing_reports_are_recomputed_by_the_tools_once_and_recorded_ones_win(
     cached["reports"]["analyzer"] = "from the store"
     (tmp_path / "out" / RUN / "feedback" / "p1.json").write_text(json.dumps(cached))
     assert fill_feedback(run, programs, {"p1"}, store)[0].feedback["analyzer"] == "from the store"
+
+
+@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the kernel stage: {_nvcc_missing()}")
+def test_a_kernel_stage_beside_the_llm_stage_takes_candidates_as_they_come(tmp_path: Path, trajectory: Path,
+                                                                            monkeypatch, capsys) -> None:
+    """--follow: outcomes appear while candidates still arrive; after the marker the rest is taken in once."""
+    import threading
+
+    from cudanalyst.api import load_run
+    from cudanalyst.outcomes import CandidateRecord
+    from cudanalyst.plan import make_plan
+    from cudanalyst.runner.units import UnitStore
+    from cudanalyst.store import open_store
+    from cudanalyst.tasks import get_task
+    from cudanalyst.trajectory import load_trajectory
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path / "nvcc-cache"))
+    monkeypatch.setattr("cudanalyst.runner.kernels.stage.gpu_available", lambda: False)  # same on any machine
+    spec = spec_for(tmp_path, trajectory, {"endpoint": "http://127.0.0.1:1/v1", "model": "m"}, samples=1)
+    plan = make_plan(load_run(spec), load_trajectory(str(trajectory)).programs)
+    store = UnitStore(open_store(str(tmp_path / "out")).child(f"{RUN}/"))
+    marker = tmp_path / "llm-stage-over"
+
+    def candidate(u, code):
+        return CandidateRecord(key=u.key, run=RUN, task=u.task, generation=u.generation, program_id=u.program_id,
+                               coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample, code=code)
+
+    first, later, no_code = plan.units[:3], plan.units[3:6], plan.units[6]
+    for u in first:
+        store.write_candidate(candidate(u, get_task("gemm").baseline_source))
+    codes: list[int] = []
+    stage = threading.Thread(target=lambda: codes.append(main(
+        ["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "kernels", "--follow", str(marker)])))
+    stage.start()
+    outcomes = tmp_path / "out" / RUN / "outcomes"
+    deadline = time.monotonic() + 60
+    while len(list(outcomes.glob("*.json"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(list(outcomes.glob("*.json"))) == 3 and stage.is_alive()  # outcomes before the LLM stage ends
+    for u in later:
+        store.write_candidate(candidate(u, get_task("gemm").baseline_source + "\n// another\n"))
+    store.write_candidate(candidate(no_code, None))  # its outcome is the LLM stage's to write: not taken yet
+    time.sleep(2.5)
+    assert len(list(outcomes.glob("*.json"))) == 6 and stage.is_alive()
+    marker.touch()
+    stage.join(timeout=60)
+    assert codes == [0]
+    assert len(list(outcomes.glob("*.json"))) == 7  # the final sweep took the candidate without code
+    line = next(x for x in capsys.readouterr().err.splitlines() if "kernel stage:" in x)
+    assert "7 of 7 candidates" in line

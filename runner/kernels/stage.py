@@ -132,115 +132,158 @@ def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | Non
     `on_result`: called with each result once it is final (see the module's docstring); `phases`: filled
     with the wall seconds of the two phases (`compileAndVerify`, `timing`), the count timed (`timed`) and
     the count whose verdict was already stored (`verifiedBefore`, see verdicts.py)."""
-    phases = {} if phases is None else phases
-    started = time.monotonic()
-    cfg = EvalSettings.of(settings)
-    from cudanalyst.runner.kernels.compile import CompilePool, shared_cache, task_translation_unit
-    from cudanalyst.runner.kernels.verdicts import VerdictCache, verify_once
+    with Evaluation(settings, gpu=gpu, pool=pool, on_result=on_result, phases=phases) as evaluation:
+        evaluation.add(jobs)
+        results = evaluation.finish()
+    return [results[j.key] for j in jobs]
 
-    results: dict[str, KernelResult] = {}
 
-    def emit(result: KernelResult) -> None:
-        results[result.key] = result
-        if on_result is not None:
-            on_result(result)
+class Evaluation:
+    """The stage as a stream: `add(jobs)` any number of times (each job is checked, compiled and, with a
+    GPU, verified at once, while later jobs are still coming), `poll()` now and then to take in finished
+    compiles and verifications, then `finish()`: the rest is waited for, and the correct candidates are
+    timed with the GPU alone. Results go to `on_result` as they are final (in the caller's thread)."""
 
-    tasks: dict[str, Task] = {}
-    todo: list[KernelJob] = []
-    for job in jobs:
-        try:
-            tasks[job.key] = get_task(job.task)
-        except UnknownTaskError as exc:
-            emit(_fail(job, str(exc)))
-            continue
-        if job.source is None or not job.source.strip():
-            emit(_fail(job, "no kernel source was extracted from the completion"))
-            continue
-        if problems := contract_problems(tasks[job.key], job.source):
-            emit(_fail(job, "contract: " + "; ".join(problems)))
-            continue
-        todo.append(job)
-    if not todo:
-        return [results[j.key] for j in jobs]
+    def __init__(self, settings: Any, *, gpu: bool | None = None, pool: Any | None = None,
+                 on_result: Callable[[KernelResult], None] | None = None,
+                 phases: dict[str, float] | None = None, nice: int = 0) -> None:
+        """`nice` > 0: nvcc and the GPU workers at a lower CPU priority (beside a model server)."""
+        from cudanalyst.runner.kernels.compile import shared_cache
+        from cudanalyst.runner.kernels.verdicts import VerdictCache
 
-    use_gpu = gpu_available() if gpu is None else gpu
-    own = use_gpu and pool is None
-    if use_gpu and pool is None:
-        from cudanalyst.runner.kernels.pool import WorkerPool
+        self.phases: dict[str, float] = {} if phases is None else phases
+        self.started = time.monotonic()
+        self.cfg = EvalSettings.of(settings)
+        self.on_result = on_result
+        self.results: dict[str, KernelResult] = {}
+        self.use_gpu = gpu_available() if gpu is None else gpu
+        self.own_pool = self.use_gpu and pool is None
+        if self.own_pool:
+            from cudanalyst.runner.kernels.pool import WorkerPool
 
-        pool = WorkerPool(cfg.gpu_workers)
-    cache = shared_cache()
-    stored = VerdictCache.beside(cache)  # the LLM stage may have verified some already
-    correct: list[KernelJob] = []
-    verdicts: dict[str, dict[str, Any]] = {}
-    compiled: dict[str, Any] = {}
-    verifier: ThreadPoolExecutor | None = None
+            pool = WorkerPool(self.cfg.gpu_workers, nice=nice)
+        self.pool = pool
+        self.nice = nice
+        self.cache = shared_cache()
+        self.stored = VerdictCache.beside(self.cache)  # the LLM stage may have verified some already
+        self._compiler: Any = None  # a CompilePool, made at the first job that needs nvcc
+        self.verifier = ThreadPoolExecutor(max(1, len(pool.workers)) if pool else 1, thread_name_prefix="verify")
+        self.tasks: dict[str, Task] = {}
+        self.order: dict[str, int] = {}  # arrival order of the jobs that go to nvcc
+        self.compiled: dict[str, Any] = {}
+        self.correct: list[KernelJob] = []
+        self.verdicts: dict[str, dict[str, Any]] = {}
+        self.refs: dict[tuple[str, str], Future[Any]] = {}
+        # The compile pool hands identical sources the same future, so a future may stand for several jobs.
+        self.by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}
 
-    def _after_compile(job: KernelJob, c: Any) -> Future[Any] | None:
+    def _emit(self, result: KernelResult) -> None:
+        self.results[result.key] = result
+        if self.on_result is not None:
+            self.on_result(result)
+
+    @property
+    def compiler(self) -> Any:
+        from cudanalyst.runner.kernels.compile import CompilePool
+
+        if self._compiler is None:
+            self._compiler = CompilePool(self.cfg.compile_workers, cache=self.cache, nice=self.nice)
+        return self._compiler
+
+    def add(self, jobs: Sequence[KernelJob]) -> None:
+        from cudanalyst.runner.kernels.compile import task_translation_unit
+
+        for job in jobs:
+            try:
+                task = self.tasks[job.key] = get_task(job.task)
+            except UnknownTaskError as exc:
+                self._emit(_fail(job, str(exc)))
+                continue
+            if job.source is None or not job.source.strip():
+                self._emit(_fail(job, "no kernel source was extracted from the completion"))
+                continue
+            if problems := contract_problems(task, job.source):
+                self._emit(_fail(job, "contract: " + "; ".join(problems)))
+                continue
+            self.order[job.key] = len(self.order)
+            fut = self.compiler.submit(task_translation_unit(task, job.source))
+            self.by_future.setdefault(fut, []).append(("compile", job))
+            # Frozen programs and baselines compile in the same pool, once per source, for timing.
+            for source in (task.baseline_source, job.frozen_source):
+                if source and (task.name, source) not in self.refs:
+                    self.refs[(task.name, source)] = self.compiler.submit(task_translation_unit(task, source))
+
+    def poll(self, timeout: float | None = 0.0) -> int:
+        """Take in the compiles and verifications finished within `timeout` seconds (None: all of them);
+        returns how many are still pending."""
+        pending = set(self.by_future)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            finished, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                for step, job in self.by_future.pop(fut):
+                    if step == "compile":
+                        if (verify := self._after_compile(job, fut.result())) is not None:
+                            self.by_future[verify] = [("verify", job)]
+                            pending.add(verify)
+                    else:
+                        self._after_verify(job, fut.result())
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        return len(self.by_future)
+
+    def _after_compile(self, job: KernelJob, c: Any) -> Future[Any] | None:
         """Record a compile; return the verification it starts, if any."""
-        compiled[job.key] = c
+        from cudanalyst.runner.kernels.verdicts import verify_once
+
+        self.compiled[job.key] = c
         if not c.ok:
-            emit(_fail(job, "compile error: " + _compile_errors(c)))
-        elif not use_gpu:
-            emit(KernelResult(key=job.key, label="compile", evaluated_up_to="compile", resources=_resources(c),
-                              reason="compiled; not run: no GPU on this machine, so pass and fast were not evaluated"))
+            self._emit(_fail(job, "compile error: " + _compile_errors(c)))
+        elif not self.use_gpu:
+            self._emit(KernelResult(
+                key=job.key, label="compile", evaluated_up_to="compile", resources=_resources(c),
+                reason="compiled; not run: no GPU on this machine, so pass and fast were not evaluated"))
         else:
-            request = verify_request(tasks[job.key], c.cubin, cfg)
-            assert verifier is not None  # opened below, before any compile is submitted
-            return verifier.submit(verify_once, pool, stored, request, cfg.timeout_seconds)
+            request = verify_request(self.tasks[job.key], c.cubin, self.cfg)
+            return self.verifier.submit(verify_once, self.pool, self.stored, request, self.cfg.timeout_seconds)
         return None
 
-    def _after_verify(job: KernelJob, verdict: dict[str, Any]) -> None:
-        phases["verifiedBefore"] = phases.get("verifiedBefore", 0) + (1 if verdict.get("cached") else 0)
+    def _after_verify(self, job: KernelJob, verdict: dict[str, Any]) -> None:
+        self.phases["verifiedBefore"] = self.phases.get("verifiedBefore", 0) + (1 if verdict.get("cached") else 0)
         if verdict.get("ok") and verdict.get("correct"):
-            correct.append(job)
-            verdicts[job.key] = verdict
+            self.correct.append(job)
+            self.verdicts[job.key] = verdict
             return
         why = str(verdict.get("reason")) if verdict.get("ok") else f"{verdict.get('kind')}: {verdict.get('error')}"
-        emit(KernelResult(job.key, "compile", "fast", why, resources=_resources(compiled[job.key]),
-                          gpu_seconds=float(verdict.get("seconds", 0.0))))
+        self._emit(KernelResult(job.key, "compile", "fast", why, resources=_resources(self.compiled[job.key]),
+                                gpu_seconds=float(verdict.get("seconds", 0.0))))
 
-    try:
-        # Compile candidates, frozen programs and baselines in one pool; identical sources compile once.
-        with CompilePool(cfg.compile_workers, cache=cache) as compiler, \
-                ThreadPoolExecutor(max(1, len(pool.workers)) if pool else 1, thread_name_prefix="verify") as verifier:
-            # The pool hands identical sources the same future, so a future may stand for several jobs.
-            by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}
-            for j in todo:
-                fut = compiler.submit(task_translation_unit(tasks[j.key], j.source or ""))
-                by_future.setdefault(fut, []).append(("compile", j))
-            refs: dict[tuple[str, str], Any] = {}
-            for j in todo:
-                t = tasks[j.key]
-                refs.setdefault((t.name, t.baseline_source),
-                                compiler.submit(task_translation_unit(t, t.baseline_source)))
-                if j.frozen_source:
-                    refs.setdefault((t.name, j.frozen_source), compiler.submit(task_translation_unit(t, j.frozen_source)))
-            pending = set(by_future)
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    for step, job in by_future.pop(fut):
-                        if step == "compile":
-                            verify = _after_compile(job, fut.result())
-                            if verify is not None:
-                                by_future[verify] = [("verify", job)]
-                                pending.add(verify)
-                        else:
-                            _after_verify(job, fut.result())
-            ref_compiled = {k: f.result() for k, f in refs.items()}
-        phases["compileAndVerify"] = time.monotonic() - started
-        phases["timed"] = len(correct)
-        if correct:
+    def finish(self) -> dict[str, KernelResult]:
+        """Wait for every compile and verification, then time the correct candidates; all results by key."""
+        self.poll(timeout=None)
+        ref_compiled = {k: f.result() for k, f in self.refs.items()}
+        self.phases["compileAndVerify"] = time.monotonic() - self.started
+        self.phases["timed"] = len(self.correct)
+        if self.correct:
             # Timing in the order the jobs came in, so a run's outcomes do not depend on compile speed.
-            order = {j.key: i for i, j in enumerate(todo)}
-            _time_correct(sorted(correct, key=lambda j: order[j.key]), tasks, compiled, verdicts, ref_compiled,
-                          cfg, pool, emit, phases)
-        phases["timing"] = time.monotonic() - started - phases["compileAndVerify"]
-    finally:
-        if own and pool is not None:
-            pool.close()
-    return [results[j.key] for j in jobs]
+            _time_correct(sorted(self.correct, key=lambda j: self.order[j.key]), self.tasks, self.compiled,
+                          self.verdicts, ref_compiled, self.cfg, self.pool, self._emit, self.phases)
+        self.phases["timing"] = time.monotonic() - self.started - self.phases["compileAndVerify"]
+        return self.results
+
+    def close(self) -> None:
+        if self._compiler is not None:
+            self._compiler.close(drop_queued=True)
+        self.verifier.shutdown(wait=True, cancel_futures=True)
+        if self.own_pool and self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self) -> Evaluation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _time_correct(correct: Sequence[KernelJob], tasks: dict[str, Task], compiled: dict[str, Any],

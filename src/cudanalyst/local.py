@@ -181,14 +181,15 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait()
 
 
-def run_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str, parallel: bool,
-              tick: Callable[[], None], extra: Sequence[str] = ()) -> dict[int, int]:
-    """Run one stage over the shards; return each shard's exit status. Ctrl-C stops every child.
-
-    parallel: one process per shard, all at once (the LLM stage: every prompt in flight); otherwise one
-    process for all the shards (the kernel stage: one GPU, so one pool of workers)."""
+def start_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str, parallel: bool,
+                extra: Sequence[str] = ()) -> dict[tuple[int, ...], subprocess.Popen[bytes]]:
+    """Start one stage over the shards (see run_stage); wait for it with wait_stage."""
     groups = [[s] for s in shards] if parallel else [list(shards)]
-    procs = {tuple(g): _launch(spec_path, g, of, stage, log_dir, extra) for g in groups}
+    return {tuple(g): _launch(spec_path, g, of, stage, log_dir, extra) for g in groups}
+
+
+def wait_stage(procs: dict[tuple[int, ...], subprocess.Popen[bytes]], tick: Callable[[], None]) -> dict[int, int]:
+    """Each shard's exit status once the stage's processes are done; Ctrl-C stops every one of them."""
     try:
         while any(p.poll() is None for p in procs.values()):
             tick()
@@ -200,8 +201,49 @@ def run_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: 
     return {s: p.returncode for g, p in procs.items() for s in g}
 
 
-def write_spec_file(run: AttributionRun, folder: str) -> Path:
-    path = Path(folder) / "spec.json"
+def stop_stage(procs: dict[tuple[int, ...], subprocess.Popen[bytes]]) -> None:
+    _stop(list(procs.values()))
+
+
+def run_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str, parallel: bool,
+              tick: Callable[[], None], extra: Sequence[str] = ()) -> dict[int, int]:
+    """Run one stage over the shards; return each shard's exit status. Ctrl-C stops every child.
+
+    parallel: one process per shard, all at once (the LLM stage: every prompt in flight); otherwise one
+    process for all the shards (the kernel stage: one GPU, so one pool of workers)."""
+    return wait_stage(start_stage(spec_path, shards, of, stage, log_dir, parallel, extra), tick)
+
+
+@contextlib.contextmanager
+def kernel_stage_alongside(run: AttributionRun, shards: list[int], log_dir: str,
+                           tick: Callable[[], None]) -> Iterator[Callable[[], dict[int, int]]]:
+    """The kernel stage (all shards, one process) started now, beside the LLM stage run in the block.
+
+    It compiles and verifies candidates as the LLM stage stores them. Call the yielded function once the
+    LLM stage is over and every model server stopped: it tells the kernel stage so (it then takes the
+    last candidates and times the correct ones with the GPU alone) and returns its exit statuses. Left
+    without that call (an error, Ctrl-C), the kernel stage is stopped."""
+    marker = Path(log_dir) / "llm-stage-over"
+    marker.unlink(missing_ok=True)
+    spec_path = write_spec_file(run, log_dir, "spec-kernels.json")
+    procs = start_stage(spec_path, shards, len(shards), "kernels", log_dir, False, ["--follow", str(marker)])
+    finished: list[bool] = []
+
+    def finish() -> dict[int, int]:
+        marker.touch()
+        codes = wait_stage(procs, tick)
+        finished.append(True)
+        return codes
+
+    try:
+        yield finish
+    finally:
+        if not finished:
+            stop_stage(procs)
+
+
+def write_spec_file(run: AttributionRun, folder: str, name: str = "spec.json") -> Path:
+    path = Path(folder) / name
     path.write_text(json.dumps(run.to_dict()))
     return path
 
@@ -216,5 +258,5 @@ def work_dir(run: AttributionRun) -> str:
     return tempfile.mkdtemp(prefix=f"cudanalyst-{run.metadata.name}-")
 
 
-__all__ = ["RunInputError", "Snapshot", "llm_stage_args", "plan_digest", "prepare", "read_snapshot", "run_stage",
-           "shared_servers", "write_spec_file", "work_dir"]
+__all__ = ["RunInputError", "Snapshot", "kernel_stage_alongside", "llm_stage_args", "plan_digest", "prepare",
+           "read_snapshot", "run_stage", "shared_servers", "write_spec_file", "work_dir"]

@@ -23,6 +23,7 @@ from rich.progress import (
 from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, load_or_die
 from cudanalyst.local import (
     RunInputError,
+    kernel_stage_alongside,
     llm_stage_args,
     prepare,
     read_snapshot,
@@ -96,13 +97,21 @@ def run(args: argparse.Namespace) -> int:
                         last_line[:] = [time.monotonic(), line]
 
             tick()
-            if args.stage in ("llm", "all"):
+            if args.stage == "all":
+                # The kernel stage runs beside the LLM stage (all shards in one process: one GPU, one set
+                # of workers), compiling and verifying as candidates come; it times once the servers stop.
+                with kernel_stage_alongside(ar, shards, folder, tick) as kernels_after_llm:
+                    with shared_servers(ar, folder, args.health_timeout) as served:
+                        spec_path = write_spec_file(served, folder)
+                        codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick)
+                    codes["kernels"] = kernels_after_llm()
+            elif args.stage == "llm":
                 with shared_servers(ar, folder, args.health_timeout) as served:
                     spec_path = write_spec_file(served, folder)
-                    # Compiling early only helps a kernel stage on this machine, right after.
-                    early = llm_stage_args(ar, len(shards)) if args.stage == "all" else []
+                    # A kernel stage on this machine later finds these compiled.
+                    early = llm_stage_args(ar, len(shards))
                     codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick, early)
-            if args.stage in ("kernels", "all"):
+            else:
                 spec_path = write_spec_file(ar, folder)
                 # Every shard in one process: one GPU, one set of workers; timing holds the GPU alone.
                 codes["kernels"] = run_stage(spec_path, shards, len(shards), "kernels", folder, False, tick)
