@@ -172,6 +172,7 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
                         sorted(k for k in open_units if k in store.finished_candidates()))]
     submitted: dict[str, Unit] = {}
     written: set[str] = set()
+    keys_of = {shard: {k for k, s in owner.items() if s == shard} for shard in progresses}  # once, not per look
     last_progress = [time.monotonic()]
 
     def write_progress(force: bool = False) -> None:
@@ -204,7 +205,7 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
         if follow is not None:  # both stages write these objects now: count from the store, not locally
             outcomes = store.finished_outcomes()
             for shard, prog in progresses.items():
-                mine = {k for k, s in owner.items() if s == shard}
+                mine = keys_of[shard]
                 prog.llm_done, prog.kernels_done = len(finished & mine), len(outcomes & mine)
         jobs = []
         for key in sorted((finished & set(open_units)) - set(submitted) - outcomes):

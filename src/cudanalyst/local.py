@@ -201,10 +201,6 @@ def wait_stage(procs: dict[tuple[int, ...], subprocess.Popen[bytes]], tick: Call
     return {s: p.returncode for g, p in procs.items() for s in g}
 
 
-def stop_stage(procs: dict[tuple[int, ...], subprocess.Popen[bytes]]) -> None:
-    _stop(list(procs.values()))
-
-
 def run_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str, parallel: bool,
               tick: Callable[[], None], extra: Sequence[str] = ()) -> dict[int, int]:
     """Run one stage over the shards; return each shard's exit status. Ctrl-C stops every child.
@@ -239,7 +235,7 @@ def kernel_stage_alongside(run: AttributionRun, shards: list[int], log_dir: str,
         yield finish
     finally:
         if not finished:
-            stop_stage(procs)
+            _stop(list(procs.values()))
 
 
 def write_spec_file(run: AttributionRun, folder: str, name: str = "spec.json") -> Path:
