@@ -8,7 +8,7 @@ metrics are reported as not evaluated, never guessed.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -91,6 +91,11 @@ class OutcomeRecord(UnitRef):
     reason: str = ""
     speedup: float | None = Field(None, description="Frozen program's time / candidate's time.")
     speedup_vs_baseline: float | None = None
+    reference: Literal["frozen", "baseline"] | None = Field(
+        None, description="What `fast` was measured against: the frozen program, or the task's baseline kernel "
+        "when the frozen program could not be timed (it is itself incorrect or fails). None: not timed.")
+    unchanged: bool = Field(
+        False, description="The candidate is the frozen program, unchanged up to whitespace and comments.")
     time_ms: float | None = None
     resources: dict[str, Any] = Field(default_factory=dict, description="registers, shared, spills, ...")
     gpu_seconds: float = 0.0
