@@ -62,6 +62,43 @@ def test_server_never_healthy_hits_the_deadline(tmp_path: Path) -> None:
     assert server.process.poll() is not None
 
 
+def test_a_log_folder_made_for_the_server_goes_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the server's own folder is made
+    server = launch_server(["sleep", "60"], Endpoint(f"http://127.0.0.1:{free_port()}/v1", "m"))
+    folder = server.log_path.parent
+    assert folder.parent == tmp_path and folder.name.startswith("cudanalyst-vllm-") and server.log_path.is_file()
+    server.stop(grace_s=1.0)
+    assert not folder.exists()
+
+
+def test_a_server_ends_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    # The starter forks the server from a thread that then ends, and is SIGKILLed later: no cleanup runs.
+    starter = subprocess.Popen([sys.executable, "-c", f"""
+import threading, time
+from cudanalyst.runner.llm.serving import Endpoint, launch_server
+got = []
+t = threading.Thread(target=lambda: got.append(launch_server(["sleep", "300"], Endpoint("http://127.0.0.1:1/v1", "m"),
+                                                           log_dir={str(tmp_path)!r})))
+t.start(); t.join()
+print(got[0].process.pid, flush=True)
+time.sleep(300)
+"""], stdout=subprocess.PIPE, text=True)
+    assert starter.stdout is not None
+    server = int(starter.stdout.readline())
+    assert alive(server)
+    starter.send_signal(signal.SIGKILL)
+    starter.wait(30)
+    deadline = time.monotonic() + 30
+    while alive(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(server)
+
+
 def test_start_local_server_refuses_a_folder_that_is_not_a_model(tmp_path: Path) -> None:
     spec = ModelSpec(model=str(tmp_path), serve="local")
     with pytest.raises(ServingError, match="no config.json"), start_local_server(str(tmp_path), spec, served_name="m"):

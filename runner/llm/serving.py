@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from cudanalyst import lifeline
 from cudanalyst.api.spec import ModelSpec
 
 DEFAULT_HEALTH_TIMEOUT_S = 600.0
@@ -126,6 +128,7 @@ class LocalServer:
     endpoint: Endpoint
     log_path: Path
     started_at: float = field(default_factory=time.monotonic)
+    temp_dir: Path | None = None  # the log's folder when the caller named none: removed on stop
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -167,22 +170,27 @@ class LocalServer:
         # Children that outlived the leader (engine cores) are still in the group: end them too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        if self.temp_dir is not None:  # errors already carry the log's tail
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
         return self.process.returncode
 
 
 def launch_server(
     cmd: Sequence[str], endpoint: Endpoint, *, env: dict[str, str] | None = None, log_dir: str | None = None
 ) -> LocalServer:
-    """Start `cmd` in a new session (own process group), output to a log file."""
-    log_dir = log_dir or tempfile.mkdtemp(prefix="cudanalyst-vllm-")
-    log_path = Path(log_dir) / f"vllm-{endpoint.model}.log"
+    """Start `cmd` in a new session (own process group), output to a log file (in log_dir, else in a
+    temporary folder that goes with the server)."""
+    temp_dir = None if log_dir else Path(tempfile.mkdtemp(prefix="cudanalyst-vllm-"))
+    log_path = Path(log_dir or temp_dir) / f"vllm-{endpoint.model}.log"  # type: ignore[arg-type]
     full_env = {**os.environ, **(env or {})}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=full_env, start_new_session=True,
+        # SIGTERM when the process that started it dies (even by SIGKILL): vLLM then stops its engine
+        # processes itself, which a SIGKILL of the server alone would leave running.
+        proc = lifeline.popen(
+            list(cmd), death_signal=signal.SIGTERM, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=full_env, start_new_session=True,
         )
-    return LocalServer(proc, endpoint, log_path)
+    return LocalServer(proc, endpoint, log_path, temp_dir=temp_dir)
 
 
 @contextlib.contextmanager

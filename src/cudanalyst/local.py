@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from cudanalyst import lifeline
 from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.plan import Plan, plan_digest
 from cudanalyst.runs import check_models, plan_run, progress_key, run_store, s3_settings
@@ -158,12 +159,15 @@ def llm_stage_args(run: AttributionRun, shards: int) -> list[str]:
 def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str,
             extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     name = "-".join(map(str, shards))
-    log = open(Path(log_dir) / f"shard-{name}-{stage}.log", "ab")  # noqa: SIM115 - owned by the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "cudanalyst.runner.shard", "--spec", str(spec_path),
-         "--shard", ",".join(map(str, shards)), "--of", str(of), "--stage", stage, "--log-dir", log_dir, *extra],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-    )
+    with open(Path(log_dir) / f"shard-{name}-{stage}.log", "ab") as log:
+        # SIGTERM when `cudanalyst run` dies, however it dies: the shard unwinds as a pod does, stopping
+        # what it started itself (its own session keeps Ctrl-C in the terminal from reaching it twice).
+        return lifeline.popen(
+            [sys.executable, "-m", "cudanalyst.runner.shard", "--spec", str(spec_path),
+             "--shard", ",".join(map(str, shards)), "--of", str(of), "--stage", stage, "--log-dir", log_dir, *extra],
+            death_signal=signal.SIGTERM, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
