@@ -29,6 +29,9 @@ class OperatorConfig:
     runner_stage: str = "all"
     # Labels every runner pod gets, e.g. for the chart's NetworkPolicy.
     runner_pod_labels: dict[str, str] = field(default_factory=dict)
+    # Kueue is installed: follow the Workloads of queued runs' Jobs (operator/kueue.py). Off, a run that names a
+    # queue stalls, since suspending it would need its Workload.
+    kueue: bool = False
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:
@@ -68,6 +71,15 @@ def _labels(env: Mapping[str, str], name: str) -> dict[str, str]:
     return out
 
 
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw not in ("true", "false"):
+        raise ConfigError(f"{name}={raw!r}: expected true or false")
+    return raw == "true"
+
+
 def load_config(env: Mapping[str, str] | None = None) -> OperatorConfig:
     """Read CUDANALYST_* variables; a bad value raises ConfigError naming the variable."""
     env = os.environ if env is None else env
@@ -89,4 +101,5 @@ def load_config(env: Mapping[str, str] | None = None) -> OperatorConfig:
         image_pull_policy=policy,
         runner_stage=stage,
         runner_pod_labels=_labels(env, "CUDANALYST_RUNNER_POD_LABELS"),
+        kueue=_bool(env, "CUDANALYST_KUEUE", False),
     )

@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nEnvironment: CUDANALYST_NAMESPACES (comma-separated; empty = cluster-wide), "
               "CUDANALYST_RUNNER_SERVICE_ACCOUNT, CUDANALYST_STATUS_INTERVAL, CUDANALYST_METRICS_PORT, "
               "CUDANALYST_HEALTH_PORT, CUDANALYST_BACKOFF_LIMIT_PER_INDEX, CUDANALYST_IMAGE_PULL_POLICY, "
-              "CUDANALYST_RUNNER_POD_LABELS (k=v,...), CUDANALYST_RUNNER_STAGE, CUDANALYST_RETRY_INTERVAL")
+              "CUDANALYST_RUNNER_POD_LABELS (k=v,...), CUDANALYST_RUNNER_STAGE, CUDANALYST_RETRY_INTERVAL, "
+              "CUDANALYST_KUEUE (true: follow Kueue Workloads of queued runs)")
         return 0
     if argv:
         print(f"cudanalyst-operator: unexpected arguments {argv!r}; it is configured by environment variables",
