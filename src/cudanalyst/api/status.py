@@ -7,7 +7,7 @@ URI is `reportUri`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -74,6 +74,23 @@ class InteractionValue(Model):
     high: float
 
 
+class MetricExclusion(Model):
+    """Programs left out of a metric's games because their outcome could not be established."""
+
+    metric: Metric
+    excluded: int = Field(ge=0, description="Programs left out (the pooled game's).")
+    of: int = Field(ge=0, description="Programs in all.")
+    reason: str = Field("", max_length=1024, description="The records' own reasons, most common first.")
+
+
+class References(Model):
+    """What `fast` was measured against, counted over outcome records."""
+
+    frozen: int = Field(0, ge=0, description="Units timed against their frozen program.")
+    baseline: int = Field(0, ge=0, description="Units timed against the task's baseline (frozen program untimeable).")
+    not_timed: int = Field(0, ge=0, description="Units never timed (failed before, or no GPU).")
+
+
 class Results(Model):
     """The headline numbers; everything else is in the report object."""
 
@@ -85,8 +102,31 @@ class Results(Model):
         default_factory=list, max_length=32, description="The strongest pairwise interactions (by |value|)."
     )
     not_evaluated: list[Metric] = Field(
-        default_factory=list, description="Metrics that could not be evaluated (e.g. pass and fast with no GPU)."
+        default_factory=list, description="Metrics that could not be evaluated for any program (e.g. pass and "
+        "fast with no GPU)."
     )
+    exclusions: list[MetricExclusion] = Field(
+        default_factory=list, max_length=3, description="Per metric, programs left out of its games, and why."
+    )
+    estimator_notes: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list, max_length=16, description="Games whose estimator switched (auto) or whose exact "
+        "estimate failed, and why."
+    )
+    references: References | None = Field(None, description="What fast was measured against.")
+
+
+class QueueStatus(Model):
+    """What Kueue says of a queued run (spec.resources.queueName set): its Workload and where it stands."""
+
+    name: str = Field("", max_length=253, description="The LocalQueue (spec.resources.queueName).")
+    workload: str = Field("", max_length=253, description="The Workload Kueue made for the runner Job.")
+    state: Literal["", "Pending", "QuotaReserved", "Admitted", "Evicted", "Inactive", "Finished"] = Field(
+        "", description="Admission state of the Workload; empty until Kueue has made it.")
+    reason: str = Field("", max_length=128, description="Kueue's reason for that state, when it gives one.")
+    message: str = Field("", max_length=1024, description="Kueue's words, e.g. which quota is short.")
+    cluster_queue: str = Field("", max_length=253, description="The ClusterQueue that admitted it.")
+    priority_class: str = Field("", max_length=253, description="Its WorkloadPriorityClass, if any.")
+    priority: int | None = Field(None, description="The priority Kueue orders the queue by.")
 
 
 class AttributionRunStatus(Model):
@@ -104,3 +144,4 @@ class AttributionRunStatus(Model):
     results: Results | None = None
     report_uri: str | None = Field(None, max_length=2048, description="Full report object in the store.")
     message: str = Field("", max_length=4096, description="Latest human-readable summary.")
+    queue: QueueStatus | None = Field(None, description="Kueue's view of a queued run.")
