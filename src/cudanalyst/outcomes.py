@@ -68,6 +68,13 @@ class UnitRef(_Record):
     sample: int = 0
 
 
+def unit_identity(unit: Any, run: str) -> dict[str, Any]:
+    """The one way to name a unit in a record: its plan entry (`cudanalyst.plan.Unit`) and the run's name."""
+    return {"key": unit.key, "run": run, "task": unit.task, "generation": unit.generation,
+            "program_id": unit.program_id, "coalition": list(unit.coalition), "arm": unit.arm,
+            "rollout": unit.rollout, "sample": unit.sample}
+
+
 class CandidateRecord(UnitRef):
     """Written by the LLM stage: the prompts, the completion and the extracted kernel."""
 
