@@ -27,9 +27,11 @@ def _interval(est: Estimate) -> tuple[float, float, float] | None:
     return est.value, low, high
 
 
-def summarize(report: AttributionReport, metrics: list[str]) -> dict[str, Any]:
+def summarize(report: AttributionReport, metrics: list[str], full: dict[str, Any] | None = None) -> dict[str, Any]:
     """status.results: Banzhaf values with intervals (pooled first), the strongest pairwise interactions by
-    |value|, the top player on the first evaluated metric, and the metrics that could not be evaluated."""
+    |value|, the top player on the first evaluated metric, the metrics that could not be evaluated, the
+    programs left out of each metric's games and why, estimator switches, and the references `fast` was
+    measured against (`full`: the report.json object, for the last two)."""
     games = sorted(report.games, key=lambda g: (not g.pooled, metrics.index(g.metric) if g.metric in metrics else 99,
                                                 g.generation if g.generation is not None else -1))
     values: list[dict[str, Any]] = []
@@ -49,7 +51,7 @@ def summarize(report: AttributionReport, metrics: list[str]) -> dict[str, Any]:
                 if triple is not None:
                     interactions.append({"players": pair, "metric": game.metric, "generation": generation,
                                          "value": triple[0], "low": triple[1], "high": triple[2]})
-    evaluated = {g.metric for g in report.games if g.pooled and g.evaluated}
+    evaluated = {g.metric for g in report.games if g.pooled and g.programs > 0}
     top_player, top_metric = "", ""
     for metric in metrics:
         pooled = [v for v in values if v["metric"] == metric and v["generation"] == "pooled"]
@@ -64,6 +66,15 @@ def summarize(report: AttributionReport, metrics: list[str]) -> dict[str, Any]:
         "banzhaf": values[:MAX_PLAYER_VALUES],
         "topInteractions": interactions[:MAX_INTERACTIONS],
         "notEvaluated": [m for m in metrics if m not in evaluated],
+        "exclusions": [
+            {"metric": g.metric, "excluded": g.excluded_programs, "of": g.programs + g.excluded_programs,
+             "reason": "; ".join(f"{e.programs}: {e.reason}" for e in g.exclusions)[:1024]}
+            for g in games if g.pooled and g.excluded_programs
+        ][:3],
+        "estimatorNotes": [n[:1024] for n in (full or {}).get("estimatorNotes", [])][:16],
+        **({"references": {"frozen": refs.get("frozen", 0), "baseline": refs.get("baseline", 0),
+                           "notTimed": refs.get("notTimed", 0)}}
+           if (refs := ((full or {}).get("units") or {}).get("references")) else {}),
     }
 
 
@@ -73,4 +84,4 @@ def aggregate(run: AttributionRun, store: ObjectStore) -> tuple[dict[str, Any], 
     full = compute_report(load_run_folder(store))
     store.put_json(REPORT_KEY, full)
     report = AttributionReport.model_validate(full["attribution"])
-    return summarize(report, list(run.spec.attribution.metrics)), store.uri_of(REPORT_KEY)
+    return summarize(report, list(run.spec.attribution.metrics), full), store.uri_of(REPORT_KEY)

@@ -7,8 +7,6 @@ import pytest
 
 from cudanalyst.attribution import intervals as iv
 from cudanalyst.attribution import transforms as tf
-from cudanalyst.attribution.games import masks_of_order
-from cudanalyst.attribution.values import RateCounts
 
 
 def coefficients(transform, n: int) -> np.ndarray:
@@ -33,61 +31,41 @@ def test_variance_passes_equal_squared_coefficients(transform, variance) -> None
     np.testing.assert_allclose(variance(var), expected, rtol=1e-12)
 
 
-def random_counts(n: int, programs: int, rollouts: int, seed: int) -> RateCounts:
-    rng = np.random.default_rng(seed)
-    totals = np.full((1 << n, rollouts), programs)
-    return RateCounts(
-        masks=np.arange(1 << n), rollouts=np.arange(rollouts),
-        successes=rng.binomial(totals, rng.uniform(0.1, 0.9, size=(1 << n, 1))),
-        totals=totals, undetermined=np.zeros_like(totals),
-    )
+def test_between_units_is_the_t_interval_over_units_and_never_zero_width() -> None:
+    rng = np.random.default_rng(0)
+    per_unit = rng.normal(size=(12, 2))
+    est, se, dof = iv.between_units(per_unit, np.ones(12), np.zeros(2))
+    np.testing.assert_allclose(est, per_unit.mean(axis=0))
+    # With a zero prior the variance is s^2 / J * (J-1) / (J-1+prior units): the prior pulls it, never raises it.
+    s2 = per_unit.var(axis=0, ddof=1) / 12
+    np.testing.assert_allclose(se**2, 11 * s2 / (11 + iv.PRIOR_UNITS))
+    assert dof == 11 + iv.PRIOR_UNITS
+    # Every unit the same (all programs failed everywhere): the adjusted-rate prior keeps a width.
+    _, se0, _ = iv.between_units(np.zeros((4, 1)), np.ones(4), np.array([0.01]))
+    assert se0[0] > 0
+    # One unit: no variation between units, so no interval at all.
+    _, se1, dof1 = iv.between_units(np.zeros((1, 1)), np.ones(1), np.array([0.01]))
+    assert np.isnan(se1[0]) and dof1 == 0
 
 
-def test_analytic_and_bootstrap_intervals_agree() -> None:
-    n = 3
-    counts = random_counts(n, programs=8, rollouts=3, seed=1)
-    pairs = masks_of_order(n, 2)
-
-    def statistic(v: np.ndarray) -> np.ndarray:
-        table = tf.banzhaf_interaction_table(v)
-        return np.concatenate([table[..., 1:], tf.shapley_values(v), tf.moebius(v)], axis=-1)
-
-    low, high, boot_se = iv.bootstrap_percentiles(statistic, counts, 20000, 0.95, seed=2)
-    var = counts.variances()
-    analytic_se = np.sqrt(np.concatenate([
-        iv.banzhaf_interaction_variance_table(var)[1:], iv.shapley_value_variance(var), iv.moebius_variance(var)
-    ]))
-    assert pairs.size == 3
-    np.testing.assert_allclose(boot_se, analytic_se, rtol=0.04)
-    point = statistic(counts.rates())
-    z = iv.z_value(0.95)
-    # Percentile endpoints sit where value -+ z SE does, to within a small fraction of the width.
-    np.testing.assert_allclose(low, point - z * analytic_se, atol=0.12 * z * analytic_se.max())
-    np.testing.assert_allclose(high, point + z * analytic_se, atol=0.12 * z * analytic_se.max())
+def test_adjusted_rate_is_agresti_coull() -> None:
+    z2 = iv.z_value(0.95) ** 2
+    assert iv.adjusted_rate(0, 10, 0.95) == pytest.approx(z2 / 2 / (10 + z2))
+    assert 0 < iv.adjusted_rate(0, 10, 0.95) < iv.adjusted_rate(10, 10, 0.95) < 1
 
 
-def test_bootstrap_rates_are_stratified_by_rollout() -> None:
-    counts = RateCounts(
-        masks=np.array([0]), rollouts=np.array([0, 1]), successes=np.array([[0, 5]]), totals=np.array([[5, 5]]),
-        undetermined=np.zeros((1, 2), dtype=np.int64),
-    )
-    # Rollout 0 all fail, rollout 1 all pass: resampling within a rollout can never move the mean off 0.5.
-    assert counts.rates()[0] == 0.5 and counts.variances()[0] == 0
-    np.testing.assert_array_equal(iv.bootstrap_rates(counts, 100, np.random.default_rng(0)), 0.5)
+def test_holm_step_down() -> None:
+    # alpha 0.05, m = 4: thresholds 0.0125, 0.0167, 0.025, 0.05 in order of p.
+    p = np.array([0.01, 0.04, 0.015, 0.03])
+    np.testing.assert_array_equal(iv.holm(p, 0.05), [True, False, True, False])
+    np.testing.assert_array_equal(iv.holm([0.02, np.nan], 0.05), [True, False])  # NaN is never a finding
+    assert not iv.holm([0.2, 0.01, 0.3], 0.05)[[0, 2]].any()
 
 
-def test_analytic_intervals_cover_the_true_banzhaf_value() -> None:
-    # Simulate many runs of a known game of rates; the 90% interval should cover about 90% of the time.
-    n, programs, rollouts, runs = 3, 30, 3, 600
-    rng = np.random.default_rng(5)
-    p = rng.uniform(0.2, 0.8, size=1 << n)
-    truth = tf.banzhaf_values(p)
-    successes = rng.binomial(programs, p[None, :, None], size=(runs, 1 << n, rollouts))
-    rates = successes.mean(axis=-1) / programs
-    var = (successes / programs * (1 - successes / programs) / programs).sum(axis=-1) / rollouts**2
-    se = np.sqrt(iv.banzhaf_interaction_variance_table(var)[..., [1, 2, 4]])
-    covered = np.abs(tf.banzhaf_values(rates) - truth) <= iv.z_value(0.9) * se
-    assert 0.86 < covered.mean() < 0.94
+def test_percentile_interval_skips_nan_replicates() -> None:
+    stats = np.array([[0.0], [1.0], [np.nan], [2.0]])
+    low, high, finite = iv.percentile_interval(stats, 0.5)
+    assert finite == 3 and low[0] == pytest.approx(0.5) and high[0] == pytest.approx(1.5)
 
 
 def test_z_value() -> None:

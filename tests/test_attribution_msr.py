@@ -9,8 +9,9 @@ import pytest
 
 from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.msr import msr_interactions, sample_coalitions
-from cudanalyst.attribution.report import attribute_counts
-from cudanalyst.attribution.values import RateCounts
+from cudanalyst.attribution.report import attribute_tables
+from cudanalyst.attribution.values import GAME_ARM, OutcomeColumns, tabulate
+from cudanalyst.outcomes import Label
 
 
 @pytest.mark.parametrize("order", [1, 2, 3])
@@ -46,21 +47,44 @@ def test_unobserved_group_gives_nan_not_a_number() -> None:
     assert np.isnan(estimate[2])
 
 
-def test_report_picks_msr_for_sampled_coalitions() -> None:
-    n, programs = 6, 20
-    rng = np.random.default_rng(3)
-    p = 0.2 + 0.5 * (np.arange(1 << n) & 1)  # only player 0 matters
-    masks = np.unique(sample_coalitions(n, 40, rng))
-    totals = np.full((masks.size, 1), programs)
-    counts = RateCounts(
-        masks=masks, rollouts=np.array([0]), successes=rng.binomial(totals, p[masks, None]),
-        totals=totals, undetermined=np.zeros_like(totals),
+def sampled_run(n: int, masks: np.ndarray, programs: int, seed: int):
+    """Outcome tables of a game played on sampled coalitions: only player 0 matters (+0.5)."""
+    rng = np.random.default_rng(seed)
+    p = 0.2 + 0.5 * (masks & 1)
+    label = np.where(rng.random((programs, masks.size)) < p, Label.PASS.rank, Label.FAIL.rank).reshape(-1)
+    size = programs * masks.size
+    cols = OutcomeColumns(
+        arm=(GAME_ARM,) * size, task=tuple(f"t{i}" for i in np.repeat(np.arange(programs), masks.size)),
+        generation=np.zeros(size, dtype=np.int64),
+        program=tuple(f"p{i}" for i in np.repeat(np.arange(programs), masks.size)),
+        mask=np.tile(masks, programs), rollout=np.zeros(size, dtype=np.int64), sample=np.zeros(size, dtype=np.int64),
+        label=label.astype(np.int64), ceiling=np.full(size, Label.FAST.rank), unchanged=np.zeros(size, bool),
     )
-    result = attribute_counts(counts, [f"p{i}" for i in range(n)], "pass", None, replicates=400)
-    assert result.estimator == "msr" and result.coalitions == masks.size
-    assert result.shapley is None and result.moebius is None  # MSR gives Banzhaf indices only
-    lead = result.banzhaf["p0"]
+    return tabulate(cols, [f"p{i}" for i in range(n)], ["pass"])
+
+
+def test_report_uses_msr_for_sampled_coalitions_with_finite_bootstrap() -> None:
+    n = 6
+    masks = np.unique(sample_coalitions(n, 40, np.random.default_rng(3)))
+    tables = sampled_run(n, masks, 20, seed=4)
+    result = attribute_tables(tables, estimator="msr", replicates=400)
+    game = next(g for g in result.games if not g.pooled)
+    assert game.estimator == "msr" and game.coalitions == masks.size and game.units == 20
+    assert game.shapley is None and game.moebius is None  # MSR gives Banzhaf indices only
+    lead = game.banzhaf["p0"]
     assert lead.low < 0.5 < lead.high and lead.low > 0.3
-    assert lead.bootstrap_low < 0.5 < lead.bootstrap_high
-    with pytest.raises(ValueError, match="needs every coalition"):
-        attribute_counts(counts, [f"p{i}" for i in range(n)], "pass", None, estimator="exact")
+    # Programs and coalitions resampled once each; replicates that miss a group are dropped, not NaN out.
+    assert lead.bootstrap_low is not None and lead.bootstrap_low < 0.5 < lead.bootstrap_high
+    assert all(e.bootstrap_low is not None for e in game.interactions.values())
+
+
+def test_exact_never_switches_auto_does_and_says_so() -> None:
+    n = 4
+    masks = np.arange(1 << n)[np.arange(1 << n) != 0b1010]  # one coalition missing
+    tables = sampled_run(n, masks, 8, seed=5)
+    exact = next(g for g in attribute_tables(tables, estimator="exact", replicates=0).games if not g.pooled)
+    assert not exact.evaluated and exact.estimator == "exact"
+    assert "no outcomes for 'p1,p3'" in exact.reason and exact.banzhaf["p0"].value is None
+    auto = next(g for g in attribute_tables(tables, estimator="auto", replicates=0).games if not g.pooled)
+    assert auto.evaluated and auto.estimator == "msr"
+    assert "auto: MSR" in auto.estimator_note and "'p1,p3'" in auto.estimator_note

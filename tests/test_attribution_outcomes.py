@@ -21,11 +21,12 @@ LABELS = ["fail", "compile", "pass", "fast"]
 
 
 def record(program: str, coalition: list[str], label: str, *, generation: int = 10, rollout: int = 0,
-           sample: int = 0, arm: str = "coalition", up_to: str = "fast") -> dict[str, Any]:
+           sample: int = 0, arm: str = "coalition", up_to: str = "fast", task: str = "gemm",
+           **extra: Any) -> dict[str, Any]:
     key = f"{program}-{'+'.join(coalition) or 'none'}-{arm}-r{rollout}-s{sample}"
-    return {"key": key, "run": "t", "task": "gemm", "generation": generation, "programId": program,
+    return {"key": key, "run": "t", "task": task, "generation": generation, "programId": program,
             "coalition": coalition, "arm": arm, "rollout": rollout, "sample": sample, "label": label,
-            "evaluatedUpTo": up_to}
+            "evaluatedUpTo": up_to, **extra}
 
 
 def report(raw: list[dict[str, Any]], players: list[str], metrics=("compiled", "pass", "fast"), **kw: Any):
@@ -109,7 +110,7 @@ def simulated_run(store: ObjectStore, seed: int = 0) -> None:
                 for s in range(2):
                     label = LABELS[int(rng.choice(4, p=[1 - p, p / 3, p / 3, p / 3]))]
                     r = record(f"g{generation}p{program}", list(c), label, generation=generation,
-                               rollout=rollout, sample=s)
+                               rollout=rollout, sample=s, task=f"task{program}")
                     store.put_json(f"outcomes/{r['key']}.json", r)
 
 
@@ -133,6 +134,8 @@ def test_cli_outcomes_same_from_a_folder_and_from_s3(
     assert local["players"] == PLAYERS and len(local["games"]) == 3 * 3
     pooled = [g for g in local["games"] if g["metric"] == "compiled" and g["pooled"]][0]
     assert pooled["estimator"] == "exact" and pooled["programs"] == 6 and pooled["rollouts"] == 2
+    # Pooled, the unit of replication is the task (3 tasks of 2 generations each), not the program.
+    assert pooled["unit"] == "task" and pooled["units"] == 3 and pooled["dof"] == 3
     debugger = pooled["banzhaf"]["debugger"]
     assert debugger["low"] < debugger["value"] < debugger["high"]
     assert debugger["bootstrapLow"] < debugger["value"] < debugger["bootstrapHigh"]
@@ -160,10 +163,12 @@ def test_cli_outcomes_bad_input_exits_2_naming_the_place(tmp_path: Path, capsys:
     assert main(["--outcomes", str(tmp_path)]) == 2
     assert "--players" in capsys.readouterr().err  # no spec.json to take players from
 
-    assert main(["--outcomes", str(tmp_path), "--players", "a", "--estimator", "exact"]) == 2
-    err = capsys.readouterr().err
-    assert "needs every coalition; no outcomes for 'a'" in err
-    assert capsys.readouterr().out == ""
+    # exact never switches to MSR by itself: the game is not evaluated and names the missing coalition.
+    assert main(["--outcomes", str(tmp_path), "--players", "a", "--estimator", "exact"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(not g["evaluated"] and g["estimator"] == "exact" for g in out["games"])
+    assert "needs every coalition; no outcomes for 'a'" in out["games"][0]["reason"]
+    assert out["games"][0]["banzhaf"]["a"]["value"] is None
 
     assert main(["--outcomes", str(tmp_path), "--players", "a", "--metrics", "speed"]) == 2
     assert "metric 'speed'" in capsys.readouterr().err

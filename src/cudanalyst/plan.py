@@ -76,7 +76,7 @@ def game_coalitions(run: AttributionRun) -> list[tuple[str, ...]]:
     players = list(run.spec.players)
     attribution = run.spec.attribution
     total = 2 ** len(players)
-    if attribution.estimator == "exact":
+    if attribution.estimator in ("exact", "auto"):
         return coalitions(players)
     count = min(total, attribution.coalition_samples or min(total, DEFAULT_MSR_COALITIONS))
     digest = hashlib.sha256(f"msr/{run.spec.sampling.seed}".encode()).digest()

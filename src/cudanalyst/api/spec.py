@@ -155,14 +155,20 @@ class AttributionSpec(Model):
     """Which values are computed from the outcomes."""
 
     metrics: list[Metric] = Field(default_factory=lambda: list(METRICS), min_length=1, max_length=3)
-    estimator: Literal["exact", "msr"] = Field(
-        "exact", description="exact enumerates all 2^n coalitions; msr samples them (Maximum Sample Reuse)."
+    estimator: Literal["exact", "msr", "auto"] = Field(
+        "exact", description="exact enumerates all 2^n coalitions (a game missing one is not evaluated, naming "
+        "it); msr samples them (Maximum Sample Reuse); auto plans every coalition and uses msr for a game "
+        "that misses some, saying so."
     )
     coalition_samples: int | None = Field(
         None, ge=2, description="Coalitions sampled by msr (default min(2^n, 256))."
     )
     confidence: float = Field(0.95, gt=0, lt=1, description="Level of every reported interval.")
-    bootstrap: int = Field(1000, ge=0, le=100000, description="Bootstrap resamples (0: analytic intervals only).")
+    bootstrap: int = Field(1000, ge=0, le=100000, description="Bootstrap resamples (0: t-intervals only).")
+    unchanged: Literal["count", "exclude"] = Field(
+        "count", description="Candidates that are the frozen program unchanged (up to whitespace and comments): "
+        "count them like any other (as the paper does), or leave them out of the rates."
+    )
 
 
 class Toleration(Model):

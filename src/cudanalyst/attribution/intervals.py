@@ -1,27 +1,31 @@
-"""Uncertainty of the indices: analytic standard errors and a bootstrap within each coalition.
+"""Uncertainty of the indices, with the frozen program (or the task, pooled) as the unit of replication.
 
-Each v(S) is an independent rate (different LLM samples per coalition), and every index is linear in v,
-so Var(index) = sum_S c_S^2 Var(v(S)) with the index's coefficients c_S. For the butterfly transforms the
-squared coefficients factorise the same way, so the variances come from the same kind of O(n 2^n) pass
-applied to Var(v). The bootstrap resamples programs within each coalition and rollout (a binomial draw
-per cell, which is the same thing for 0/1 outcomes) and recomputes the indices on every replicate.
+Every index is linear in v, and v(S) is the mean over units of each unit's rate, so the index is the
+(weighted) mean over units of each unit's own index: the interval is a t-interval over units
+(`between_units`), which uses the pairing (every unit is seen under every coalition) and counts rollouts
+and samples as replicates inside a unit. So that a rate of 0 or 1 never gives zero width, the between-unit
+variance is pooled with a prior variance worth `PRIOR_UNITS` units: the independent-Bernoulli variance of
+the index at an Agresti-Coull adjusted rate, sum_S c_S^2 p~(1 - p~) / N_S. Those squared coefficients
+factorise per player like the coefficients, so the prior variances are O(n 2^n) passes over the table
+of per-coalition variances (`*_variance` below). See docs/attribution.md for the choice and its coverage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
 from math import factorial
 from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats
 
 from cudanalyst.attribution.games import FloatArray, masks_of_order, popcounts
 from cudanalyst.attribution.transforms import _halves, _player_sums, n_players_of
-from cudanalyst.attribution.values import RateCounts
 
-# Replicates are computed in batches so that B x 2^n floats stay near this many bytes.
-_BATCH_BYTES = 64 << 20
+# Weight, in units, of the adjusted-proportion prior variance (tuned by the coverage simulation:
+# tests/test_attribution_coverage.py; larger is more conservative with few units).
+PRIOR_UNITS = 1.0
 
 
 def z_value(confidence: float) -> float:
@@ -88,34 +92,71 @@ def shapley_interaction_variance(variances: npt.ArrayLike, order: int) -> FloatA
     return np.stack(out, axis=-1) if out else np.zeros(var.shape[:-1] + (0,))
 
 
-def bootstrap_rates(counts: RateCounts, replicates: int, rng: np.random.Generator) -> FloatArray:
-    """Replicates of v (shape (B, C)): programs resampled with replacement within coalition and rollout."""
-    totals = counts.totals
+def adjusted_rate(successes: npt.ArrayLike, trials: npt.ArrayLike, confidence: float) -> FloatArray:
+    """Agresti-Coull centre (x + z^2/2) / (n + z^2): never 0 or 1, so its p(1 - p) is never 0."""
+    z2 = z_value(confidence) ** 2
+    return (np.asarray(successes, dtype=np.float64) + z2 / 2) / (np.asarray(trials, dtype=np.float64) + z2)
+
+
+def between_units(
+    per_unit: FloatArray, weights: FloatArray, prior_variance: FloatArray
+) -> tuple[FloatArray, FloatArray, float]:
+    """(estimate, standard error, degrees of freedom) of a weighted mean over units.
+
+    per_unit is (J, K): each unit's own index; weights (J,) are its programs. The variance is the
+    cluster-robust sum_j w_j^2 (x_j - x)^2 J/(J-1) (s^2/J for equal weights), pooled with
+    `prior_variance` at PRIOR_UNITS units' weight; t with J - 1 + PRIOR_UNITS degrees of freedom.
+    With one unit there is no variation between units: se is NaN and df 0 (no interval).
+    """
+    w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
+    estimate = w @ per_unit
+    units = per_unit.shape[0]
+    if units < 2:
+        return estimate, np.full(estimate.shape, np.nan), 0.0
+    between = units / (units - 1) * (w**2) @ (per_unit - estimate) ** 2
+    dof = units - 1
+    variance = (dof * between + PRIOR_UNITS * np.asarray(prior_variance)) / (dof + PRIOR_UNITS)
+    return estimate, np.sqrt(variance), dof + PRIOR_UNITS
+
+
+def t_quantile(confidence: float, dof: float) -> float:
+    """Two-sided Student t quantile (e.g. 2.20 for 0.95 at 11 degrees of freedom)."""
+    z_value(confidence)  # the same check of the level
+    return float(stats.t.ppf((1 + confidence) / 2, dof))
+
+
+def p_values(estimate: FloatArray, se: FloatArray, dof: float) -> FloatArray:
+    """Two-sided p-values of estimate = 0 under the t reference; NaN where se is not positive."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        p = np.where(totals > 0, counts.successes / np.maximum(totals, 1), 0.0)
-    draws = rng.binomial(totals, p, size=(replicates, *totals.shape))
-    present = totals > 0
-    per_rollout = np.where(present, draws / np.maximum(totals, 1), 0.0)
-    return per_rollout.sum(axis=-1) / np.maximum(present.sum(axis=-1), 1)
+        t = np.abs(estimate) / se
+    return np.where(np.isfinite(t), 2 * stats.t.sf(t, dof), np.nan) if dof > 0 else np.full(t.shape, np.nan)
 
 
-def bootstrap_percentiles(
-    statistic: Callable[[FloatArray], FloatArray],
-    counts: RateCounts,
-    replicates: int,
-    confidence: float,
-    seed: int = 0,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(low, high, bootstrap standard error) of statistic(v) over replicates; statistic maps (B, C) -> (B, K)."""
-    rng = np.random.default_rng(seed)
-    batch = max(1, _BATCH_BYTES // (8 * max(1, counts.masks.size)))
-    parts = []
-    done = 0
-    while done < replicates:
-        take = min(batch, replicates - done)
-        parts.append(statistic(bootstrap_rates(counts, take, rng)))
-        done += take
-    stats = np.concatenate(parts, axis=0)
+def holm(p: npt.ArrayLike, alpha: float) -> npt.NDArray[np.bool_]:
+    """Holm's step-down: which hypotheses are rejected at family-wise level alpha (NaN: never)."""
+    p = np.asarray(p, dtype=np.float64)
+    rejected = np.zeros(p.shape, bool)
+    finite = np.flatnonzero(np.isfinite(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    m = order.size
+    for rank, i in enumerate(order):
+        if p[i] > alpha / (m - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def unit_weights(units: int, replicates: int, rng: np.random.Generator) -> FloatArray:
+    """Bootstrap multiplicities (B, J): whole units drawn with replacement, all their coalitions together."""
+    return rng.multinomial(units, np.full(units, 1 / units), size=replicates).astype(np.float64)
+
+
+def percentile_interval(stats_: FloatArray, confidence: float) -> tuple[FloatArray, FloatArray, int]:
+    """Percentile interval over the finite replicates (a replicate whose MSR group was not drawn is NaN),
+    and how many replicates were finite, per column (the smallest)."""
     alpha = (1 - confidence) / 2
-    low, high = np.quantile(stats, [alpha, 1 - alpha], axis=0)
-    return low, high, stats.std(axis=0, ddof=1)
+    finite = np.isfinite(stats_)
+    with warnings.catch_warnings():  # an all-NaN column is reported as NaN, said elsewhere
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanquantile(stats_, [alpha, 1 - alpha], axis=0)
+    return low, high, int(finite.sum(axis=0).min()) if stats_.size else 0

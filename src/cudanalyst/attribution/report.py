@@ -1,9 +1,15 @@
-"""The attribution result as JSON-able records: from a game table, or from outcome records with intervals."""
+"""The attribution result as JSON-able records: from a game table, or from outcome records with intervals.
+
+From outcomes, each game's intervals come from the variation between its units of replication (frozen
+programs; tasks when generations are pooled): see `intervals.between_units` and docs/attribution.md.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -13,26 +19,40 @@ from pydantic.alias_generators import to_camel
 from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.games import FloatArray, Game, coalition_key, masks_of_order
 from cudanalyst.attribution.intervals import (
+    adjusted_rate,
     banzhaf_interaction_variance_table,
-    bootstrap_percentiles,
-    bootstrap_rates,
+    between_units,
+    holm,
     moebius_variance,
+    p_values,
+    percentile_interval,
     shapley_value_variance,
-    z_value,
+    t_quantile,
+    unit_weights,
 )
-from cudanalyst.attribution.msr import msr_interactions
-from cudanalyst.attribution.values import GAME_ARM, OutcomeTables, RateCounts
+from cudanalyst.attribution.msr import msr_interactions, msr_variance
+from cudanalyst.attribution.values import GAME_ARM, OutcomeTables, ProgramOutcomes
 
 Estimator = Literal["exact", "msr", "auto"]
+# A bootstrap interval needs this share of finite replicates (an MSR replicate that drew no coalition
+# of some group is NaN); below it the interval is left out and the game says why.
+MIN_FINITE_REPLICATES = 0.95
 
 NOTES = [
     "Metrics are cumulative: compiled = compile or better, pass = pass or fast, fast = fast "
     "(the authors' code counts pass as exactly pass in one place; we use the cumulative rate everywhere).",
-    "v(S) = mean over rollouts of the fraction of frozen programs whose best-of-k sample reaches the metric; "
-    "pooled = the same over the programs of every generation.",
-    "Intervals: value +- z * SE (analytic, rates as Bernoulli means within each coalition and rollout); "
-    "bootstrapLow/High: percentile interval, programs resampled within each coalition and rollout.",
-    "A metric the evaluation could not establish (e.g. pass/fast with no GPU) is null, never guessed.",
+    "v(S) = mean over the game's frozen programs of each program's rate under S (best-of-k per rollout, "
+    "mean over rollouts); pooled = the programs of every generation together.",
+    "Unit of replication: the frozen program (per generation), the task (pooled). Estimand: the mean over "
+    "programs like these, drawn from this trajectory, of each program's expected index. low/high: t-interval "
+    "over units (each unit's own index; the pairing across coalitions used), variance pooled with an "
+    "Agresti-Coull adjusted-rate prior worth one unit; rollouts and samples are replicates inside a unit.",
+    "bootstrapLow/High: percentile interval resampling whole units with all their coalitions (MSR: units and "
+    "sampled coalitions, each once); it is narrower than it should be with few units.",
+    "holm: the interval still excludes 0 after Holm's correction over every Banzhaf value and interaction "
+    "of the report's games (the family); pValue is before correction.",
+    "A program whose outcome could not be established for a metric (e.g. pass/fast with no GPU) leaves that "
+    "metric's games, counted with its reason under exclusions; nothing is guessed.",
 ]
 
 
@@ -41,7 +61,7 @@ class _Model(BaseModel):
 
 
 class Estimate(_Model):
-    """A value with its analytic standard error and intervals (null where it cannot be established)."""
+    """A value with its standard error and intervals (null where it cannot be established)."""
 
     value: float | None
     se: float | None = None
@@ -49,6 +69,13 @@ class Estimate(_Model):
     high: float | None = None
     bootstrap_low: float | None = None
     bootstrap_high: float | None = None
+    p_value: float | None = Field(None, description="Two-sided, for value = 0, before correction (indices only).")
+    holm: bool | None = Field(None, description="The interval excludes 0 after Holm's correction over the family.")
+
+
+class Exclusion(_Model):
+    programs: int
+    reason: str
 
 
 class GameResult(_Model):
@@ -60,9 +87,18 @@ class GameResult(_Model):
     evaluated: bool
     reason: str = ""
     estimator: Literal["exact", "msr"]
+    estimator_note: str = Field("", description="Why the estimator differs from the one asked for (auto).")
     coalitions: int = Field(description="Coalitions with outcomes.")
-    programs: int = Field(description="Frozen programs counted per coalition and rollout (the most of any).")
+    programs: int = Field(description="Frozen programs in the game (all coalitions, outcome established).")
+    unit: Literal["program", "task"] = Field(description="The unit of replication.")
+    units: int = Field(description="Units of replication behind the intervals (programs, or tasks pooled).")
+    excluded_programs: int = 0
+    exclusions: list[Exclusion] = Field(default_factory=list, description="Programs left out, by reason.")
     rollouts: int
+    samples: int = Field(0, description="k of best-of-k.")
+    balance: str = Field("", description="Unequal sample counts and how they were handled; empty if balanced.")
+    dof: float | None = Field(None, description="Degrees of freedom of the t-intervals.")
+    interval_note: str = Field("", description="Why intervals are missing, when they are.")
     values: dict[str, Estimate] = Field(description="v(S) per coalition.")
     banzhaf: dict[str, Estimate]
     interactions: dict[str, Estimate] = Field(description="Banzhaf interactions of the requested order.")
@@ -78,6 +114,8 @@ class ControlResult(_Model):
     generation: int | None
     pooled: bool
     evaluated: bool
+    programs: int = 0
+    excluded_programs: int = 0
     rates: dict[str, Estimate] = Field(description="Rate per coalition the arm was run with.")
 
 
@@ -85,8 +123,10 @@ class AttributionReport(_Model):
     players: list[str]
     metrics: list[str]
     confidence: float
-    bootstrap: int = Field(description="Bootstrap replicates (0: analytic intervals only).")
+    bootstrap: int = Field(description="Bootstrap replicates (0: t-intervals only).")
     order: int = Field(description="Order of the reported interactions.")
+    unchanged: Literal["count", "exclude"] = Field("count", description="Unchanged copies counted or left out.")
+    holm_family: int = Field(0, description="Indices in the Holm family (Banzhaf values and interactions).")
     games: list[GameResult]
     controls: list[ControlResult]
     notes: list[str] = Field(default_factory=lambda: list(NOTES))
@@ -130,19 +170,30 @@ def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _estimates(
-    keys: Sequence[str], value: FloatArray, se: FloatArray, z: float, boot: tuple[FloatArray, FloatArray] | None
-) -> dict[str, Estimate]:
+@dataclass
+class _Part:
+    """One family of estimates of a game (values, banzhaf, ...): keys, point, se, bootstrap interval."""
+
+    keys: list[str]
+    value: FloatArray
+    se: FloatArray
+    boot: tuple[FloatArray, FloatArray] | None = None
+    tested: bool = False  # in the Holm family
+
+
+def _estimates(part: _Part, quantile: float, dof: float) -> dict[str, Estimate]:
+    p = p_values(part.value, part.se, dof) if part.tested else np.full(part.value.shape, np.nan)
     out = {}
-    for i, key in enumerate(keys):
-        ok = math.isfinite(value[i]) and math.isfinite(se[i])
+    for i, key in enumerate(part.keys):
+        ok = math.isfinite(part.value[i]) and math.isfinite(part.se[i])
         out[key] = Estimate(
-            value=_num(value[i]),
-            se=_num(se[i]) if ok else None,
-            low=_num(value[i] - z * se[i]) if ok else None,
-            high=_num(value[i] + z * se[i]) if ok else None,
-            bootstrap_low=_num(boot[0][i]) if boot is not None else None,
-            bootstrap_high=_num(boot[1][i]) if boot is not None else None,
+            value=_num(part.value[i]),
+            se=_num(part.se[i]) if ok else None,
+            low=_num(part.value[i] - quantile * part.se[i]) if ok else None,
+            high=_num(part.value[i] + quantile * part.se[i]) if ok else None,
+            bootstrap_low=_num(part.boot[0][i]) if part.boot is not None else None,
+            bootstrap_high=_num(part.boot[1][i]) if part.boot is not None else None,
+            p_value=_num(p[i]) if part.tested else None,
         )
     return out
 
@@ -151,60 +202,121 @@ def _null(keys: Sequence[str]) -> dict[str, Estimate]:
     return {k: Estimate(value=None) for k in keys}
 
 
-def _split(stat: FloatArray, sizes: Sequence[int]) -> list[FloatArray]:
-    return np.split(stat, np.cumsum(sizes)[:-1], axis=-1)
+@dataclass
+class _Units:
+    """A game's included programs, averaged into units of replication."""
+
+    rates: FloatArray  # (J, C): each unit's rate per coalition (mean over its programs' rollout means)
+    weights: FloatArray  # (J,): programs per unit
+    trials: FloatArray  # (C,): program-rollout outcomes per coalition
+    successes: FloatArray  # (C,)
+    programs: int
+    exclusions: list[Exclusion]
 
 
-def _exact_game(
-    counts: RateCounts, n: int, order: int, confidence: float, replicates: int, seed: int
-) -> dict[str, tuple[np.ndarray, FloatArray, FloatArray, tuple[FloatArray, FloatArray] | None]]:
-    v, var = counts.rates(), counts.variances()
-    singles, pairs, everyone = masks_of_order(n, 1), masks_of_order(n, order), np.arange(1 << n)
+def _units(po: ProgramOutcomes, players: Sequence[str]) -> _Units:
+    """Programs with an established outcome in every coalition and rollout they have; the rest leave the
+    game (the design stays paired), counted by reason."""
+    has_all = po.present.any(axis=2).all(axis=1)
+    established = (po.known | ~po.present).all(axis=(1, 2))
+    include = has_all & established
+    # Programs known only because every sample failed below the cap go with the capped ones that left.
+    with_capped = include & po.capped & bool((po.capped & ~established).any())
+    include &= ~with_capped
+    reasons: Counter[str] = Counter()
+    for g in np.flatnonzero(~include):
+        if not established[g]:
+            reasons[f"not established: {po.unknown.get(int(g), 'unknown')}"] += 1
+        elif with_capped[g]:
+            reasons["evaluated no further than the programs left out above (every sample failed before), so left "
+                    "out with them: keeping only these would select by outcome"] += 1
+        else:
+            missing = [coalition_key(int(m), players) or "(none)" for m in po.masks[~po.present[g].any(axis=1)]]
+            shown = ", ".join(repr(k) for k in missing[:3]) + (" and more" if len(missing) > 3 else "")
+            reasons[f"no outcomes under coalition {shown} (units missing or failed)"] += 1
+    exclusions = [Exclusion(programs=c, reason=r) for r, c in reasons.most_common()]
+    present = po.present[include]
+    hits = (po.reached & po.present)[include]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_program = hits.sum(axis=2) / present.sum(axis=2)  # (G, C) mean over rollouts
+    unit_ids, unit = np.unique(po.unit[include], return_inverse=True)
+    weights = np.bincount(unit.reshape(-1), minlength=len(unit_ids)).astype(np.float64)
+    rates = np.zeros((len(unit_ids), po.masks.size))
+    np.add.at(rates, unit.reshape(-1), per_program)
+    rates /= np.maximum(weights, 1)[:, None]
+    return _Units(rates, weights, present.sum(axis=(0, 2)).astype(np.float64),
+                  hits.sum(axis=(0, 2)).astype(np.float64), int(include.sum()), exclusions)
 
-    def statistic(batch: FloatArray) -> FloatArray:
-        table = tf.banzhaf_interaction_table(batch)
-        m = tf.moebius(batch)
-        return np.concatenate(
-            [table[..., singles], table[..., pairs], tf.shapley_values(batch, m), m], axis=-1
-        )
 
-    vtable = banzhaf_interaction_variance_table(var)
-    parts = {
-        "banzhaf": (singles, tf.banzhaf_values(v), np.sqrt(vtable[singles])),
-        "interactions": (pairs, tf.banzhaf_interactions(v, order), np.sqrt(vtable[pairs])),
-        "shapley": (singles, tf.shapley_values(v), np.sqrt(shapley_value_variance(var))),
-        "moebius": (everyone, tf.moebius(v), np.sqrt(moebius_variance(var))),
-    }
-    boots: list[tuple[FloatArray, FloatArray] | None] = [None] * 4
-    if replicates:
-        low, high, _ = bootstrap_percentiles(statistic, counts, replicates, confidence, seed)
-        sizes = [n, len(pairs), n, 1 << n]
-        boots = list(zip(_split(low, sizes), _split(high, sizes), strict=True))
-    return {k: (*parts[k], boots[i]) for i, k in enumerate(parts)}
+def _rate_part(u: _Units, keys: list[str], confidence: float) -> tuple[_Part, float]:
+    p = adjusted_rate(u.successes, u.trials, confidence)
+    value, se, dof = between_units(u.rates, u.weights, p * (1 - p) / np.maximum(u.trials, 1))
+    return _Part(keys, value, se), dof
 
 
-def _msr_game(
-    counts: RateCounts, n: int, order: int, confidence: float, replicates: int, seed: int
-) -> dict[str, tuple[np.ndarray, FloatArray, FloatArray, tuple[FloatArray, FloatArray] | None]]:
-    v = counts.rates()
-    out = {}
+def _boot_rates(u: _Units, replicates: int, rng: np.random.Generator) -> FloatArray:
+    """(B, C) rates with whole units resampled (all their coalitions together)."""
+    w = unit_weights(len(u.weights), replicates, rng) * u.weights
+    return (w @ u.rates) / w.sum(axis=1, keepdims=True)
+
+
+def _exact_parts(u: _Units, n: int, order: int, confidence: float, replicates: int, seed: int,
+                 keys: dict[str, list[str]]) -> tuple[dict[str, _Part], float]:
+    singles, pairs = masks_of_order(n, 1), masks_of_order(n, order)
+    sizes = [n, len(pairs), n, 1 << n]
+
+    def statistic(v: FloatArray) -> FloatArray:
+        table = tf.banzhaf_interaction_table(v)
+        m = tf.moebius(v)
+        return np.concatenate([table[..., singles], table[..., pairs], tf.shapley_values(v, m), m], axis=-1)
+
+    # The prior: independent Bernoulli outcomes at one adjusted rate pooled over the game's coalitions.
+    p = adjusted_rate(u.successes.sum(), u.trials.sum(), confidence)
+    var_v = p * (1 - p) / np.maximum(u.trials, 1)
+    vtable = banzhaf_interaction_variance_table(var_v)
+    prior = np.concatenate([vtable[singles], vtable[pairs], shapley_value_variance(var_v), moebius_variance(var_v)])
+    value, se, dof = between_units(statistic(u.rates), u.weights, prior)
+    boot = None
+    if replicates and len(u.weights) > 1:
+        low, high, _ = percentile_interval(statistic(_boot_rates(u, replicates, np.random.default_rng(seed))),
+                                           confidence)
+        boot = list(zip(np.split(low, np.cumsum(sizes)[:-1]), np.split(high, np.cumsum(sizes)[:-1]), strict=True))
+    names = ["banzhaf", "interactions", "shapley", "moebius"]
+    values, ses = np.split(value, np.cumsum(sizes)[:-1]), np.split(se, np.cumsum(sizes)[:-1])
+    return {name: _Part(keys[name], values[i], ses[i], boot[i] if boot else None, name in ("banzhaf", "interactions"))
+            for i, name in enumerate(names)}, dof
+
+
+def _msr_parts(u: _Units, masks: np.ndarray, n: int, order: int, confidence: float, replicates: int, seed: int,
+               keys: dict[str, list[str]]) -> tuple[dict[str, _Part], float, str]:
+    sampled = masks.size < 1 << n
+    p = adjusted_rate(u.successes.sum(), u.trials.sum(), confidence)
+    var_v = p * (1 - p) / np.maximum(u.trials, 1)
+    v_hat = (u.weights @ u.rates) / u.weights.sum()
+    parts, dof, note = {}, 0.0, ""
+    rng = np.random.default_rng(seed)
     for name, k in (("banzhaf", 1), ("interactions", order)):
-        est, se = msr_interactions(counts.masks, v, n, k)
+        per_unit = msr_interactions(masks, u.rates, n, k)[0]
+        value, se, dof = between_units(per_unit, u.weights, msr_variance(masks, var_v, n, k))
+        if sampled:
+            # The coalitions are a sample too: add MSR's between-coalition variance of the pooled rates.
+            se = np.sqrt(se**2 + msr_interactions(masks, v_hat, n, k)[1] ** 2)
         boot = None
-        if replicates:
-            rng = np.random.default_rng(seed)
-            # Resample coalitions (the MSR draw) and, within each, the programs.
-            weights = rng.multinomial(counts.masks.size, np.full(counts.masks.size, 1 / counts.masks.size), replicates)
-            stats = msr_interactions(counts.masks, bootstrap_rates(counts, replicates, rng), n, k, weights)[0]
-            alpha = (1 - confidence) / 2
-            with np.errstate(invalid="ignore"):
-                boot = tuple(np.quantile(stats, [alpha, 1 - alpha], axis=0))
-        out[name] = (masks_of_order(n, k), est, se, boot)
-    return out
+        if replicates and len(u.weights) > 1:
+            rates = _boot_rates(u, replicates, rng)
+            cw = rng.multinomial(masks.size, np.full(masks.size, 1 / masks.size), replicates) if sampled else None
+            low, high, finite = percentile_interval(msr_interactions(masks, rates, n, k, cw)[0], confidence)
+            if finite >= MIN_FINITE_REPLICATES * replicates:
+                boot = (low, high)
+            else:
+                note = (f"bootstrap interval left out: only {finite} of {replicates} replicates drew every "
+                        "group of coalitions an index needs")
+        parts[name] = _Part(keys[name], value, se, boot, True)
+    return parts, dof, note
 
 
-def attribute_counts(
-    counts: RateCounts,
+def attribute_game(
+    po: ProgramOutcomes,
     players: Sequence[str],
     metric: str,
     generation: int | None,
@@ -215,49 +327,91 @@ def attribute_counts(
     replicates: int = 1000,
     seed: int = 0,
 ) -> GameResult:
-    """One game's indices with intervals."""
+    """One game's indices with intervals over its units of replication.
+
+    `exact` with a coalition missing does not switch: the game is not evaluated and names the coalition.
+    `auto` switches to MSR there and says so in `estimatorNote`."""
     n = len(players)
-    complete = counts.masks.size == 1 << n
-    chosen: Literal["exact", "msr"] = "exact" if estimator == "auto" and complete else (
-        "msr" if estimator == "auto" else estimator
-    )
-    if chosen == "exact" and not complete:
-        missing = sorted(set(range(1 << n)) - set(counts.masks.tolist()))
-        raise ValueError(
-            f"metric {metric}, generation {generation if generation is not None else 'pooled'}: the exact estimator "
-            f"needs every coalition; no outcomes for {', '.join(repr(coalition_key(m, players)) for m in missing[:5])}"
-            f"{' and more' if len(missing) > 5 else ''} (use the msr estimator for sampled coalitions)"
-        )
-    z = z_value(confidence)
+    complete = po.masks.size == 1 << n
+    chosen: Literal["exact", "msr"] = "msr" if estimator == "msr" or (estimator == "auto" and not complete) else "exact"
+    missing = sorted(set(range(1 << n)) - set(po.masks.tolist()))
+    missing_text = (", ".join(repr(coalition_key(m, players)) for m in missing[:5])
+                    + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+    estimator_note = (f"auto: MSR, because no outcomes for coalition {missing_text}"
+                      if estimator == "auto" and not complete else "")
     keys = {
         "banzhaf": [coalition_key(int(m), players) for m in masks_of_order(n, 1)],
         "interactions": [coalition_key(int(m), players) for m in masks_of_order(n, order)],
         "shapley": [coalition_key(int(m), players) for m in masks_of_order(n, 1)],
         "moebius": [coalition_key(m, players) for m in range(1 << n)],
     }
-    value_keys = [coalition_key(int(m), players) for m in counts.masks]
+    value_keys = [coalition_key(int(m), players) for m in po.masks]
+    u = _units(po, players)
+    unit = po.unit_kind
     common = dict(
         metric=metric, generation=generation, pooled=generation is None, estimator=chosen,
-        coalitions=int(counts.masks.size), programs=int(counts.totals.max()),
-        rollouts=int(counts.rollouts.size),
+        estimator_note=estimator_note, coalitions=int(po.masks.size), programs=u.programs, unit=unit,
+        units=len(u.weights), excluded_programs=len(po.programs) - u.programs, exclusions=u.exclusions,
+        rollouts=int(po.rollouts.size), samples=po.samples, balance=po.balance,
     )
-    if not counts.evaluated:
+
+    def null(reason: str) -> GameResult:
         return GameResult(
-            **common, evaluated=False,
-            reason=f"{metric} could not be established for every program (the evaluation stopped below it)",
-            values=_null(value_keys), banzhaf=_null(keys["banzhaf"]), interactions=_null(keys["interactions"]),
+            **common, evaluated=False, reason=reason, values=_null(value_keys), banzhaf=_null(keys["banzhaf"]),
+            interactions=_null(keys["interactions"]),
             shapley=_null(keys["shapley"]) if chosen == "exact" else None,
             moebius=_null(keys["moebius"]) if chosen == "exact" else None,
         )
-    v, se_v = counts.rates(), np.sqrt(counts.variances())
-    compute: Callable[..., dict] = _exact_game if chosen == "exact" else _msr_game
-    parts = compute(counts, n, order, confidence, replicates, seed)
-    v_boot = None
-    if replicates:
-        low, high, _ = bootstrap_percentiles(lambda b: b, counts, replicates, confidence, seed)
-        v_boot = (low, high)
-    indices = {name: _estimates(keys[name], est, se, z, boot) for name, (_, est, se, boot) in parts.items()}
-    return GameResult(**common, evaluated=True, values=_estimates(value_keys, v, se_v, z, v_boot), **indices)
+
+    if chosen == "exact" and not complete:
+        return null(f"the exact estimator needs every coalition; no outcomes for {missing_text} "
+                    f"({len(missing)} of {1 << n} missing; estimator auto or msr would use the coalitions present, "
+                    "as a sample)")
+    if u.programs == 0:
+        why = "; ".join(f"{e.programs} program(s): {e.reason}" for e in u.exclusions[:3])
+        return null(f"{metric} could not be established for any program ({why})")
+    values, dof = _rate_part(u, value_keys, confidence)
+    if replicates and len(u.weights) > 1:
+        low, high, _ = percentile_interval(_boot_rates(u, replicates, np.random.default_rng(seed)), confidence)
+        values.boot = (low, high)
+    boot_note = ""
+    if chosen == "exact":
+        parts, dof = _exact_parts(u, n, order, confidence, replicates, seed, keys)
+    else:
+        parts, dof, boot_note = _msr_parts(u, po.masks, n, order, confidence, replicates, seed, keys)
+    interval_note = boot_note
+    if len(u.weights) < 2:
+        interval_note = (f"no interval: one {unit} ({u.programs} program(s)); intervals come from the "
+                         f"variation between {unit}s, and one shows none")
+    quantile = t_quantile(confidence, dof) if dof > 0 else math.nan
+    return GameResult(
+        **common, evaluated=True, dof=dof if dof > 0 else None, interval_note=interval_note,
+        values=_estimates(values, quantile, dof),
+        **{name: _estimates(part, quantile, dof) for name, part in parts.items()},
+    )
+
+
+def _control(po: ProgramOutcomes, arm: str, players: Sequence[str], metric: str, generation: int | None,
+             confidence: float) -> ControlResult:
+    keys = [coalition_key(int(m), players) for m in po.masks]
+    u = _units(po, players)
+    common = dict(arm=arm, metric=metric, generation=generation, pooled=generation is None, programs=u.programs,
+                  excluded_programs=len(po.programs) - u.programs)
+    if u.programs == 0:
+        return ControlResult(**common, evaluated=False, rates=_null(keys))
+    part, dof = _rate_part(u, keys, confidence)
+    quantile = t_quantile(confidence, dof) if dof > 0 else math.nan
+    return ControlResult(**common, evaluated=True, rates=_estimates(part, quantile, dof))
+
+
+def mark_holm(games: Sequence[GameResult], confidence: float) -> int:
+    """Mark every Banzhaf value and interaction of `games` that stays significant after Holm; the family size."""
+    family = [est for g in games if g.evaluated for part in (g.banzhaf, g.interactions) for est in part.values()
+              if est.p_value is not None]
+    rejected = holm([e.p_value for e in family], 1 - confidence)
+    for est, r in zip(family, rejected, strict=True):
+        est.holm = bool(r)
+    return len(family)
 
 
 def attribute_tables(
@@ -272,24 +426,17 @@ def attribute_tables(
     """Every game (metric x generation and pooled) and every control arm's rates."""
     check_order(order, len(tables.players))
     games, controls = [], []
-    z = z_value(confidence)
-    for (arm, metric, generation), counts in tables.counts.items():
+    for (arm, metric, generation), po in tables.games.items():
         if arm == GAME_ARM:
-            games.append(attribute_counts(
-                counts, tables.players, metric, generation, estimator=estimator, order=order,
+            games.append(attribute_game(
+                po, tables.players, metric, generation, estimator=estimator, order=order,
                 confidence=confidence, replicates=replicates, seed=seed,
             ))
-            continue
-        keys = [coalition_key(int(m), tables.players) for m in counts.masks]
-        rates = (
-            _estimates(keys, counts.rates(), np.sqrt(counts.variances()), z, None)
-            if counts.evaluated else _null(keys)
-        )
-        controls.append(ControlResult(
-            arm=arm, metric=metric, generation=generation, pooled=generation is None,
-            evaluated=counts.evaluated, rates=rates,
-        ))
+        else:
+            controls.append(_control(po, arm, tables.players, metric, generation, confidence))
+    family = mark_holm(games, confidence)
     return AttributionReport(
         players=list(tables.players), metrics=list(tables.metrics), confidence=confidence,
-        bootstrap=replicates, order=order, games=games, controls=controls,
+        bootstrap=replicates, order=order, unchanged=tables.unchanged, holm_family=family, games=games,
+        controls=controls,
     )

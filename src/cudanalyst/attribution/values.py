@@ -1,32 +1,47 @@
-"""From outcome records to v(S): per metric, per generation and pooled, per arm.
+"""From outcome records to each frozen program's outcomes: per metric, per generation and pooled, per arm.
 
-A program's outcome under a coalition and rollout is its best over the k samples. v(S) for a metric is
-the mean over rollouts of the fraction of frozen programs that reach the metric (cumulative: compiled =
-compile or better, pass = pass or fast, fast = fast). Pooled = the same fraction over the programs of
+A program's outcome under a coalition and rollout is its best over the k samples. Metrics are cumulative
+(compiled = compile or better, pass = pass or fast, fast = fast). v(S) is the mean over the game's
+programs of each program's rate under S (its mean over rollouts); with every program in every rollout
+that is the mean over rollouts of the fraction of programs reaching the metric. Pooled = the programs of
 every generation together.
 
+The unit of replication is the frozen program (the task, when generations are pooled: a task's
+programs of different generations descend from each other). Tables keep every program's outcomes apart,
+so intervals can come from the variation between programs (see `report.py`).
+
 Nothing is guessed: a sample whose label equals its `evaluatedUpTo` (below fast) may have been better
-than the evaluation could see, so it says nothing about higher metrics. A program's outcome for a metric
-is known when one sample reaches it, or when every sample is known to fall short of it (its label is
-below the level the evaluation could establish). A rate is reported only when every program's outcome
-is known; otherwise it is null (e.g. pass and fast on a machine with no GPU).
+than the evaluation could see, so it says nothing about higher metrics. A program's outcome in a cell
+is known when one sample reaches the metric, or when every sample is known to fall short of it. A
+program with an unknown outcome in any cell of a game leaves that whole game (the design stays paired),
+and the records' own reasons say why. When some programs leave because their evaluation stopped below the
+metric (no GPU, say), so do the others whose evaluation stopped there, even those known to miss it (every
+sample failed earlier): keeping only those would select the game by its outcome.
+
+Balance: best-of-k must be over the same k everywhere. Where cells hold different numbers of samples
+(units lost, runs in progress), every cell of the arm keeps its first k_common samples (by sample index)
+and the game says so; with `unchanged: exclude` the counts differ by design, so they are reported instead.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
 from cudanalyst.attribution.games import GameError, coalition_mask
-from cudanalyst.outcomes import METRIC_THRESHOLD, OutcomeRecord
+from cudanalyst.outcomes import METRIC_THRESHOLD, Label, OutcomeRecord
 
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 GAME_ARM = "coalition"
+Unchanged = Literal["count", "exclude"]
+_LABEL_NAMES = {lab.rank: lab.value for lab in Label}
 
 
 class OutcomeError(ValueError):
@@ -34,52 +49,66 @@ class OutcomeError(ValueError):
 
 
 @dataclass(frozen=True)
-class RateCounts:
-    """Counts behind v(S) for the coalitions present, one column per rollout.
+class OutcomeColumns:
+    """Outcome records as columns (one entry per record): what `tabulate` works on.
 
-    successes[c, r] programs reached the metric under coalition masks[c] in rollout r, out of
-    totals[c, r]; undetermined[c, r] of them could not be decided (their rate is then unknown).
+    `columns_of(records, players)` builds it from parsed records; simulations build it directly.
+    """
+
+    arm: tuple[str, ...]
+    task: tuple[str, ...]
+    generation: IntArray
+    program: tuple[str, ...]
+    mask: IntArray
+    rollout: IntArray
+    sample: IntArray
+    label: IntArray  # Label.rank
+    ceiling: IntArray  # evaluatedUpTo's rank
+    unchanged: BoolArray
+    reason: tuple[str, ...] = field(default=())  # empty: no reasons recorded
+
+    def __len__(self) -> int:
+        return len(self.mask)
+
+
+@dataclass(frozen=True)
+class ProgramOutcomes:
+    """One game (arm, metric, scope): best-of-k outcomes per (program, coalition, rollout).
+
+    reached/known/present are (programs, coalitions, rollouts); `unit` maps each program to its unit of
+    replication (itself, or its task when pooled). `unknown` gives, per program with an undetermined
+    cell, why (the records' reasons).
     """
 
     masks: IntArray  # (C,), ascending
     rollouts: IntArray  # (R,)
-    successes: IntArray  # (C, R)
-    totals: IntArray  # (C, R)
-    undetermined: IntArray  # (C, R)
+    programs: tuple[str, ...]  # (G,)
+    unit: IntArray  # (G,) index into unit_names
+    unit_names: tuple[str, ...]
+    reached: BoolArray
+    known: BoolArray
+    present: BoolArray
+    unknown: Mapping[int, str]
+    capped: BoolArray  # (G,) the program's evaluation stopped below the metric (its highest evaluatedUpTo)
+    samples: int  # k: samples behind each best-of (the common k, or the most when unbalanced)
+    balance: str = ""  # empty when every cell had k samples
+    unit_kind: Literal["program", "task"] = "program"
 
     @property
     def evaluated(self) -> bool:
-        return not self.undetermined.any()
-
-    def rates(self) -> npt.NDArray[np.float64]:
-        """v for each coalition: mean over the rollouts that have programs of the per-rollout fraction."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            per_rollout = self.successes / self.totals
-        return np.nanmean(np.where(self.totals > 0, per_rollout, np.nan), axis=1)
-
-    def variances(self) -> npt.NDArray[np.float64]:
-        """Var of each rate: programs are Bernoulli draws within a rollout, rollouts independent.
-
-        Var(mean_r p_r) = sum_r p_r (1 - p_r) / P_r / R^2, with the plug-in p_r; the bootstrap that
-        resamples programs within each coalition and rollout has exactly this variance.
-        """
-        present = self.totals > 0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            p = self.successes / self.totals
-            per_rollout = np.where(present, p * (1 - p) / self.totals, 0.0)
-        count = present.sum(axis=1)
-        return per_rollout.sum(axis=1) / np.maximum(count, 1) ** 2
+        return bool((self.known | ~self.present).all())
 
 
 @dataclass(frozen=True)
 class OutcomeTables:
-    """Counts per (arm, metric, scope); scope is a generation number or None for pooled."""
+    """Program outcomes per (arm, metric, scope); scope is a generation number or None for pooled."""
 
     players: tuple[str, ...]
     metrics: tuple[str, ...]
     generations: tuple[int, ...]
     arms: tuple[str, ...]
-    counts: Mapping[tuple[str, str, int | None], RateCounts]
+    games: Mapping[tuple[str, str, int | None], ProgramOutcomes]
+    unchanged: Unchanged = "count"
 
 
 def parse_records(raw: Iterable[tuple[str, Any]]) -> list[OutcomeRecord]:
@@ -90,75 +119,166 @@ def parse_records(raw: Iterable[tuple[str, Any]]) -> list[OutcomeRecord]:
             records.append(OutcomeRecord.model_validate(obj))
         except ValidationError as exc:
             first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "(record)"
-            raise OutcomeError(f"{where}: field {field}: {first['msg']}") from exc
+            loc = ".".join(str(p) for p in first["loc"]) or "(record)"
+            raise OutcomeError(f"{where}: field {loc}: {first['msg']}") from exc
     return records
 
 
-def _group(keys: Sequence[IntArray]) -> tuple[IntArray, IntArray]:
-    """Row index of the unique key tuples, and those unique tuples (as a 2-D array)."""
-    stacked = np.stack(keys, axis=1)
-    unique, inverse = np.unique(stacked, axis=0, return_inverse=True)
-    return inverse.reshape(-1), unique
-
-
-def tabulate(records: Sequence[OutcomeRecord], players: Sequence[str], metrics: Sequence[str]) -> OutcomeTables:
-    """Best-of-k per program, then counts per arm, metric, coalition, rollout, generation and pooled."""
+def columns_of(records: Sequence[OutcomeRecord], players: Sequence[str]) -> OutcomeColumns:
+    """Records -> columns; an unknown player in a record's coalition is an OutcomeError naming it."""
     if not records:
         raise OutcomeError("no outcome records")
-    for m in metrics:
-        if m not in METRIC_THRESHOLD:
-            raise OutcomeError(f"unknown metric {m!r} (expected one of {', '.join(METRIC_THRESHOLD)})")
     masks = []
     for rec in records:
         try:
             masks.append(coalition_mask(rec.coalition, players, f"outcome {rec.key or rec.program_id}: coalition"))
         except GameError as exc:
             raise OutcomeError(str(exc)) from exc
-    arms = tuple(sorted({r.arm for r in records}, key=lambda a: (a != GAME_ARM, a)))
-    programs = {key: i for i, key in enumerate(sorted({(r.task, r.generation, r.program_id) for r in records}))}
-    arm_idx = np.array([arms.index(r.arm) for r in records])
-    prog = np.array([programs[(r.task, r.generation, r.program_id)] for r in records])
-    gen = np.array([r.generation for r in records])
-    mask = np.array(masks, dtype=np.int64)
-    rollout = np.array([r.rollout for r in records])
-    label = np.array([r.label.rank for r in records])
-    ceiling = np.array([r.evaluated_up_to.rank for r in records])
+    return OutcomeColumns(
+        arm=tuple(r.arm for r in records),
+        task=tuple(r.task for r in records),
+        generation=np.array([r.generation for r in records], dtype=np.int64),
+        program=tuple(r.program_id for r in records),
+        mask=np.array(masks, dtype=np.int64),
+        rollout=np.array([r.rollout for r in records], dtype=np.int64),
+        sample=np.array([r.sample for r in records], dtype=np.int64),
+        label=np.array([r.label.rank for r in records], dtype=np.int64),
+        ceiling=np.array([r.evaluated_up_to.rank for r in records], dtype=np.int64),
+        unchanged=np.array([r.unchanged for r in records], dtype=bool),
+        reason=tuple(r.reason for r in records),
+    )
 
-    # One row per program outcome: (arm, program, coalition, rollout), best over its samples.
-    unit, unit_keys = _group([arm_idx, prog, mask, rollout, gen])
-    samples = np.bincount(unit)
-    u_arm, _, u_mask, u_rollout, u_gen = unit_keys.T
 
-    counts: dict[tuple[str, str, int | None], RateCounts] = {}
-    generations = tuple(int(g) for g in np.unique(gen))
+def _codes(values: Sequence[Any]) -> tuple[list[Any], IntArray]:
+    """Sorted distinct values and each entry's index among them."""
+    distinct = sorted(set(values))
+    index = {v: i for i, v in enumerate(distinct)}
+    return distinct, np.fromiter((index[v] for v in values), dtype=np.int64, count=len(values))
+
+
+def tabulate(
+    records: Sequence[OutcomeRecord] | OutcomeColumns,
+    players: Sequence[str],
+    metrics: Sequence[str],
+    unchanged: Unchanged = "count",
+    pooled_unit: Literal["task", "program"] = "task",
+) -> OutcomeTables:
+    """Best-of-k per program, cell by cell, for every arm, metric, generation and pooled.
+
+    `unchanged="exclude"` leaves out the samples that are the frozen program unchanged (copies).
+    `pooled_unit`: the unit of replication of the pooled games (task; program for one task's breakdown)."""
+    for m in metrics:
+        if m not in METRIC_THRESHOLD:
+            raise OutcomeError(f"unknown metric {m!r} (expected one of {', '.join(METRIC_THRESHOLD)})")
+    if unchanged not in ("count", "exclude"):
+        raise OutcomeError(f"unchanged: expected count or exclude, got {unchanged!r}")
+    cols = records if isinstance(records, OutcomeColumns) else columns_of(records, players)
+    if not len(cols):
+        raise OutcomeError("no outcome records")
+    keep = ~cols.unchanged if unchanged == "exclude" else np.ones(len(cols), bool)
+
+    arms = tuple(sorted(set(cols.arm), key=lambda a: (a != GAME_ARM, a)))
+    arm_index = {a: i for i, a in enumerate(arms)}
+    arm = np.fromiter((arm_index[a] for a in cols.arm), dtype=np.int64, count=len(cols))
+    prog_keys, prog = _codes(list(zip(cols.task, cols.generation.tolist(), cols.program, strict=True)))
+    tasks, task_of_prog = _codes([k[0] for k in prog_keys])
+    generations = tuple(int(g) for g in np.unique(cols.generation))
+    reasons = cols.reason or ("",) * len(cols)
+
+    rows = np.flatnonzero(keep)
+    # Cells: (arm, program, coalition, rollout); samples ranked by index within each cell.
+    cell_keys = np.stack([arm[rows], prog[rows], cols.mask[rows], cols.rollout[rows], cols.sample[rows]], axis=1)
+    order = np.lexsort(cell_keys.T[::-1])
+    rows, cell_keys = rows[order], cell_keys[order]
+    cells, first, cell = np.unique(cell_keys[:, :4], axis=0, return_index=True, return_inverse=True)
+    cell = cell.reshape(-1)
+    count = np.bincount(cell, minlength=len(cells))
+    rank = np.arange(len(rows)) - first[cell]
+
+    # Balance per arm: the common k, unless copies were left out on purpose.
+    notes: dict[int, tuple[int, str]] = {}
+    for a in range(len(arms)):
+        in_arm = cells[:, 0] == a
+        if not in_arm.any():
+            continue
+        lo, hi = int(count[in_arm].min()), int(count[in_arm].max())
+        if lo == hi:
+            notes[a] = (lo, "")
+        elif unchanged == "exclude":
+            notes[a] = (hi, f"best of 1 to {hi} samples per cell: unchanged copies are left out (unchanged: exclude)")
+        else:
+            short = int((count[in_arm] < hi).sum())
+            notes[a] = (lo, f"cells hold {lo} to {hi} samples ({short} of {int(in_arm.sum())} cells short): "
+                            f"best-of-{lo} everywhere (each cell's first {lo} samples by index)")
+    k_of_cell = np.array([notes[int(a)][0] for a in cells[:, 0]]) if len(cells) else np.zeros(0, np.int64)
+    use = rank < k_of_cell[cell] if unchanged == "count" else np.ones(len(rows), bool)
+    rows, cell = rows[use], cell[use]
+    n_used = np.bincount(cell, minlength=len(cells))
+
+    label, ceiling = cols.label[rows], cols.ceiling[rows]
+    # How far each program's evaluation could see, per arm (the highest evaluatedUpTo of its records).
+    top = np.zeros((len(arms), len(prog_keys)), dtype=np.int64)
+    np.maximum.at(top, (arm[rows], prog[rows]), ceiling)
+    c_arm, c_prog, c_mask, c_roll = (cells[:, i] for i in range(4))
+    present_cell = n_used > 0
+    c_gen = np.array([prog_keys[p][1] for p in c_prog], dtype=np.int64)
+
+    games: dict[tuple[str, str, int | None], ProgramOutcomes] = {}
     for metric in metrics:
         need = METRIC_THRESHOLD[metric].rank
-        reached = np.bincount(unit, weights=label >= need, minlength=len(samples)) > 0
-        short = np.bincount(unit, weights=(label < need) & (label < ceiling), minlength=len(samples))
-        known = reached | (short == samples)
-        for scope in (*generations, None):
-            in_scope = np.ones(len(u_arm), bool) if scope is None else u_gen == scope
-            for a, arm in enumerate(arms):
-                rows = in_scope & (u_arm == a)
-                if rows.any():
-                    counts[(arm, metric, scope)] = _counts(u_mask[rows], u_rollout[rows], reached[rows], known[rows])
-    return OutcomeTables(tuple(players), tuple(metrics), generations, arms, counts)
+        reached = np.bincount(cell, weights=label >= need, minlength=len(cells)) > 0
+        undetermined_row = (label < need) & (label >= ceiling)
+        short = np.bincount(cell, weights=~undetermined_row & (label < need), minlength=len(cells))
+        known = reached | (short == n_used)
+        # Why a program's cell is undetermined: its records' reasons (or how far they were evaluated).
+        why: dict[tuple[int, int], Counter[str]] = {}
+        for r, c in zip(rows[undetermined_row], cell[undetermined_row], strict=True):
+            if reached[c]:
+                continue
+            text = reasons[r] or f"evaluated only up to {_LABEL_NAMES[int(cols.ceiling[r])]}"
+            why.setdefault((int(c_arm[c]), int(c_prog[c])), Counter())[text] += 1
+        for a, arm_name in enumerate(arms):
+            for scope in (*generations, None):
+                sel = present_cell & (c_arm == a)
+                if scope is not None:
+                    sel &= c_gen == scope
+                if sel.any():
+                    games[(arm_name, metric, scope)] = _dense(
+                        sel, c_prog, c_mask, c_roll, reached, known, prog_keys, task_of_prog, tasks,
+                        pooled=scope is None and pooled_unit == "task", why={p: t for (b, p), t in why.items() if b == a},
+                        capped=top[a] < need,
+                        k=notes[a][0], balance=notes[a][1],
+                    )
+    return OutcomeTables(tuple(players), tuple(metrics), generations, arms, games, unchanged)
 
 
-def _counts(mask: IntArray, rollout: IntArray, reached: npt.NDArray[np.bool_], known: npt.NDArray[np.bool_]) -> RateCounts:
-    masks, c = np.unique(mask, return_inverse=True)
-    rollouts, r = np.unique(rollout, return_inverse=True)
-    cell = c.reshape(-1) * len(rollouts) + r.reshape(-1)
-    size = len(masks) * len(rollouts)
-
-    def tally(weights: npt.NDArray[Any]) -> IntArray:
-        return np.bincount(cell, weights=weights, minlength=size).astype(np.int64).reshape(len(masks), -1)
-
-    return RateCounts(
-        masks=masks.astype(np.int64),
-        rollouts=rollouts.astype(np.int64),
-        successes=tally(reached & known),
-        totals=tally(np.ones(len(cell))),
-        undetermined=tally(~known),
+def _dense(
+    sel: BoolArray, c_prog: IntArray, c_mask: IntArray, c_roll: IntArray, reached: BoolArray, known: BoolArray,
+    prog_keys: list[tuple[str, int, str]], task_of_prog: IntArray, tasks: list[str], *, pooled: bool,
+    why: Mapping[int, Counter[str]], capped: BoolArray, k: int, balance: str,
+) -> ProgramOutcomes:
+    progs, g = np.unique(c_prog[sel], return_inverse=True)
+    masks, c = np.unique(c_mask[sel], return_inverse=True)
+    rollouts, r = np.unique(c_roll[sel], return_inverse=True)
+    shape = (len(progs), len(masks), len(rollouts))
+    present, reach, know = np.zeros(shape, bool), np.zeros(shape, bool), np.zeros(shape, bool)
+    idx = (g.reshape(-1), c.reshape(-1), r.reshape(-1))
+    present[idx], reach[idx], know[idx] = True, reached[sel], known[sel]
+    names = tuple(f"{prog_keys[p][0]}/g{prog_keys[p][1]}/{prog_keys[p][2]}" for p in progs)
+    if pooled:
+        unit_ids, unit = np.unique(task_of_prog[progs], return_inverse=True)
+        unit_names = tuple(tasks[u] for u in unit_ids)
+    else:
+        unit, unit_names = np.arange(len(progs)), names
+    unknown: dict[int, str] = {}
+    for i, p in enumerate(progs):
+        bad = present[i] & ~know[i]
+        if bad.any():
+            texts = why.get(int(p), Counter())
+            unknown[i] = "; ".join(t for t, _ in texts.most_common(2)) or "not established"
+    return ProgramOutcomes(
+        masks=masks.astype(np.int64), rollouts=rollouts.astype(np.int64), programs=names,
+        unit=np.asarray(unit, dtype=np.int64).reshape(-1), unit_names=unit_names,
+        reached=reach, known=know, present=present, unknown=unknown, capped=capped[progs], samples=k, balance=balance,
+        unit_kind="task" if pooled else "program",
     )

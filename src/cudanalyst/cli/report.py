@@ -47,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         console = Console()
         render_table(report, console)
-        if report["notEvaluated"]:
-            console.print(f"not evaluated: {', '.join(report['notEvaluated'])} (this run's kernel stage could not "
-                          "establish them, e.g. no GPU); shown as not evaluated, not as zeros")
+        from cudanalyst.report.compute import summary_lines
+
+        for line in summary_lines(report):  # each names the cause the records give
+            console.print(line, highlight=False)
     print(report["htmlUri"])
     return 0

@@ -140,9 +140,10 @@ def _report(store, console: Console) -> int:  # type: ignore[no-untyped-def]
 
     report = build_report(store)
     render_table(report, console=Console())
-    if report.get("notEvaluated"):
-        console.print(f"[yellow]not evaluated:[/] {', '.join(report['notEvaluated'])} "
-                      "(no GPU here: candidates were compiled, not run)")
+    from cudanalyst.report.compute import summary_lines
+
+    for line in summary_lines(report):  # each names the cause the records give, never a guess
+        console.print(f"[yellow]{line}[/]", highlight=False)
     console.print(f"report: {report.get('htmlUri', store.uri_of('report/report.html'))}")
     return 0
 

@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from cudanalyst.api import AttributionRun
-from cudanalyst.attribution.report import AttributionReport, Estimator, attribute_tables
+from cudanalyst.attribution.report import (
+    AttributionReport,
+    Estimator,
+    GameResult,
+    attribute_tables,
+    mark_holm,
+)
 from cudanalyst.attribution.values import GAME_ARM, tabulate
 from cudanalyst.outcomes import OutcomeRecord
 
@@ -24,15 +30,15 @@ def interaction_order(players: Sequence[str]) -> int:
 
 
 def estimator_of(run: AttributionRun) -> Estimator:
-    # exact -> auto: a run still in progress may lack some coalitions in a generation; auto then
-    # falls back to MSR for that game and says so in the game's `estimator` field, instead of failing.
-    return "auto" if run.spec.attribution.estimator == "exact" else "msr"
+    """The spec's estimator, as it is: exact never switches by itself (a game missing a coalition is not
+    evaluated and names it); auto may use MSR for such a game, and says so."""
+    return run.spec.attribution.estimator
 
 
 def attribution(records: Sequence[OutcomeRecord], run: AttributionRun) -> AttributionReport:
-    """Every game (metric x generation, and pooled) and control arm, with analytic and bootstrap intervals."""
+    """Every game (metric x generation, and pooled) and control arm, with t-intervals over units."""
     spec = run.spec
-    tables = tabulate(records, spec.players, spec.attribution.metrics)
+    tables = tabulate(records, spec.players, spec.attribution.metrics, unchanged=spec.attribution.unchanged)
     result = attribute_tables(
         tables,
         estimator=estimator_of(run),
@@ -53,29 +59,36 @@ def _without_order_one_interactions(result: AttributionReport, players: Sequence
 
 
 def task_breakdown(records: Sequence[OutcomeRecord], run: AttributionRun) -> list[dict[str, Any]]:
-    """Per task, pooled over its generations: programs, labels and the pooled games (analytic intervals).
+    """Per task, pooled over its generations: programs, labels and the pooled games.
 
-    Bootstrap is left out here: per-task games are many and small, and the analytic interval is the
-    one the bootstrap agrees with.
+    Within one task the units are its frozen programs (the estimand: the mean over this task's programs).
+    Programs of one lineage are related across generations, so these intervals describe the task and are
+    exploratory; their Holm marks are over the per-task family. No bootstrap: the games are many and small.
     """
     spec = run.spec
     out = []
+    family: list[GameResult] = []
     for task in sorted({r.task for r in records}):
         subset = [r for r in records if r.task == task]
         result = attribute_tables(
-            tabulate(subset, spec.players, spec.attribution.metrics),
+            tabulate(subset, spec.players, spec.attribution.metrics, unchanged=spec.attribution.unchanged,
+                     pooled_unit="program"),
             estimator=estimator_of(run), order=interaction_order(spec.players),
             confidence=spec.attribution.confidence, replicates=0, seed=spec.sampling.seed,
         )
         result = _without_order_one_interactions(result, spec.players)
-        games = [g.model_dump(by_alias=True, mode="json") for g in result.games if g.pooled]
+        pooled = [g for g in result.games if g.pooled]
+        family += pooled
         out.append({
             "task": task,
             "programs": len({(r.generation, r.program_id) for r in subset if r.arm == GAME_ARM}),
             "generations": sorted({r.generation for r in subset}),
             "labels": label_counts(subset).get(GAME_ARM, dict.fromkeys(LABELS, 0)),
-            "games": games,
+            "games": pooled,
         })
+    mark_holm(family, spec.attribution.confidence)
+    for item in out:
+        item["games"] = [g.model_dump(by_alias=True, mode="json") for g in item["games"]]
     return out
 
 
@@ -97,9 +110,87 @@ def evaluated_up_to(records: Sequence[OutcomeRecord]) -> dict[str, int]:
 
 
 def not_evaluated_metrics(result: AttributionReport) -> list[str]:
-    """Metrics whose pooled game could not be evaluated (shown as "not evaluated", never as zeros)."""
-    pooled = {g.metric: g.evaluated for g in result.games if g.pooled}
-    return [m for m in result.metrics if pooled.get(m) is False]
+    """Metrics whose pooled game has no program with an established outcome (shown as "not evaluated")."""
+    pooled = {g.metric: g for g in result.games if g.pooled}
+    return [m for m in result.metrics if m in pooled and pooled[m].programs == 0]
+
+
+def exclusions(result: AttributionReport) -> dict[str, dict[str, Any]]:
+    """Per metric (pooled game): programs left out of its games, of how many, and the reasons."""
+    out = {}
+    for g in result.games:
+        if g.pooled and g.excluded_programs:
+            out[g.metric] = {"excluded": g.excluded_programs, "of": g.programs + g.excluded_programs,
+                             "reasons": [e.model_dump(by_alias=True) for e in g.exclusions]}
+    return out
+
+
+def estimator_notes(result: AttributionReport) -> list[str]:
+    """Games that used another estimator than the one asked for, or whose exact estimate failed."""
+    notes = []
+    for g in result.games:
+        scope = "pooled" if g.pooled else f"generation {g.generation}"
+        if g.estimator_note:
+            notes.append(f"{g.metric}, {scope}: {g.estimator_note}")
+        elif not g.evaluated and "exact estimator" in g.reason:
+            notes.append(f"{g.metric}, {scope}: {g.reason}")
+    return notes
+
+
+def references(records: Sequence[OutcomeRecord]) -> dict[str, int]:
+    """How many units' `fast` was measured against the frozen program, the task's baseline, or nothing."""
+    counts = {"frozen": 0, "baseline": 0, "notTimed": 0}
+    for r in records:
+        counts[r.reference or "notTimed"] += 1
+    return counts
+
+
+def copy_rates(records: Sequence[OutcomeRecord], players: Sequence[str]) -> dict[str, Any]:
+    """Candidates that are the frozen program unchanged, per arm and per coalition of the game."""
+    def rate(rs: list[OutcomeRecord]) -> dict[str, Any]:
+        copies = sum(r.unchanged for r in rs)
+        return {"unchanged": copies, "units": len(rs), "rate": copies / len(rs) if rs else None}
+
+    by_arm: dict[str, list[OutcomeRecord]] = {}
+    by_coalition: dict[str, list[OutcomeRecord]] = {}
+    for r in records:
+        by_arm.setdefault(r.arm, []).append(r)
+        if r.arm == GAME_ARM:
+            key = ",".join(p for p in players if p in r.coalition)
+            by_coalition.setdefault(key, []).append(r)
+    return {
+        "byArm": {arm: rate(rs) for arm, rs in sorted(by_arm.items(), key=lambda kv: (kv[0] != GAME_ARM, kv[0]))},
+        "byCoalition": {k: rate(by_coalition[k]) for k in sorted(by_coalition, key=lambda k: coalition_order(k, players))},
+    }
+
+
+def _reasons_text(reasons: Sequence[dict[str, Any]], limit: int = 2) -> str:
+    shown = "; ".join(f"{r['programs']}: {r['reason']}" for r in reasons[:limit])
+    return shown + (f"; and {len(reasons) - limit} more reason(s)" if len(reasons) > limit else "")
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """What the console says under the result table: metrics not (fully) evaluated, each with the real
+    cause taken from the records, estimator switches, and the references `fast` was measured against."""
+    lines = []
+    excluded = report.get("exclusions") or {}
+    for metric in report.get("metrics", []):
+        item = excluded.get(metric)
+        if not item:
+            continue
+        why = _reasons_text(item["reasons"])
+        if metric in report.get("notEvaluated", []):
+            lines.append(f"not evaluated: {metric}, for all {item['of']} programs ({why})")
+        else:
+            kept = item["of"] - item["excluded"]
+            lines.append(f"{metric}: {item['excluded']} of {item['of']} programs not evaluated, left out of its "
+                         f"games ({why}); attributed over the other {kept}")
+    lines += [f"estimator: {note}" for note in report.get("estimatorNotes", [])]
+    refs = (report.get("units") or {}).get("references") or {}
+    if refs.get("baseline"):
+        lines.append(f"fast measured against the frozen program for {refs.get('frozen', 0)} units, against the "
+                     f"task's baseline for {refs['baseline']} (their frozen program could not be timed)")
+    return lines
 
 
 def coalition_order(key: str, players: Sequence[str]) -> tuple[int, list[int]]:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cudanalyst.report.compute import coalition_order
+from cudanalyst.report.compute import coalition_order, summary_lines
 from cudanalyst.report.table import NOT_EVALUATED, from_report, plain_rows
 
 STYLE = """
@@ -104,6 +104,40 @@ def _results_section(report: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def _games_section(report: Mapping[str, Any]) -> str:
+    """Each game's design: estimator, units of replication, programs in and out, balance."""
+    att = report["attribution"]
+    rows = [["metric", "scope", "estimator", "unit", "units", "programs", "left out", "rollouts", "best of",
+             "notes"]]
+    for g in att["games"]:
+        notes = "; ".join(x for x in (g.get("estimatorNote"), g.get("reason"), g.get("intervalNote"),
+                                      g.get("balance"),
+                                      *(f"{e['programs']} left out: {e['reason']}" for e in g.get("exclusions", [])))
+                          if x)
+        rows.append([g["metric"], "pooled" if g["pooled"] else f"generation {g['generation']}", g["estimator"],
+                     g.get("unit", "program"), str(g.get("units", "")), str(g["programs"]),
+                     str(g.get("excludedPrograms", 0)), str(g["rollouts"]), str(g.get("samples", "")), notes or "-"])
+    family = att.get("holmFamily", 0)
+    return ("<h2>Games</h2><p class=\"note\">Intervals come from the variation between units of replication "
+            "(frozen programs; tasks when generations are pooled). * marks an interval that still excludes 0 after "
+            f"Holm's correction over the {family} Banzhaf values and interactions of these games.</p>" + _table(rows))
+
+
+def _copies_section(report: Mapping[str, Any]) -> str:
+    copies = report.get("copies")
+    if not copies:
+        return ""
+    def cell(item: Mapping[str, Any]) -> str:
+        return f"{item['unchanged']} of {item['units']} ({item['rate'] * 100:.0f}%)" if item.get("rate") is not None else "-"
+    rows = [["arm", "unchanged copies"]] + [[arm, cell(item)] for arm, item in copies["byArm"].items()]
+    crow = [["coalition", "unchanged copies"]] + [[k or "(none)", cell(item)] for k, item in copies["byCoalition"].items()]
+    policy = report.get("unchanged", "count")
+    return ("<h3>Unchanged copies of the frozen program</h3>"
+            f"<p class=\"note\">Candidates identical to their frozen program up to whitespace and comments; "
+            f"attribution.unchanged = {_e(policy)} ({'counted like any candidate' if policy == 'count' else 'left out of the rates'}).</p>"
+            + _table(rows) + _table(crow))
+
+
 def _coalitions_section(report: Mapping[str, Any]) -> str:
     att = report["attribution"]
     pooled = {g["metric"]: g for g in att["games"] if g["pooled"]}
@@ -125,6 +159,12 @@ def _coalitions_section(report: Mapping[str, Any]) -> str:
     lrow = [["arm", "fail", "compile", "pass", "fast"]]
     lrow += [[arm, *(str(c[k]) for k in ("fail", "compile", "pass", "fast"))] for arm, c in labels.items()]
     out += ["<h3>Sample labels (unit records)</h3>", _table(lrow)]
+    refs = report["units"].get("references")
+    if refs:
+        out += ["<h3>What fast was measured against</h3>", _table([["reference", "units"],
+                ["frozen program", str(refs.get("frozen", 0))], ["task baseline (frozen program untimeable)",
+                str(refs.get("baseline", 0))], ["not timed", str(refs.get("notTimed", 0))]])]
+    out.append(_copies_section(report))
     return "".join(out)
 
 
@@ -166,13 +206,14 @@ def render_html(report: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
               f"{badge}. {units['outcomes']} outcome records"
               f"{planned}; "
               f"intervals at {report['confidence'] * 100:g}% confidence.</p>")
+    for line in summary_lines(dict(report)):
+        header += f'<p class="note">{_e(line)}</p>'
     if not_eval:
-        header += (f'<p class="note">{_e(", ".join(not_eval))} could not be evaluated by this run (its kernel '
-                   f"stage established outcomes only up to {_e(', '.join(report['units']['evaluatedUpTo']))}): "
-                   "they are shown as not evaluated, not as zeros.</p>")
+        header += '<p class="note">Metrics not evaluated are shown as such, not as zeros.</p>'
     notes = "".join(f"<li>{_e(n)}</li>" for n in report["attribution"].get("notes", []))
     figs = "".join(_figure(name, png) for name, png in figures.items())
-    body = (header + "<h2>Figures</h2>" + figs + _results_section(report) + _coalitions_section(report) +
+    body = (header + "<h2>Figures</h2>" + figs + _results_section(report) + _games_section(report) +
+            _coalitions_section(report) +
             _tasks_section(report) + _provenance_section(report) + f"<h2>Method notes</h2><ul>{notes}</ul>")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(report["run"])}: '
             f"cudanalyst report</title><style>{STYLE}</style></head><body>{body}</body></html>\n")

@@ -53,6 +53,25 @@ def progress_lines(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def results_lines(results: Mapping[str, Any]) -> list[str]:
+    """Metrics not (fully) evaluated with the records' reasons, estimator notes, and references of fast."""
+    lines = []
+    reasons = {e.get("metric"): e for e in results.get("exclusions") or []}
+    for metric in results.get("notEvaluated") or []:
+        why = (reasons.get(metric) or {}).get("reason") or "no program's outcome could be established"
+        lines.append(f"not evaluated: {metric} ({why}); shown as such, not as zeros")
+    for metric, item in reasons.items():
+        if metric not in (results.get("notEvaluated") or []):
+            lines.append(f"{metric}: {item.get('excluded')} of {item.get('of')} programs not evaluated, left out of "
+                         f"its games ({item.get('reason')}); attributed over the rest")
+    lines += [f"estimator: {note}" for note in results.get("estimatorNotes") or []]
+    refs = results.get("references") or {}
+    if refs:
+        lines.append(f"fast measured against: frozen program {refs.get('frozen', 0)} units, task baseline "
+                     f"{refs.get('baseline', 0)}, not timed {refs.get('notTimed', 0)}")
+    return lines
+
+
 def _split_report_uri(uri: str) -> tuple[str, str]:
     """(folder URI, key) of a report object; a folder URI means its report.json."""
     path = urlparse(uri).path if "://" in uri else uri
@@ -97,8 +116,8 @@ def print_status(obj: Mapping[str, Any], console: Console, with_report: bool = T
                              f"{float(results.get('confidence', 0.95)) * 100:g}% intervals)"))
         if results.get("topPlayer"):
             console.print(f"top player on {results.get('metric', '')}: {results['topPlayer']}")
-        if results.get("notEvaluated"):
-            console.print(f"not evaluated: {', '.join(results['notEvaluated'])} (shown as such, not as zeros)")
+        for line in results_lines(results):
+            console.print(line, highlight=False)
     else:
         console.print("no results yet")
     uri = status.get("reportUri")

@@ -16,6 +16,7 @@ from rich.table import Table
 from cudanalyst.attribution.report import AttributionReport
 
 NOT_EVALUATED = "not evaluated"
+HOLM_MARK = " *"  # excludes 0 after Holm's correction
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class ValueRow:
     value: float | None
     low: float | None = None
     high: float | None = None
+    holm: bool = False  # the interval excludes 0 after Holm's correction over the report's family
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ def from_attribution(attribution: AttributionReport | Mapping[str, Any], generat
             if not game["evaluated"] or est.get("value") is None:
                 rows.append(ValueRow(player, game["metric"], None))
             else:
-                rows.append(ValueRow(player, game["metric"], est["value"], est.get("low"), est.get("high")))
+                rows.append(ValueRow(player, game["metric"], est["value"], est.get("low"), est.get("high"),
+                                     bool(est.get("holm"))))
     scope = "pooled" if generation is None else f"generation {generation}"
     return ResultTable(players, metrics, rows, float(data.get("confidence", 0.95)), scope)
 
@@ -91,14 +94,16 @@ def format_cell(row: ValueRow | None) -> str:
     if row.value is None:
         return NOT_EVALUATED
     if row.low is None or row.high is None:
-        return f"{row.value:+.3f}"
-    return f"{row.value:+.3f} [{row.low:+.3f}, {row.high:+.3f}]"
+        return f"{row.value:+.3f} (no interval)"
+    return f"{row.value:+.3f} [{row.low:+.3f}, {row.high:+.3f}]{HOLM_MARK if row.holm else ''}"
 
 
 def render(table: ResultTable, title: str | None = None) -> Table:
     """A rich Table: one row per player, one column per metric."""
     pct = f"{table.confidence * 100:g}%"
-    out = Table(title=title or f"Banzhaf values ({table.scope}, {pct} intervals)", title_justify="left")
+    marked = any(r.holm for r in table.rows)
+    out = Table(title=title or f"Banzhaf values ({table.scope}, {pct} intervals)", title_justify="left",
+                caption="* excludes 0 after Holm's correction" if marked else None, caption_justify="left")
     out.add_column("player", style="bold")
     cells = {(r.player, r.metric): r for r in table.rows}
     evaluated = {m: any(r.value is not None for r in table.rows if r.metric == m) for m in table.metrics}

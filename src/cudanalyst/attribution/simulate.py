@@ -1,0 +1,128 @@
+"""Simulated runs with known truth, for checking the intervals' coverage (tests, bench/attribution.py).
+
+A design: P units of replication (frozen programs; tasks of G = 3 generations when pooled), three players,
+R rollouts, best-of-k samples. Program effects are heterogeneous: each program has its own baseline and
+its own effect of every player (logit scale), and the programs of one task share most of them. The
+truth is the population mean of each program's Banzhaf value of its best-of-k rates, by Monte Carlo over
+200,000 programs. Every simulated run goes through `tabulate -> attribute_tables`, the path of
+`cudanalyst attribute --outcomes` after the records are parsed (`columns_of`, tested to agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from cudanalyst.attribution import transforms as tf
+from cudanalyst.attribution.games import FloatArray
+from cudanalyst.attribution.report import attribute_tables
+from cudanalyst.attribution.values import GAME_ARM, OutcomeColumns, tabulate
+from cudanalyst.outcomes import Label
+
+PLAYERS = ("debugger", "analyzer", "profiler")
+EFFECTS = np.array([0.6, 0.0, -0.3])  # mean logit effect of each player
+# Baseline logit giving a best-of-5 program rate near 0.05 / 0.5 on average.
+BASELINE = {0.05: -5.5, 0.5: -2.1}
+SPREAD_BASELINE, SPREAD_EFFECT = 1.0, 0.5  # between programs (tasks when pooled), logit scale
+SPREAD_IN_TASK = (0.5, 0.2)  # the generations of one task: baseline, effects
+GENERATIONS = 3
+
+
+@dataclass(frozen=True)
+class Design:
+    units: int  # P: programs, or tasks when pooled
+    rollouts: int
+    rate: float  # 0.05 or 0.5
+    pooled: bool
+    samples: int = 5
+
+    def label(self) -> str:
+        return (f"P={self.units} R={self.rollouts} rate~{self.rate} best-of-{self.samples}"
+                f"{' pooled (unit: task of 3 generations)' if self.pooled else ''}")
+
+
+def _members(n: int) -> FloatArray:
+    return ((np.arange(1 << n)[:, None] >> np.arange(n)) & 1).astype(np.float64)
+
+
+def program_rates(design: Design, count: int, rng: np.random.Generator) -> FloatArray:
+    """(count, G, 2^n) best-of-k rates of `count` units' programs (G = 3 pooled, else 1)."""
+    gens = GENERATIONS if design.pooled else 1
+    n = len(PLAYERS)
+    base = rng.normal(0, SPREAD_BASELINE, (count, 1, 1))
+    effect = rng.normal(0, SPREAD_EFFECT, (count, 1, n))
+    if design.pooled:
+        base = base + rng.normal(0, SPREAD_IN_TASK[0], (count, gens, 1))
+        effect = effect + rng.normal(0, SPREAD_IN_TASK[1], (count, gens, n))
+    logit = BASELINE[design.rate] + base + np.einsum("cn,ugn->ugc", _members(n), EFFECTS + effect)
+    q = 1 / (1 + np.exp(-logit))  # one sample's chance
+    return 1 - (1 - q) ** design.samples
+
+
+@lru_cache(maxsize=64)
+def truth(design: Design) -> tuple[FloatArray, float]:
+    """(population Banzhaf values, population mean rate) of the design."""
+    rates = program_rates(design, 200_000, np.random.default_rng(12345))
+    return tf.banzhaf_values(rates).mean(axis=(0, 1)), float(rates.mean())
+
+
+def simulate_columns(design: Design, rng: np.random.Generator) -> OutcomeColumns:
+    """One run's outcome records, as columns: every program x coalition x rollout x sample."""
+    n = len(PLAYERS)
+    gens = GENERATIONS if design.pooled else 1
+    rates = program_rates(design, design.units, rng)
+    q = 1 - (1 - rates) ** (1 / design.samples)
+    shape = (design.units, gens, 1 << n, design.rollouts, design.samples)
+    success = rng.random(shape) < q[..., None, None]
+    u, g, c, r, s = (a.reshape(-1) for a in np.indices(shape))
+    tasks = [f"task{i}" for i in range(design.units)] if design.pooled else ["task"] * design.units
+    count = u.size
+    return OutcomeColumns(
+        arm=(GAME_ARM,) * count,
+        task=tuple(tasks[i] for i in u),
+        generation=g * 10,
+        program=tuple(f"p{i}-{j}" for i, j in zip(u.tolist(), g.tolist(), strict=True)),
+        mask=c.astype(np.int64),
+        rollout=r.astype(np.int64),
+        sample=s.astype(np.int64),
+        label=np.where(success.reshape(-1), Label.PASS.rank, Label.FAIL.rank).astype(np.int64),
+        ceiling=np.full(count, Label.FAST.rank, dtype=np.int64),
+        unchanged=np.zeros(count, bool),
+    )
+
+
+@dataclass(frozen=True)
+class Coverage:
+    design: Design
+    runs: int
+    covered: FloatArray  # per player
+    half_width: float  # mean over runs and players
+    no_interval: int  # runs whose game gave no interval
+    mean_rate: float
+
+    @property
+    def mean(self) -> float:
+        return float(self.covered.mean())
+
+
+def coverage(design: Design, runs: int, seed: int = 0, confidence: float = 0.95) -> Coverage:
+    """Share of `runs` simulated runs whose interval of each player's Banzhaf value covers the truth."""
+    rng = np.random.default_rng(seed)
+    target, mean_rate = truth(design)
+    hits = np.zeros(len(PLAYERS))
+    widths, missing = [], 0
+    for _ in range(runs):
+        tables = tabulate(simulate_columns(design, rng), PLAYERS, ["pass"])
+        report = attribute_tables(tables, estimator="exact", confidence=confidence, replicates=0)
+        (game,) = [g for g in report.games if g.pooled == design.pooled]
+        for i, player in enumerate(PLAYERS):
+            est = game.banzhaf[player]
+            if est.low is None or est.high is None:
+                missing += 1
+                continue
+            hits[i] += est.low <= target[i] <= est.high
+            widths.append((est.high - est.low) / 2)
+    return Coverage(design, runs, hits / runs, float(np.mean(widths)) if widths else float("nan"),
+                    missing // len(PLAYERS), mean_rate)
