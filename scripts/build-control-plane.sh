@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the test control plane (issue 6) from Go modules into a cache folder outside the repo:
 #   ${CUDANALYST_CACHE:-$HOME/.cache/cudanalyst}/control-plane/<k8s-version>/bin/
-#     etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
+#     etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm kueue
+# and, as the piece kueue-manifests, Kueue's CRDs, webhook configurations and RBAC copied out of its module:
+#   .../control-plane/<k8s-version>/kueue-config/{crd,webhook,rbac}/
 # Versions are pinned in scripts/control-plane/versions.env. Each binary has a stamp naming what it
 # was built from; a binary whose stamp matches is kept, so a second run builds nothing.
 #
@@ -23,7 +25,7 @@ while IFS='=' read -r key value; do
   case "$key" in ''|'#'*) continue ;; esac
   declare "$key=$value"
 done < "$versions_file"
-for key in K8S_VERSION K8S_STAGING_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION; do
+for key in K8S_VERSION K8S_STAGING_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION KUEUE_VERSION; do
   [[ -n "${!key:-}" ]] || { echo "error: $versions_file does not set $key" >&2; exit 2; }
 done
 
@@ -32,8 +34,9 @@ bin_dir="$cache_root/bin"
 stamp_dir="$cache_root/stamps"
 work_dir="$cache_root/src"
 log_dir="$cache_root/logs"
+kueue_config="$cache_root/kueue-config"
 
-pieces=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
+pieces=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm kueue kueue-manifests)
 
 # What each binary is built from; the stamp is this string plus the Go version.
 origin() {
@@ -43,13 +46,25 @@ origin() {
       echo "k8s.io/kubernetes/cmd/$1@$K8S_VERSION staging@$K8S_STAGING_VERSION" ;;
     kwok) echo "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
     helm) echo "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
+    kueue) echo "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" ;;
+    # What is copied is part of the stamp: a change of the list below copies again.
+    kueue-manifests) echo "sigs.k8s.io/kueue/config@$KUEUE_VERSION crd+patches webhook+kustomization rbac" ;;
   esac
 }
 
-stamp_of() { echo "$(origin "$1") $(go env GOVERSION) trimpath stripped"; }
+stamp_of() {
+  if [[ "$1" == kueue-manifests ]]; then origin "$1"; return; fi   # copied files: no Go version in it
+  echo "$(origin "$1") $(go env GOVERSION) trimpath stripped"
+}
+
+# Where a piece ends up: a binary, or for kueue-manifests a folder.
+output_of() { if [[ "$1" == kueue-manifests ]]; then echo "$kueue_config"; else echo "$bin_dir/$1"; fi; }
 
 is_built() {
-  [[ -x "$bin_dir/$1" && -f "$stamp_dir/$1" ]] && [[ "$(cat "$stamp_dir/$1")" == "$(stamp_of "$1")" ]]
+  local out
+  out="$(output_of "$1")"
+  { [[ -x "$out" && -f "$out" ]] || [[ -d "$out" && "$1" == kueue-manifests ]]; } \
+    && [[ -f "$stamp_dir/$1" ]] && [[ "$(cat "$stamp_dir/$1")" == "$(stamp_of "$1")" ]]
 }
 
 case "${1:-}" in
@@ -137,6 +152,25 @@ prepare_etcd_module() {
     && touch "$mod/.ready-$ETCD_VERSION"
 }
 
+# The test fixtures install Kueue from its own manifests: the CRDs, the webhook configurations and the
+# manager's RBAC role, copied out of the module (the module cache may be cleaned; the binary stays).
+copy_kueue_config() {
+  local dir
+  dir="$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -d "$dir/config/components/crd/bases" ]] || { echo "no config/components in sigs.k8s.io/kueue@$KUEUE_VERSION" >&2; return 1; }
+  # Into a temporary folder first, so an interrupted copy leaves no half-filled one behind.
+  local tmp="$kueue_config.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp/crd/patches" "$tmp/webhook" "$tmp/rbac"
+  cp "$dir"/config/components/crd/bases/*.yaml "$dir/config/components/crd/kustomization.yaml" "$tmp/crd/" \
+    || return 1
+  cp "$dir"/config/components/crd/patches/*.yaml "$tmp/crd/patches/" || return 1
+  cp "$dir"/config/components/webhook/{manifests,kustomization}.yaml "$tmp/webhook/" || return 1
+  cp "$dir"/config/components/rbac/*.yaml "$tmp/rbac/" || return 1
+  chmod -R u+w "$tmp"   # the module cache is read-only
+  rm -rf "$kueue_config" && mv "$tmp" "$kueue_config"
+}
+
 k8s_ldflags() {
   local major minor
   major="${K8S_VERSION#v}"; major="${major%%.*}"
@@ -171,6 +205,16 @@ build_piece() {
         -ldflags="$base_ldflags -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
         "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" || return 1
       mv "$bin_dir/.helm.d/helm" "$out" || return 1 ;;
+    kueue)
+      # Kueue's go.mod has no replace directives, so its command installs as is.
+      GOBIN="$bin_dir/.kueue.d" go install "${build_flags[@]}" \
+        -ldflags="$base_ldflags -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+        "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" || return 1
+      mv "$bin_dir/.kueue.d/kueue" "$out" || return 1 ;;
+    kueue-manifests)
+      copy_kueue_config || return 1
+      stamp_of "$p" > "$stamp_dir/$p"
+      return 0 ;;
   esac
   "$out" --help >/dev/null 2>&1 || "$out" version >/dev/null 2>&1 \
     || { echo "built $p does not run" >&2; return 1; }
@@ -194,7 +238,7 @@ for p in "${pieces[@]}"; do
     exit 1
   fi
   rm -rf "$bin_dir/.$p.d"
-  echo "built:    $p in $((SECONDS - started)) s, $(du -h "$bin_dir/$p" | cut -f1)"
+  echo "built:    $p in $((SECONDS - started)) s, $(du -sh "$(output_of "$p")" | cut -f1)"
   built_any=1
 done
 [[ $built_any == 1 ]] && echo "done: all pieces built" || echo "done: nothing to build"

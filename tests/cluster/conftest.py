@@ -1,7 +1,8 @@
 """Session fixtures for a real Kubernetes control plane on loopback (issue 6).
 
 Started in order and stopped in reverse: etcd -> kube-apiserver -> kube-controller-manager ->
-kube-scheduler -> kwok (+ fake GPU nodes). `cluster` is what tests use; `harness` ends pods.
+kube-scheduler -> kwok (+ fake GPU nodes). `cluster` is what tests use; `harness` ends pods. `kueue` (module
+scope) adds Kueue's controller manager for the modules that ask for it.
 The binaries come from scripts/build-control-plane.sh; without them every test here is skipped.
 """
 
@@ -34,6 +35,7 @@ from cp_cluster import (  # noqa: E402
     wait_for,
 )
 from cp_harness import PodHarness  # noqa: E402
+from cp_kueue import Kueue, missing, mount_namespace_problem, start_kueue, stop_kueue  # noqa: E402
 from cp_process import Component  # noqa: E402
 from e2e_support import CHART_NAMESPACE, OPERATOR_SA, RUNNER_SA, OperatorProcess, Runs, install_chart  # noqa: E402
 
@@ -107,6 +109,24 @@ def cluster(control_plane_bins: Path, control_plane_dir: Path, etcd: Etcd, kube_
              60, "the controller-manager to create the default service account")
     c.add_gpu_nodes(GPU_NODES, GPUS_PER_NODE)
     return c
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster, control_plane_bins: Path, control_plane_dir: Path) -> Iterator[Kueue]:
+    """Kueue's controller manager with its CRDs and webhooks (cp_kueue.py), for the modules that ask for it; its
+    webhook configurations go when the module ends, so other modules see a cluster without Kueue."""
+    absent = missing(control_plane_bins)
+    if absent:
+        pytest.skip(f"Kueue is not built ({', '.join(absent)} missing); run {BUILD_SCRIPT} first")
+    problem = mount_namespace_problem()
+    if problem:
+        pytest.skip(f"Kueue reads its metrics certificate from /etc/kueue/metrics/certs, which the fixture provides "
+                    f"in a private mount namespace: {problem}")
+    k = start_kueue(control_plane_bins, control_plane_dir, cluster.api, cluster)
+    cluster.components.append(k.component)  # check_alive names it too if it dies mid-test
+    yield k
+    cluster.components.remove(k.component)
+    stop_kueue(k, cluster)
 
 
 @pytest.fixture

@@ -38,6 +38,12 @@ class Pki:
         """A client certificate for `user` in `groups` (CN and O, as the API server reads them)."""
         return _issue(self, name, user, groups)
 
+    def server(self, name: str, common: str, *, ips: tuple[str, ...] = (), dns: tuple[str, ...] = ()) -> KeyPair:
+        """A serving certificate signed by the cluster CA (e.g. for a webhook the API server calls)."""
+        if not ips and not dns:
+            raise ValueError(f"serving certificate {name}: give at least one IP address or DNS name")
+        return _issue(self, name, common, (), server_ips=ips, server_names=dns)
+
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
     path.write_bytes(

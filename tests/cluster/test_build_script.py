@@ -1,5 +1,5 @@
 """scripts/build-control-plane.sh: refuses bad input with exit 2, names the piece that fails to build
-(exit 1, nothing half-written), and builds nothing on a second run."""
+(exit 1, nothing half-written), and builds nothing on a second run (Kueue and its manifests included)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,16 @@ def test_versions_file_missing_a_key_is_refused_naming_it(tmp_path: Path) -> Non
 
 
 @needs_go
+def test_versions_file_without_kueue_is_refused_naming_it(tmp_path: Path) -> None:
+    versions = tmp_path / "versions.env"
+    versions.write_text(re.sub(r"^KUEUE_VERSION=.*$", "", VERSIONS_FILE.read_text(), flags=re.M))
+    done = _run(env={"CUDANALYST_CONTROL_PLANE_VERSIONS": str(versions), "CUDANALYST_CACHE": str(tmp_path)})
+    assert done.returncode == 2
+    assert "KUEUE_VERSION" in done.stderr
+    assert not (tmp_path / "control-plane").exists()
+
+
+@needs_go
 def test_a_piece_that_cannot_be_built_is_named_and_leaves_nothing(tmp_path: Path) -> None:
     versions = tmp_path / "versions.env"
     versions.write_text(re.sub(r"^ETCD_VERSION=.*$", "ETCD_VERSION=v3.99.0-nonexistent",
@@ -56,7 +66,11 @@ def test_second_run_builds_nothing(control_plane_bins: Path) -> None:
     done = _run(timeout_s=60)
     assert done.returncode == 0, done.stderr
     assert "done: nothing to build" in done.stdout
-    for piece in BINARIES:
+    for piece in (*BINARIES, "kueue", "kueue-manifests"):
         assert f"cached:   {piece} " in done.stdout
+    # Kueue's own manifests, which the fixtures install, sit beside the binaries.
+    config = control_plane_bins.parent / "kueue-config"
+    assert (config / "crd" / "kueue.x-k8s.io_workloads.yaml").is_file()
+    assert (config / "webhook" / "manifests.yaml").is_file() and (config / "rbac" / "role.yaml").is_file()
     assert _run("--check", timeout_s=60).returncode == 0
     assert _run("--bin-dir").stdout.strip() == str(control_plane_bins)
