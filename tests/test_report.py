@@ -216,14 +216,26 @@ def test_table_from_status_results() -> None:
     assert "pass (not evaluated)" in text and "90% intervals" in text
 
 
-def test_a_run_missing_a_coalition_falls_back_to_msr(tmp_path: Path) -> None:
+def test_a_run_missing_a_coalition_exact_fails_by_name_auto_switches_and_says_so(tmp_path: Path) -> None:
     store = open_store(str(tmp_path)).child("inc/")
     write_demo_run(store, demo_spec(name="inc", output_uri=str(tmp_path)), skip_coalitions=("analyzer",))
     report = build_report(store)
     game = pooled(report, "compiled")
+    # exact (the spec's) never becomes MSR by itself: the game fails and names the coalition.
+    assert game["estimator"] == "exact" and not game["evaluated"] and "'analyzer'" in game["reason"]
+    assert any("'analyzer'" in note for note in report["estimatorNotes"])
+
+    spec = demo_spec(name="auto", output_uri=str(tmp_path))
+    spec["spec"]["attribution"]["estimator"] = "auto"
+    store = open_store(str(tmp_path)).child("auto/")
+    write_demo_run(store, spec, skip_coalitions=("analyzer",))
+    report = build_report(store)
+    game = pooled(report, "compiled")
     assert game["estimator"] == "msr" and game["coalitions"] == 7 and "analyzer" not in game["values"]
+    assert "auto: MSR" in game["estimatorNote"] and any("auto: MSR" in n for n in report["estimatorNotes"])
     assert all(e["value"] is not None for e in game["banzhaf"].values())
-    assert (tmp_path / "inc" / "report" / "report.html").is_file()
+    html = (tmp_path / "auto" / "report" / "report.html").read_text()
+    assert "auto: MSR" in html
 
 
 def test_one_player_has_values_and_no_pairs(tmp_path: Path) -> None:

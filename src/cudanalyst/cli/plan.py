@@ -1,4 +1,8 @@
-"""`cudanalyst plan FILE`: the units and shards a run will execute, with estimated tokens and GPU time."""
+"""`cudanalyst plan FILE`: the units and shards a run will execute, with estimated tokens and GPU time, and
+the expected half-width of its Banzhaf intervals with the frozen programs it would need for 0.05.
+
+The half-width assumes a spread of per-program Banzhaf values (default 0.15 at the noisiest rate, 0.5;
+docs/attribution.md), or takes it from an earlier run's outcomes with `--pilot RUN_URI`."""
 
 from __future__ import annotations
 
@@ -8,15 +12,30 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from cudanalyst.api import AttributionRun
+from cudanalyst.attribution.design import (
+    DEFAULT_RATE,
+    DEFAULT_SPREAD,
+    MAX_UNITS,
+    Spread,
+    design_rows,
+    pilot_spreads,
+)
+from cudanalyst.attribution.values import OutcomeError, tabulate
 from cudanalyst.cli.common import EXIT_INVALID, die, load_or_die
-from cudanalyst.plan import estimate
+from cudanalyst.plan import Plan, estimate
+from cudanalyst.report.load import ReportError, load_outcomes
 from cudanalyst.runs import PlanError, plan_run
+from cudanalyst.store import S3Settings, StoreError, open_store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="show the units, shards and estimated cost of a run", description=__doc__)
     p.add_argument("file", help="AttributionRun YAML or JSON")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--pilot", metavar="RUN_URI", help="an earlier run's folder: take the spread of per-program "
+                   "effects and the rates from its outcomes instead of the documented defaults")
+    p.add_argument("--s3-endpoint", default="", help="S3 endpoint URL for the pilot run (MinIO/Ceph)")
     p.set_defaults(handler=run)
 
 
@@ -26,7 +45,11 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_run(ar)
     except PlanError as exc:
         die(str(exc), EXIT_INVALID)
-    summary = plan.summary() | {"estimate": estimate(ar, plan)}
+    try:
+        design = _design(ar, plan, args)
+    except (OutcomeError, StoreError, ReportError) as exc:
+        die(f"--pilot {args.pilot}: {exc}", EXIT_INVALID)
+    summary = plan.summary() | {"estimate": estimate(ar, plan), "design": design}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -38,4 +61,39 @@ def run(args: argparse.Namespace) -> int:
     for key, value in summary["estimate"].items():
         table.add_row(key, str(value))
     Console().print(table)
+    Console().print(design_table(design, ar.spec.attribution.confidence))
     return 0
+
+
+def _design(ar: AttributionRun, plan: Plan, args: argparse.Namespace) -> list[dict[str, object]]:
+    spec = ar.spec
+    if args.pilot:
+        settings = S3Settings(endpoint=args.s3_endpoint) if args.s3_endpoint else None
+        records = load_outcomes(open_store(args.pilot, settings))
+        spreads = pilot_spreads(tabulate(records, spec.players, spec.attribution.metrics))
+        if not spreads:
+            raise OutcomeError("no per-generation game with every coalition and two programs to take a spread from")
+    else:
+        spreads = [Spread(m, DEFAULT_SPREAD, DEFAULT_RATE, "default") for m in spec.attribution.metrics]
+    tasks = sorted({p.task for p in plan.programs})
+    generations = sorted({p.generation for p in plan.programs})
+    return design_rows(spreads, players=len(spec.players), rollouts=spec.sampling.rollouts,
+                       programs_per_generation=spec.trajectory.programs_per_generation, tasks=len(tasks),
+                       generations=len(generations), confidence=spec.attribution.confidence)
+
+
+def design_table(rows: list[dict[str, object]], confidence: float) -> Table:
+    table = Table(title=f"expected half-width of the Banzhaf intervals ({confidence * 100:g}%)", title_justify="left")
+    for col in ("metric", "spread (source)", "rate", "per generation", "programs for 0.05", "pooled",
+                "tasks for 0.05"):
+        table.add_column(col)
+    for r in rows:
+        gen, pool = r["perGeneration"], r["pooled"]
+        assert isinstance(gen, dict) and isinstance(pool, dict)
+        def hw(d: dict) -> str:
+            return f"+-{d['halfWidth']} ({d['units']} {d['unit']}s)" if d["halfWidth"] is not None else (
+                f"no interval ({d['units']} {d['unit']})")
+        table.add_row(str(r["metric"]), f"{r['spread']} ({r['source']})", str(r["rate"]), hw(gen),
+                      str(gen["programsFor0.05"] or f"> {MAX_UNITS}"), hw(pool),
+                      str(pool["tasksFor0.05"] or f"> {MAX_UNITS}"))
+    return table
