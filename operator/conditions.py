@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudanalyst.api.status import CONDITION_TYPES
+from cudanalyst.operator.kueue import waiting_message
 from cudanalyst.operator.pods import job_condition
 
 ACTIVE_PHASES = {"Pending", "Queued", "Running", "Aggregating"}
@@ -37,6 +38,8 @@ class Observation:
     done: int = 0
     total: int = 0
     aggregated: bool = False
+    # A queued run's Workload (kueue.workload_summary), once Kueue has made it.
+    workload: dict[str, Any] | None = None
 
 
 def worst_problem(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -58,6 +61,10 @@ def judge(obs: Observation) -> Verdict:
         if obs.total and obs.done >= obs.total:
             # The Job is gone (TTL, or deleted) after finishing every unit: the results are what count.
             return _finished(obs)
+        if obs.queued and obs.spec_suspend:
+            # A queued run suspended from the start has no Job yet, so nothing waits in Kueue's queue for it.
+            return Verdict("Suspended", "Suspended", "suspended by spec.suspend before it was queued; "
+                           "the runner Job is made and queued when it is resumed")
         return Verdict("Pending", "CreatingJob", "creating the runner Job")
     if job_condition(job, "Complete") or job_condition(job, "SuccessCriteriaMet"):
         return _finished(obs)
@@ -75,8 +82,13 @@ def judge(obs: Observation) -> Verdict:
         if obs.spec_suspend:
             return Verdict("Suspended", "Suspended", f"suspended by spec.suspend at {_progress_text(obs)}")
         if obs.queued:
-            return Verdict("Queued", "WaitingForAdmission", "waiting for Kueue to admit the runner Job")
+            return Verdict("Queued", "WaitingForAdmission", waiting_message(obs.workload))
         return Verdict("Running", "Resuming", "resuming the runner Job")
+    if obs.queued and obs.spec_suspend:
+        # Kueue suspends the Job once it has evicted the deactivated Workload (operator/kueue.py).
+        name = f"Workload {obs.workload['name']}" if obs.workload else "the Workload"
+        return Verdict("Running", "Suspending", f"spec.suspend is set: waiting for Kueue to evict {name} "
+                       f"and suspend the runner Job ({_progress_text(obs)})")
     if problem:
         return Verdict("Running", problem["reason"], problem["message"], stalled=bool(problem.get("stalled")))
     if not job.get("active"):

@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from cudanalyst.operator import constants as c
+from cudanalyst.operator import kueue
 from cudanalyst.operator.conditions import is_finished
 from cudanalyst.operator.follow import (
     POD_QUIET,
@@ -99,6 +100,17 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
         key = _run_key(meta)
         return {key: pod_summary(dict(body))} if key else {}
 
+    if services.config.kueue:
+        # Kueue's Workload of each queued run's Job, found by the run label Kueue copies into its pod sets.
+        @kopf.index(kueue.GROUP, kueue.VERSION, kueue.PLURAL, id="runner_workloads", registry=registry)
+        def runner_workloads(meta: dict[str, Any], body: dict[str, Any], **_: Any) -> dict[Any, Any]:
+            run = kueue.run_of(dict(body))
+            return {(meta.get("namespace", ""), run): kueue.workload_summary(dict(body))} if run else {}
+
+    def workloads_of(key: RunKey, indexes: dict[str, Any]) -> list[dict[str, Any]]:
+        index = indexes.get("runner_workloads")
+        return list(index.get(key, [])) if index is not None else []
+
     @kopf.on.resume(*RUN, id="start", registry=registry)
     @kopf.on.create(*RUN, id="start", registry=registry)
     def start(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
@@ -129,18 +141,20 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
     # timer as a safety net that also reads progress from the store while no child changes.
     @kopf.timer(*RUN, interval=interval, initial_delay=interval, when=_running, id="follow", registry=registry)
     def follow(body: kopf.Body, patch: kopf.Patch, meta: kopf.Meta, runner_jobs: kopf.Index,
-               runner_pods: kopf.Index, **_: Any) -> None:
+               runner_pods: kopf.Index, **kwargs: Any) -> None:
         key = (meta.get("namespace", ""), meta.get("name", ""))
         with metrics.reconcile("follow"):
-            ops.observe(dict(body), patch, list(runner_jobs.get(key, [])), list(runner_pods.get(key, [])))
+            ops.observe(dict(body), patch, list(runner_jobs.get(key, [])), list(runner_pods.get(key, [])),
+                        workloads_of(key, kwargs))
 
     follower = Follower()
     changes = ChildChanges()
 
-    def refresher(key: RunKey, jobs: kopf.Index, pods: kopf.Index) -> Any:
+    def refresher(key: RunKey, jobs: kopf.Index, pods: kopf.Index, indexes: dict[str, Any]) -> Any:
         def blocking() -> bool:
             with metrics.reconcile("follow"):
-                return ops.refresh(key[0], key[1], list(jobs.get(key, [])), list(pods.get(key, [])))
+                return ops.refresh(key[0], key[1], list(jobs.get(key, [])), list(pods.get(key, [])),
+                                   workloads_of(key, indexes))
 
         async def refresh() -> bool:
             # The indexes are read in the thread, when the refresh starts: the latest summaries count.
@@ -149,10 +163,11 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
         return refresh
 
     async def child_event(body: kopf.Body, type: str, relevant: dict[str, Any], quiet: dict[str, Any] | None,
-                          runner_jobs: kopf.Index, runner_pods: kopf.Index) -> None:
+                          runner_jobs: kopf.Index, runner_pods: kopf.Index, indexes: dict[str, Any],
+                          key: RunKey | None = None) -> None:
         # A refresh that raises is logged by kopf and not retried: the safety-net timer catches up.
         meta = body.get("metadata") or {}
-        key = _run_key(dict(meta))
+        key = key or _run_key(dict(meta))
         if key is None:
             return
         uid = str(meta.get("uid") or meta.get("name"))
@@ -162,19 +177,31 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
                 return  # a quiet Pod went (e.g. with its suspended Job): the run's status did not depend on it
         elif not changes.changed(uid, relevant, quiet):
             return  # nothing the run's status depends on has changed
-        await follower.poke(key, refresher(key, runner_jobs, runner_pods))
+        await follower.poke(key, refresher(key, runner_jobs, runner_pods, indexes))
 
     # Async, and filtered before any thread hop: Jobs and Pods change far more often than runs' status.
     @kopf.on.event("batch", "v1", "jobs", labels={c.RUN_LABEL: kopf.PRESENT}, id="job_changed", registry=registry)
     async def job_changed(body: kopf.Body, type: str, runner_jobs: kopf.Index, runner_pods: kopf.Index,
-                          **_: Any) -> None:
-        await child_event(body, type, job_relevant(job_summary(dict(body))), None, runner_jobs, runner_pods)
+                          **kwargs: Any) -> None:
+        await child_event(body, type, job_relevant(job_summary(dict(body))), None, runner_jobs, runner_pods, kwargs)
 
     @kopf.on.event("", "v1", "pods", labels={c.RUN_LABEL: kopf.PRESENT}, id="pod_changed", registry=registry)
     async def pod_changed(body: kopf.Body, type: str, runner_jobs: kopf.Index, runner_pods: kopf.Index,
-                          **_: Any) -> None:
+                          **kwargs: Any) -> None:
         await child_event(body, type, pod_relevant(pod_summary(dict(body))), POD_QUIET, runner_jobs,
-                          runner_pods)
+                          runner_pods, kwargs)
+
+    if services.config.kueue:
+        # Kueue's decisions (quota reserved, admitted, evicted, its messages) show on the Workload first.
+        @kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.PLURAL, id="workload_changed", registry=registry)
+        async def workload_changed(body: kopf.Body, type: str, runner_jobs: kopf.Index, runner_pods: kopf.Index,
+                                   **kwargs: Any) -> None:
+            run = kueue.run_of(dict(body))
+            if run is None:
+                return  # a Workload of something else than a run's Job
+            key = ((body.get("metadata") or {}).get("namespace", ""), run)
+            await child_event(body, type, kueue.workload_summary(dict(body)), None, runner_jobs, runner_pods,
+                              kwargs, key=key)
 
     @kopf.on.delete(*RUN, when=_delete_with_run, id="delete_results", registry=registry)
     def delete_results(body: kopf.Body, **_: Any) -> None:
@@ -184,13 +211,13 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
     # Async: called for every event of every run, so it must not cost a thread hop.
     @kopf.on.event(*RUN, id="run_event", registry=registry)
     async def run_event(body: kopf.Body, type: str, status: kopf.Status, runner_jobs: kopf.Index,
-                        runner_pods: kopf.Index, **_: Any) -> None:
+                        runner_pods: kopf.Index, **kwargs: Any) -> None:
         meta = body.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if type == "DELETED":
             ops.forget(dict(body))
             follower.forget(key)
         elif _running(dict(status)):
-            await follower.started(key, refresher(key, runner_jobs, runner_pods))
+            await follower.started(key, refresher(key, runner_jobs, runner_pods, kwargs))
 
     return registry

@@ -6,6 +6,7 @@ The kopf handlers in handlers.py only unpack kopf's arguments and call these, so
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.operator import constants as c
+from cudanalyst.operator import kueue
 from cudanalyst.operator.completion import aggregate as aggregate_outcomes
 from cudanalyst.operator.conditions import (
     Observation,
@@ -126,6 +128,11 @@ class Operations:
             text = spec_problem_text(exc)
             self._stall(body, patch, "InvalidSpec", f"invalid spec: {text}")
             raise kopf.PermanentError(f"invalid spec: {text}") from None
+        if run.spec.resources.queue_name and not self.s.config.kueue:
+            text = (f"spec.resources.queueName: {run.spec.resources.queue_name!r} names a Kueue queue, but the operator "
+                    "does not follow Kueue (install the chart with kueue.enabled=true, or set CUDANALYST_KUEUE=true)")
+            self._stall(body, patch, "KueueNotEnabled", text)
+            raise kopf.PermanentError(text)
         try:
             plan = self.s.plan(run)
             check_models(run, local_paths=False)  # an s3:// model prefix is checked; pod paths cannot be
@@ -141,7 +148,7 @@ class Operations:
             self._stall(body, patch, RETRYABLE[1], f"cannot write to spec.output.uri: {exc}")
             raise kopf.PermanentError(str(exc)) from None
         try:
-            job = self.ensure_children(body, run)
+            job, created = self.ensure_children(body, run)
         except ApiException as exc:
             if exc.status == 403:
                 # On the run for `kubectl describe ar`, not only in the operator's log; kopf retries the
@@ -151,8 +158,9 @@ class Operations:
             raise
         now = rfc3339(self.s.clock())
         total = len(plan.units)
+        queued = bool(run.spec.resources.queue_name)
         obs = Observation(int(body["metadata"].get("generation") or 1), run.spec.suspend,
-                          bool(run.spec.resources.queue_name), job_summary(job), total=total)
+                          queued, job_summary(job) if job else None, total=total)
         extra: dict[str, Any] = {
             "startTime": status.get("startTime") or now,
             "jobName": c.job_name(run.metadata.name),
@@ -160,11 +168,21 @@ class Operations:
         progress = dict(status.get("progress") or {})
         if progress.get("total") != total:
             extra["progress"], _ = summarize([], total, None, self.s.clock())
+        if queued and not status.get("queue"):
+            extra["queue"] = kueue.queue_status(run.spec.resources.queue_name, None)
+        if queued and status.get("phase") and job is not None and not created:
+            # A restart: the Job as made says nothing of what Kueue did with it since; the refresh that its
+            # event brings judges from the Job and Workload as they are.
+            for key, value in _changed(status, extra).items():
+                patch.status[key] = value
+            return
         self._apply(body, patch, judge(obs), extra)
         self.s.metrics.set_progress(run.metadata.namespace or "", run.metadata.name, 0, total)
 
-    def ensure_children(self, body: dict[str, Any], run: AttributionRun) -> dict[str, Any]:
-        """Create the spec ConfigMap and the Indexed Job if absent; returns the Job manifest."""
+    def ensure_children(self, body: dict[str, Any], run: AttributionRun) -> tuple[dict[str, Any] | None, bool]:
+        """Create the spec ConfigMap and the Indexed Job if absent; returns the Job manifest and whether it was
+        created now. A queued run suspended from the start gets no Job (and so no Workload in Kueue's queue)
+        until it is resumed."""
         namespace = body["metadata"]["namespace"]
         configmap = spec_configmap(run)
         job = runner_job(run, self.s.config)
@@ -172,14 +190,18 @@ class Operations:
         kube = self.s.kube
         if kube.create_configmap(namespace, configmap):
             log.info("created ConfigMap %s/%s", namespace, configmap["metadata"]["name"])
-        if kube.create_job(namespace, job):
+        if run.spec.resources.queue_name and run.spec.suspend:
+            return None, False
+        created = kube.create_job(namespace, job)
+        if created:
             kopf.event(body, type="Normal", reason="JobCreated",
                        message=f"created Indexed Job {job['metadata']['name']} with {run.spec.resources.shards} shard(s)")
-        return job
+        return job, created
 
     # ---- follow
 
-    def refresh(self, namespace: str, name: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> bool:
+    def refresh(self, namespace: str, name: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]],
+                workloads: list[dict[str, Any]] | None = None) -> bool:
         """Follow the run after a change of its Job or Pods: read it fresh, observe, write what changed.
 
         Returns False when the run has not started yet (nothing to follow until its start handler wrote
@@ -191,13 +213,13 @@ class Operations:
         if not (body.get("status") or {}).get("startTime"):
             return False
         patch = kopf.Patch()
-        self.observe(body, patch, jobs, pods)
+        self.observe(body, patch, jobs, pods, workloads)
         if patch.status:
             self.s.kube.patch_run_status(namespace, name, dict(patch.status))
         return True
 
     def observe(self, body: dict[str, Any], patch: kopf.Patch, jobs: list[dict[str, Any]],
-                pods: list[dict[str, Any]]) -> None:
+                pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = None) -> None:
         status = dict(body.get("status") or {})
         if is_finished(status) or not status.get("startTime"):
             return
@@ -224,6 +246,8 @@ class Operations:
             extra["shards"] = {"active": job["active"], "succeeded": job["succeeded"], "failed": job["failed"]}
         obs = Observation(int(meta.get("generation") or 1), run.spec.suspend, bool(run.spec.resources.queue_name),
                           job, pods, done=done, total=total)
+        if obs.queued:
+            obs.workload = self._follow_workload(run, workloads or [], extra)
         verdict = judge(obs)
         if verdict.phase == "Pending":
             self.ensure_children(body, run)  # the Job was deleted before finishing: make it again
@@ -257,16 +281,61 @@ class Operations:
             run = parse_body(body)
         except SpecError:
             return
-        # A queued run's Job is unsuspended by Kueue on admission, not by us.
-        job_suspend = suspend or (bool(run.spec.resources.queue_name) and status.get("phase") == "Queued")
-        found = self.s.kube.set_job_suspend(meta["namespace"], c.job_name(meta["name"]), job_suspend)
+        if run.spec.resources.queue_name:
+            self._suspend_queued(body, patch, run, suspend)
+            return
+        found = self.s.kube.set_job_suspend(meta["namespace"], c.job_name(meta["name"]), suspend)
         if not found:
             return
         progress = status.get("progress") or {}
-        obs = Observation(int(meta.get("generation") or 1), suspend, bool(run.spec.resources.queue_name),
-                          {"suspend": job_suspend, "active": 0, "conditions": []},
+        obs = Observation(int(meta.get("generation") or 1), suspend, False,
+                          {"suspend": suspend, "active": 0, "conditions": []},
                           done=int(progress.get("done") or 0), total=int(progress.get("total") or 0))
         self._apply(body, patch, judge(obs), {})
+
+    # ---- Kueue (operator/kueue.py says why the Workload, not the Job, is what the operator switches)
+
+    def _follow_workload(self, run: AttributionRun, workloads: list[dict[str, Any]],
+                         extra: dict[str, Any]) -> dict[str, Any] | None:
+        """status.queue from the run's Workload, and its spec.active brought in line with spec.suspend (level-
+        triggered: a suspend that came before Kueue made the Workload is applied once it exists)."""
+        workload = kueue.current(workloads, run.metadata.name)
+        stale = workload is not None and workload["state"] != "Finished" and workload["active"] == run.spec.suspend
+        if stale and kueue.set_active(self.s.kube.custom, run.metadata.namespace or "", workload["name"],  # type: ignore[index]
+                                      not run.spec.suspend):
+            log.info("%s/%s: set Workload %s active=%s", run.metadata.namespace, run.metadata.name,
+                     workload["name"], not run.spec.suspend)  # type: ignore[index]
+        extra["queue"] = kueue.queue_status(run.spec.resources.queue_name, workload)
+        return workload
+
+    def _read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            response = self.s.kube.batch.read_namespaced_job(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(json.loads(response.data))
+
+    def _suspend_queued(self, body: dict[str, Any], patch: kopf.Patch, run: AttributionRun, suspend: bool) -> None:
+        """Suspend: deactivate the Workload (Kueue evicts it, frees its quota and suspends the Job). Resume: make the
+        Job if the run was suspended from the start, else activate the Workload (Kueue queues it again and
+        unsuspends the Job only when it admits it). The Job's spec.suspend is never touched here."""
+        namespace, name = run.metadata.namespace or "", run.metadata.name
+        if not suspend:
+            self.ensure_children(body, run)
+        workloads = kueue.list_workloads(self.s.kube.custom, namespace, name)
+        workload = kueue.current(workloads, name)
+        if workload is not None and workload["active"] == suspend:
+            kueue.set_active(self.s.kube.custom, namespace, workload["name"], not suspend)
+            workload = {**workload, "active": not suspend, "state": "Inactive" if suspend else "Pending"}
+        progress = (body.get("status") or {}).get("progress") or {}
+        job = self._read_job(namespace, c.job_name(name))
+        obs = Observation(int(body["metadata"].get("generation") or 1), suspend, True,
+                          job_summary(job) if job else None, done=int(progress.get("done") or 0),
+                          total=int(progress.get("total") or 0), workload=workload)
+        verdict = judge(obs)
+        self._apply(body, patch, verdict, {"queue": kueue.queue_status(run.spec.resources.queue_name, workload)})
 
     # ---- delete
 

@@ -37,3 +37,12 @@ def test_every_run_is_valid_distinct_and_pinned_by_digest() -> None:
         assert run.spec.s3.credentials_secret and "secret" not in path.read_text().lower().replace(
             "credentialssecret", "")
     assert len(names) == len(variants) == len(list(BATCH.glob("gemm-*.yaml")))
+
+
+def test_every_run_names_a_kueue_queue_and_priority_class() -> None:
+    # The chart's kueue.enabled and docs/operator.md ("Kueue") describe these; tests/cluster/test_e2e_kueue.py
+    # applies the batch against a real Kueue.
+    for path in sorted(BATCH.glob("gemm-*.yaml")):
+        run = load_run(path)
+        assert run.spec.resources.queue_name == "gpu-research", path.name
+        assert run.metadata.labels["kueue.x-k8s.io/priority-class"] in ("research", "research-high"), path.name

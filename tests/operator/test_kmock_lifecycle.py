@@ -120,19 +120,19 @@ async def test_suspend_and_resume_go_through_the_job(kube: Any, trajectory: str,
     check_all_status_patches(kube)
 
 
-async def test_queued_run_waits_for_kueue(kube: Any, trajectory: str, output: str) -> None:
+async def test_queued_run_stalls_when_the_operator_does_not_follow_kueue(kube: Any, trajectory: str,
+                                                                        output: str) -> None:
+    # Suspending a queued run needs its Workload (operator/kueue.py), so the operator refuses to half-run it.
+    # What it does with a real Kueue is in tests/cluster/test_e2e_kueue.py.
     kube.objects[RUNS, NS, "q"] = run_body("q", trajectory, output, resources={"shards": 1, "queueName": "gpus"})
     async with operator_running(Services(operator_config())):
-        await eventually(lambda: run_status(kube, "q").get("phase") == "Queued")
-        job = kube.objects[JOBS, NS, "q-runner"].raw
-        assert job["spec"]["suspend"] is True
-        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpus"
-        assert condition(kube, "q", "Queued")["status"] == "True"
-        # Kueue admits the workload by unsuspending the Job.
-        async with kube.patch(f"/apis/batch/v1/namespaces/{NS}/jobs/q-runner", json={"spec": {"suspend": False}}):
-            pass
-        await eventually(lambda: run_status(kube, "q").get("phase") == "Running")
-    assert condition(kube, "q", "Queued")["status"] == "False"
+        await eventually(lambda: run_status(kube, "q").get("phase") == "Stalled")
+        await asyncio.sleep(0.5)  # a permanent error is not retried
+    stalled = condition(kube, "q", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "KueueNotEnabled"
+    assert "spec.resources.queueName" in stalled["message"] and "kueue.enabled=true" in stalled["message"]
+    assert not jobs_created(kube)
+    check_all_status_patches(kube)
 
 
 async def test_restarted_operator_creates_nothing_twice(kube: Any, trajectory: str, output: str) -> None:
