@@ -93,10 +93,12 @@ def current(workloads: list[dict[str, Any]], run: str) -> dict[str, Any] | None:
 def queue_status(queue_name: str, workload: dict[str, Any] | None) -> dict[str, Any]:
     """status.queue of a queued run (api.status.QueueStatus)."""
     out: dict[str, Any] = {"name": queue_name, "workload": "", "state": "", "reason": "", "message": "",
-                           "clusterQueue": "", "priorityClass": "", "priority": None}
+                           "clusterQueue": "", "priorityClass": ""}
     if workload is not None:
-        out |= {k: workload[k] for k in ("state", "reason", "message", "clusterQueue", "priorityClass", "priority")}
+        out |= {k: workload[k] for k in ("state", "reason", "message", "clusterQueue", "priorityClass")}
         out["workload"] = workload["name"]
+        if workload.get("priority") is not None:  # absent rather than null: a merge patch would drop it anyway
+            out["priority"] = int(workload["priority"])
     return out
 
 
