@@ -5,6 +5,8 @@ Shapley values. Targets: n = 16 at least 100x faster than shapiq; n = 20 under 1
 
     python bench/attribution.py                 # n = 8, 12, 16, 20; shapiq up to n = 16
     python bench/attribution.py --shapiq-max 12 # a quicker run
+    python bench/attribution.py --coverage      # coverage of the 95% Banzhaf intervals, issue 13's designs
+    python bench/attribution.py --coverage --runs 1000 --seed 1
 """
 
 from __future__ import annotations
@@ -50,12 +52,36 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
     return best, result
 
 
+def coverage_table(runs: int, seed: int) -> None:
+    """The grid of tests/test_attribution_coverage.py as a Markdown table (docs/attribution.md has one)."""
+    from cudanalyst.attribution.simulate import Design, coverage
+
+    print(f"{runs} runs per design, seed {seed}; coverage of the 95% intervals of the 3 players' Banzhaf values")
+    print("| P | R | rate | pooled | mean rate | coverage (mean) | per player | mean half-width |")
+    print("|---|---|---|---|---|---|---|---|")
+    for p in (4, 12, 48):
+        for r in (1, 3):
+            for rate in (0.05, 0.5):
+                for pooled in (False, True):
+                    c = coverage(Design(p, r, rate, pooled), runs, seed=seed)
+                    per = " / ".join(f"{x:.3f}" for x in c.covered)
+                    print(f"| {p} | {r} | {rate} | {'tasks of 3 gens' if pooled else 'no'} | {c.mean_rate:.3f} "
+                          f"| {c.mean:.3f} | {per} | {c.half_width:.3f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="8,12,16,20", help="player counts (default 8,12,16,20)")
     parser.add_argument("--shapiq-max", type=int, default=16,
                         help="largest n to run shapiq on (default 16: at n = 20 it would take hours)")
+    parser.add_argument("--coverage", action="store_true",
+                        help="instead: coverage of the 95%% Banzhaf intervals by simulation (issue 13's grid)")
+    parser.add_argument("--runs", type=int, default=300, help="with --coverage: simulated runs per design")
+    parser.add_argument("--seed", type=int, default=2026, help="with --coverage: seed (the test's is 2026)")
     args = parser.parse_args()
+    if args.coverage:
+        coverage_table(args.runs, args.seed)
+        return
     print("indices: Banzhaf values + all pairwise Banzhaf interactions + Shapley values, random game")
     print(f"{'n':>3} {'coalitions':>11} {'ours [s]':>10} {'shapiq [s]':>11} {'ratio':>8}  agree")
     for n in (int(x) for x in args.sizes.split(",")):
