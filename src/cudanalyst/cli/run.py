@@ -7,8 +7,10 @@ The plan is the operator's; shards run as subprocesses; everything is stored und
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import time
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -23,8 +25,11 @@ from rich.progress import (
 from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, load_or_die
 from cudanalyst.local import (
     RunInputError,
+    check_set_up,
     kernel_stage_alongside,
     llm_stage_args,
+    plans_expected,
+    plans_written,
     prepare,
     read_snapshot,
     run_stage,
@@ -35,6 +40,61 @@ from cudanalyst.local import (
 from cudanalyst.runs import PlanError
 
 LOG_EVERY_S = 10.0
+
+
+class Activity:
+    """What the run is doing now, in words: the notes beside the two bars, and a log file's lines.
+
+    A small machine spends its first minute or two starting and warming up the model server, and with
+    explicit planning the first candidates come only after the plans: without these notes the bars stand
+    still at 0 for all that time."""
+
+    def __init__(self, console: Console, total: int, plans: int, stage: str) -> None:
+        self.console, self.total, self.plans, self.stage = console, total, plans, stage
+        self.before_llm = "waiting to start" if stage != "kernels" else "not run here (--stage kernels)"
+        self.llm_started = self.llm_over = False
+        self._logged = (0.0, "", "")
+
+    def say(self, text: str) -> None:
+        """What happens before the LLM stage starts (the model server)."""
+        self.before_llm = text
+        self.log(text, force=True)
+
+    def notes(self, snap: Any, plans_done: int) -> tuple[str, str]:
+        """The LLM stage's and the kernel stage's notes for a snapshot of the shards' progress."""
+        if self.llm_over:
+            llm = "done; model server stopped"
+        elif not self.llm_started:
+            llm = self.before_llm
+        elif self.plans and plans_done < self.plans:
+            llm = f"writing plans {plans_done}/{self.plans}"
+        else:
+            llm = f"writing kernels {snap.llm.done}/{self.total}"
+        if self.stage == "llm":
+            kernels = "not run here (--stage llm)"
+        elif snap.kernels.done >= self.total:
+            kernels = "done"
+        elif self.llm_over or self.stage == "kernels":
+            kernels = f"checking the last candidates {snap.kernels.done}/{self.total}"
+        elif snap.llm.done:
+            kernels = f"compiling candidates as they come {snap.kernels.done}/{self.total}"
+        else:
+            kernels = "waiting for candidates"
+        if snap.llm.failures:
+            llm += f", failed {snap.llm.failures}"
+        if snap.kernels.failures:
+            kernels += f", failed {snap.kernels.failures}"
+        return llm, kernels
+
+    def log(self, line: str, force: bool = False) -> None:
+        """A plain line for a log file (a terminal has the bars): on a new phase, else every LOG_EVERY_S."""
+        if self.console.is_terminal:
+            return
+        last_at, last_line, last_phase = self._logged
+        phase = " ".join(w for w in line.split()[:2] if not any(c.isdigit() for c in w))
+        if line != last_line and (force or phase != last_phase or time.monotonic() - last_at >= LOG_EVERY_S):
+            self.console.print(f"{time.strftime('%H:%M:%S')}  {line}", highlight=False, soft_wrap=True)
+            self._logged = (time.monotonic(), line, phase)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
             update={"output": ar.spec.output.model_copy(update={"uri": args.output})})})
     console = Console(stderr=True)
     try:
+        check_set_up(ar, args.stage)
         plan, store = prepare(ar)
     except (PlanError, RunInputError) as exc:
         die(str(exc), EXIT_INVALID)
@@ -82,32 +143,32 @@ def run(args: argparse.Namespace) -> int:
             llm = bars.add_task("LLM stage", total=total, note="")
             kern = bars.add_task("kernel stage", total=total, note="")
 
-            last_line = [0.0, ""]
+            now = Activity(console, total, plans_expected(ar, plan), args.stage)
 
             def tick() -> None:
                 snap = read_snapshot(store, len(shards))
-                bars.update(llm, completed=snap.llm.done, note=f"failed {snap.llm.failures}")
-                bars.update(kern, completed=snap.kernels.done,
-                            note=f"failed {snap.kernels.failures}  gpu {snap.gpu_seconds:.0f}s")
-                if not console.is_terminal:  # a log file gets a plain line when something moved
-                    line = (f"LLM {snap.llm.done}/{total}, kernels {snap.kernels.done}/{total}, "
-                            f"failed {snap.llm.failures + snap.kernels.failures}")
-                    if line != last_line[1] and time.monotonic() - last_line[0] >= LOG_EVERY_S:
-                        console.log(line)
-                        last_line[:] = [time.monotonic(), line]
+                planned = plans_written(store) if now.plans and now.llm_started and not now.llm_over else 0
+                llm_note, kernels_note = now.notes(snap, planned)
+                bars.update(llm, completed=snap.llm.done, note=llm_note)
+                gpu = f"  gpu {snap.gpu_seconds:.0f}s" if snap.gpu_seconds else ""
+                bars.update(kern, completed=snap.kernels.done, note=kernels_note + gpu)
+                now.log(f"{llm_note}; kernel stage: {kernels_note}")
 
             tick()
             if args.stage == "all":
                 # The kernel stage runs beside the LLM stage (all shards in one process: one GPU, one set
                 # of workers), compiling and verifying as candidates come; it times once the servers stop.
                 with kernel_stage_alongside(ar, shards, folder, tick) as kernels_after_llm:
-                    with shared_servers(ar, folder, args.health_timeout) as served:
+                    with shared_servers(ar, folder, args.health_timeout, now.say) as served:
                         spec_path = write_spec_file(served, folder)
+                        now.llm_started = True
                         codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick)
+                    now.llm_over = True
                     codes["kernels"] = kernels_after_llm()
             elif args.stage == "llm":
-                with shared_servers(ar, folder, args.health_timeout) as served:
+                with shared_servers(ar, folder, args.health_timeout, now.say) as served:
                     spec_path = write_spec_file(served, folder)
+                    now.llm_started = True
                     # A kernel stage on this machine later finds these compiled.
                     early = llm_stage_args(ar, len(shards))
                     codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick, early)
@@ -116,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
                 # Every shard in one process: one GPU, one set of workers; timing holds the GPU alone.
                 codes["kernels"] = run_stage(spec_path, shards, len(shards), "kernels", folder, False, tick)
     except KeyboardInterrupt:
-        console.print("[yellow]stopped[/]; finished units are kept: run the same command again to resume")
+        console.print("[yellow]stopped[/]; finished units are kept: run the same command again to resume"
+                      f" (logs: {folder})")
         return 130
     except Exception as exc:  # a model server that never got healthy, a missing model, ...
         console.print(f"[red]error:[/] {exc}\nlogs: {folder}")
@@ -129,9 +191,11 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[red]{stage} stage failed[/] in shard(s) {which}: see {folder}/shard-*-{stage}.log"
                           + (" (invalid input)" if invalid else "; run again to resume"))
         return EXIT_INVALID if any(c == EXIT_INVALID for st in codes.values() for c in st.values()) else EXIT_FAILURE
+    shutil.rmtree(folder, ignore_errors=True)  # nothing failed: the logs go (a failure keeps and names them)
     if args.stage != "all" or args.no_report:
         console.print(f"done: {args.stage} stage; store: {store.uri}")
         return 0
+    console.print("building the report (attribution, intervals, figures)")
     return _report(store, console)
 
 
@@ -145,5 +209,43 @@ def _report(store, console: Console) -> int:  # type: ignore[no-untyped-def]
     for line in summary_lines(report):  # each names the cause the records give, never a guess
         console.print(f"[yellow]{line}[/]", highlight=False)
     console.print(f"report: {report.get('htmlUri', store.uri_of('report/report.html'))}")
+    Console().print("\n" + what_you_saw(report), highlight=False)
     return 0
+
+
+def _units(report: dict[str, Any]) -> tuple[int, int]:
+    """(outcomes, outcomes that compiled), over every arm."""
+    labels = [arm for arm in (report.get("units") or {}).get("labels", {}).values()]
+    outcomes = sum(sum(arm.values()) for arm in labels)
+    compiled = sum(arm.get("compile", 0) + arm.get("pass", 0) + arm.get("fast", 0) for arm in labels)
+    return outcomes, compiled
+
+
+def what_you_saw(report: dict[str, Any]) -> str:
+    """The closing paragraph: what the run did, how to read the table, and what to run next."""
+    spec = (report.get("provenance") or {}).get("spec") or {}
+    players = list(report.get("players") or [])
+    programs = sum(t.get("programs", 0) for t in report.get("tasks") or [])
+    tasks = ", ".join(t["task"] for t in report.get("tasks") or [])
+    coder = ((spec.get("models") or {}).get("coder") or (spec.get("models") or {}).get("planner") or {}).get("model")
+    outcomes, compiled = _units(report)
+    pct = f"{float(report.get('confidence', 0.95)) * 100:g}%"
+    best = None
+    for game in (report.get("attribution") or {}).get("games", []):
+        if game.get("pooled") and game.get("evaluated"):
+            for player, est in (game.get("banzhaf") or {}).items():
+                if est.get("value") is not None and (best is None or abs(est["value"]) > abs(best[2])):
+                    best = (game["metric"], player, est["value"])
+    few = f" (only {programs} here, so they are wide)" if programs < 5 else ""
+    text = (f"What you saw: {coder or 'the model'} re-planned {programs} frozen program(s) of {tasks or 'the task'} "
+            f"under all {2 ** len(players)} coalitions of {', '.join(players)} and wrote {outcomes} kernels; "
+            f"{compiled} compiled. Each cell is a Banzhaf value: how much adding a player's feedback to a coalition "
+            f"changes the rate, averaged over the coalitions, with a {pct} interval over frozen programs{few}.")
+    if best is not None and best[2] != 0:
+        text += f" Here the {best[1]} moved `{best[0]}` most ({best[2]:+.2f})."
+    if report.get("notEvaluated"):
+        text += f" Without a GPU, {' and '.join(report['notEvaluated'])} were not evaluated."
+    text += (" Next: `cudanalyst run examples/h200-pipeline.yaml` on a GPU machine (README: \"On one GPU machine\"),"
+             " or `scripts/dev-cluster.sh up` and the README's cluster commands to see the operator.")
+    return text
 

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import kubernetes  # noqa: F401
     except ModuleNotFoundError:
-        return _fail(OPERATOR_HINT, EXIT_FAILURE)
+        return _fail(OPERATOR_HINT, EXIT_INVALID)  # a missing extra: invalid set-up
     import urllib3
     from kubernetes.client.exceptions import ApiException
     from rich.console import Console
