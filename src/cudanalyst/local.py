@@ -115,7 +115,7 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
     """Serve each distinct local model once; yield the run with those models as endpoints. `say` hears what
     is happening (a minute or more on a small machine, with nothing else to show for it)."""
     from cudanalyst.runner.llm.client import warm_up
-    from cudanalyst.runner.llm.serving import start_local_server
+    from cudanalyst.runner.llm.serving import cpu_build, start_local_server
     from cudanalyst.runner.weights import resolve_model_path
 
     data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -139,7 +139,10 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
                 served[name] = server.endpoint
                 sampling = run.spec.sampling
                 say(f"warming up the model ({short})")
-                warm_up(server.endpoint, sampling.temperature, sampling.top_p)  # part of start-up
+                # Part of start-up. On the CPU build a short burst will do: the burst exists to compile GPU
+                # kernels, and on two cores the full one costs half a minute of the quickstart's five.
+                burst = {"requests": 2, "samples": 2} if cpu_build() else {}
+                warm_up(server.endpoint, sampling.temperature, sampling.top_p, **burst)
             endpoint = served[name]
             models[role] = {**model, "serve": "endpoint", "endpoint": endpoint.base_url, "model": endpoint.model}
         yield AttributionRun.model_validate(data)

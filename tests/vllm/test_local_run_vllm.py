@@ -24,6 +24,7 @@ def write_spec(tmp_path: Path, tiny_models: dict[str, Path]) -> Path:
     data["spec"].update(
         trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1, "tasks": ["gemm"]},
         players=["debugger", "analyzer"],
+        planning="explicit",
         controls=["noFeedback"],
         # a bare name: looked up in $CUDANALYST_CACHE/models/, where the tiny models are built
         models={"planner": {"model": tiny_models["tiny-llama-base"].name, "serve": "local", "api": "completion",
@@ -36,15 +37,23 @@ def write_spec(tmp_path: Path, tiny_models: dict[str, Path]) -> Path:
     return path
 
 
-def cudanalyst(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cudanalyst", *args], capture_output=True, text=True, timeout=timeout)
+def cudanalyst(*args: str, timeout: float = 900, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
+    return subprocess.run([sys.executable, "-m", "cudanalyst", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     spec = write_spec(tmp_path, tiny_models)
     out = tmp_path / "runs"
-    first = cudanalyst("run", str(spec), "--output", str(out))
+    work = tmp_path / "tmp"  # where the run makes its temporary folder (spec copies, logs)
+    work.mkdir()
+    first = cudanalyst("run", str(spec), "--output", str(out), tmpdir=work)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert list(work.iterdir()) == []  # a run that succeeded removes its temporary folder
+    # the log says what happens from the start, and the run ends with what the user saw and what comes next
+    assert "starting the model server" in first.stderr and "writing plans" in first.stderr, first.stderr[-3000:]
+    assert "What you saw:" in first.stdout and "Next:" in first.stdout
     folder = out / "quickstart"
     units = json.loads((folder / "plan.json").read_text())["units"]
     assert units == 1 * (4 + 1) * 2  # one program x (2^2 coalitions + 1 control) x 2 samples

@@ -203,7 +203,10 @@ def _report(store, console: Console) -> int:  # type: ignore[no-untyped-def]
     from cudanalyst.report import build_report, render_table
 
     report = build_report(store)
-    render_table(report, console=Console())
+    # One generation and one task: the pooled game has no interval (tasks are its unit), while the
+    # generation's game has one over its programs; it is the same data, so show the table with intervals.
+    generations = list(report.get("generations") or [])
+    render_table(report, console=Console(), generation=generations[0] if len(generations) == 1 else None)
     from cudanalyst.report.compute import summary_lines
 
     for line in summary_lines(report):  # each names the cause the records give, never a guess
@@ -231,13 +234,14 @@ def what_you_saw(report: dict[str, Any]) -> str:
     outcomes, compiled = _units(report)
     pct = f"{float(report.get('confidence', 0.95)) * 100:g}%"
     best = None
+    one_generation = len(report.get("generations") or []) == 1
     for game in (report.get("attribution") or {}).get("games", []):
-        if game.get("pooled") and game.get("evaluated"):
+        if game.get("evaluated") and (not game.get("pooled") if one_generation else game.get("pooled")):
             for player, est in (game.get("banzhaf") or {}).items():
                 if est.get("value") is not None and (best is None or abs(est["value"]) > abs(best[2])):
                     best = (game["metric"], player, est["value"])
     few = f" (only {programs} here, so they are wide)" if programs < 5 else ""
-    text = (f"What you saw: {coder or 'the model'} re-planned {programs} frozen program(s) of {tasks or 'the task'} "
+    text = (f"What you saw: {coder or 'the model'} revised {programs} frozen program(s) of {tasks or 'the task'} "
             f"under all {2 ** len(players)} coalitions of {', '.join(players)} and wrote {outcomes} kernels; "
             f"{compiled} compiled. Each cell is a Banzhaf value: how much adding a player's feedback to a coalition "
             f"changes the rate, averaged over the coalitions, with a {pct} interval over frozen programs{few}.")
