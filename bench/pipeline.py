@@ -39,7 +39,7 @@ from typing import Any
 
 from cudanalyst.api import AttributionRun, load_run
 from cudanalyst.local import kernel_stage_alongside, prepare, run_stage, shared_servers, write_spec_file
-from cudanalyst.outcomes import CandidateRecord, Label, OutcomeRecord
+from cudanalyst.outcomes import CandidateRecord, OutcomeRecord, unit_identity
 from cudanalyst.plan import Unit
 from cudanalyst.runs import plan_run, run_store
 from cudanalyst.store import ObjectStore
@@ -245,9 +245,7 @@ class SerialPipeline:
         summaries = stage._summaries([group], self.servers)
         if self.run.spec.planning == "explicit" and not group.failed:
             stage._plans([group], summaries, self.servers)  # the group's stored plan, or one request
-        ref = {"key": unit.key, "run": self.run.metadata.name, "task": unit.task, "generation": unit.generation,
-               "program_id": unit.program_id, "coalition": list(unit.coalition), "arm": unit.arm,
-               "rollout": unit.rollout, "sample": unit.sample}
+        ref = unit_identity(unit, self.run.metadata.name)
         if group.failed:
             side.failures += 1
             side.stage_seconds["llm"] += time.perf_counter() - t0
@@ -278,21 +276,15 @@ class SerialPipeline:
         side.stage_seconds["llm"] += time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        if not ex.ok:
-            self.store.write_no_code_outcome(record)
-        else:
-            self.store.write_outcome(self.evaluate(unit, ex.code, ref, pool))
+        self.store.write_outcome(self.evaluate(unit, ex.code if ex.ok else None, ref, pool))
         side.stage_seconds["kernels"] += time.perf_counter() - t1
 
     def evaluate(self, unit: Unit, code: str | None, ref: dict[str, Any], pool: Any) -> OutcomeRecord:
         from cudanalyst.runner.kernels.stage import KernelJob, evaluate_candidates
 
         job = KernelJob(key=unit.key, task=unit.task, source=code,
-                        frozen_source=self.frozen[unit.program_id].source)
-        res = evaluate_candidates([job], self.run.spec.evaluation, gpu=self.gpu, pool=pool)[0]
-        return OutcomeRecord(**ref, label=Label(res.label), evaluated_up_to=Label(res.evaluated_up_to),
-                             reason=res.reason, speedup=res.speedup, speedup_vs_baseline=res.speedup_vs_baseline,
-                             time_ms=res.time_ms, resources=res.resources, gpu_seconds=res.gpu_seconds)
+                        frozen_source=self.frozen[unit.program_id].source, unit=ref)
+        return evaluate_candidates([job], self.run.spec.evaluation, gpu=self.gpu, pool=pool)[0]
 
 
 # ----------------------------------------------------------------------------------------- output
@@ -341,6 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cudanalyst.runner.kernels.stage import gpu_available
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="cudanalyst-bench-pipeline-")).resolve()
+    if work.is_dir() and any(work.iterdir()):
+        # A bench starts from nothing: an earlier bench's compile cache, verdicts or run folders would be found.
+        print(f"bench/pipeline: --workdir {work} is not empty; give an empty or new folder", file=sys.stderr)
+        return 2
     work.mkdir(parents=True, exist_ok=True)
     base = derive(load_run(args.spec), model=args.model, max_model_len=args.max_model_len,
                   max_tokens=args.max_tokens)

@@ -6,8 +6,8 @@ import math
 from datetime import datetime
 from typing import Any
 
-from cudanalyst.runs import progress_key
-from cudanalyst.store import ObjectNotFound, ObjectStore
+from cudanalyst.runs import read_progress
+from cudanalyst.store import ObjectStore
 
 
 def _count(doc: dict[str, Any], *path: str) -> int:
@@ -68,9 +68,5 @@ def read_shards(store: ObjectStore, shards: int) -> list[dict[str, Any] | None]:
     """Each shard's progress object, or None where a shard has not written one yet."""
     out: list[dict[str, Any] | None] = []
     for index in range(shards):
-        try:
-            doc = store.get_json(progress_key(index))
-        except ObjectNotFound:
-            doc = None
-        out.append(doc if isinstance(doc, dict) else None)
+        out.append(read_progress(store, index))
     return out

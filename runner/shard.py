@@ -19,18 +19,17 @@ are in errors/<unit>.json and progress/shard-<i>.json; run the same command agai
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cudanalyst.api import AttributionRun, SpecError, load_run
-from cudanalyst.outcomes import Label, OutcomeRecord
+from cudanalyst.outcomes import OutcomeRecord, unit_identity
 from cudanalyst.plan import Unit, shard_units
 from cudanalyst.runner.llm.client import ClientSettings
 from cudanalyst.runner.llm.servers import StageSettings
@@ -47,6 +46,7 @@ log = logging.getLogger("cudanalyst.runner")
 EXIT_OK, EXIT_UNFINISHED, EXIT_INVALID = 0, 1, 2
 PROGRESS_EVERY_S = 2.0  # how often the kernel stage rewrites progress objects while outcomes stream in
 FOLLOW_POLL_S = 1.0  # how often a kernel stage beside the LLM stage looks for new candidates
+SIDE_JOB_NICE = 10  # nvcc and GPU workers beside a model server run at this lower CPU priority
 
 
 class InvalidInput(ValueError):
@@ -70,12 +70,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--retries", type=int, default=ClientSettings.retries,
                    help="retries of a request on connection errors and 5xx (default %(default)s)")
     p.add_argument("--log-dir", default=None, help="folder for vLLM server logs (default: a temp folder)")
-    p.add_argument("--precompile-workers", type=int, default=0,
-                   help="nvcc processes compiling candidates into the shared cache while the LLM stage still "
-                        "runs (default 0: off; `cudanalyst run` sets it from the machine's cores)")
-    p.add_argument("--preverify-workers", type=int, default=0,
-                   help="with --precompile-workers and a GPU: GPU workers verifying the compiled candidates beside "
-                        "the model server, verdicts stored for the kernel stage (default 0: off)")
     p.add_argument("--follow", metavar="FILE", default=None,
                    help="with --stage kernels: start beside the LLM stage, compiling and verifying candidates as "
                         "they are stored, until FILE exists (the LLM stage is over and the GPU free); then time")
@@ -153,7 +147,7 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
                      store: UnitStore, progress: Progress | dict[int, Progress],
                      shard_of: dict[str, int] | None = None,
                      follow: Callable[[], bool] | None = None) -> list[Failure]:
-    """The kernel stage (its own package) over the candidates of `units` that have no outcome yet.
+    """The kernel stage (runner/kernels/stage.py) over the candidates of `units` that have no outcome yet.
 
     Outcomes are written as each one is final. `progress` is one shard's, or one per shard with
     `shard_of` mapping each unit key to its shard (several shards in one process). With `follow`, the
@@ -166,11 +160,10 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
         return []
     try:
         from cudanalyst.runner.kernels import stage as kernels
-        from cudanalyst.runner.kernels.precompile import SIDE_JOB_NICE
     except ImportError as exc:
         return [Failure("kernels", "unavailable", f"the kernel stage cannot be loaded: {exc}",
                         sorted(k for k in open_units if k in store.finished_candidates()))]
-    submitted: dict[str, Unit] = {}
+    submitted: set[str] = set()
     written: set[str] = set()
     keys_of = {shard: {k for k, s in owner.items() if s == shard} for shard in progresses}  # once, not per look
     last_progress = [time.monotonic()]
@@ -181,96 +174,62 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
             for shard, prog in progresses.items():
                 store.write_progress(shard, prog)
 
-    def store_outcome(res: Any) -> None:
-        u = submitted[res.key]
-        record = OutcomeRecord(
-            key=u.key, run=run.metadata.name, task=u.task, generation=u.generation, program_id=u.program_id,
-            coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample,
-            label=Label(_field(res, "label")), evaluated_up_to=Label(_field(res, "evaluated_up_to")),
-            reason=str(_field(res, "reason", "")), speedup=_field(res, "speedup", None),
-            speedup_vs_baseline=_field(res, "speedup_vs_baseline", None), time_ms=_field(res, "time_ms", None),
-            resources=dict(_field(res, "resources", {}) or {}), gpu_seconds=float(_field(res, "gpu_seconds", 0.0)),
-        )
-        p = progresses[owner[u.key]]
+    def store_outcome(record: OutcomeRecord) -> None:
+        p = progresses[owner[record.key]]
         if store.write_outcome(record):
             p.kernels_done += 1
         p.gpu_seconds += record.gpu_seconds
-        written.add(u.key)
+        written.add(record.key)
         write_progress()
 
-    def new_jobs(final: bool) -> list[Any]:
-        """Stored candidates not taken in yet. While following, only those with code: the LLM stage
-        itself records the outcome of a completion without code, just after its candidate."""
-        finished, outcomes = store.finished_candidates(), set()
-        if follow is not None:  # both stages write these objects now: count from the store, not locally
-            outcomes = store.finished_outcomes()
+    def new_jobs() -> list[Any]:
+        finished = store.finished_candidates()
+        if follow is not None:  # the LLM stage writes candidates meanwhile: its count, read from the store
             for shard, prog in progresses.items():
-                mine = keys_of[shard]
-                prog.llm_done, prog.kernels_done = len(finished & mine), len(outcomes & mine)
+                prog.llm_done = len(finished & keys_of[shard])
         jobs = []
-        for key in sorted((finished & set(open_units)) - set(submitted) - outcomes):
+        for key in sorted((finished & set(open_units)) - submitted):
             record = store.read_candidate(key)
-            if not final and not (record.code or "").strip():
-                continue
-            u = submitted[key] = open_units[key]
+            u = open_units[key]
+            submitted.add(key)
             jobs.append(kernels.KernelJob(key=u.key, task=u.task, source=record.code,
-                                          frozen_source=programs[u.program_id].source))
+                                          frozen_source=programs[u.program_id].source,
+                                          unit=unit_identity(u, run.metadata.name)))
         return jobs
 
     t0 = time.monotonic()
     failures: list[Failure] = []
-    phases: dict[str, float] = {}
+    phases: dict[str, Any] = {}
     try:
-        # Beside the LLM stage, the model server and its clients come first (see precompile.py).
+        # Beside the LLM stage, the model server and its clients come first.
         nice = SIDE_JOB_NICE if follow is not None else 0
-        with kernels.Evaluation(run.spec.evaluation, on_result=store_outcome, phases=phases,
-                                nice=nice) as evaluation:
+        with kernels.KernelStage(run.spec.evaluation, on_outcome=store_outcome, phases=phases,
+                                 nice=nice) as stage:
             while True:
                 over = follow is None or follow()  # asked before listing: nothing stored after it is missed
-                evaluation.add(new_jobs(final=over))
+                stage.add(new_jobs())
                 if over:
                     break
                 write_progress()
                 waited = time.monotonic()
-                evaluation.poll(timeout=FOLLOW_POLL_S)
+                stage.poll(timeout=FOLLOW_POLL_S)
                 time.sleep(max(0.0, FOLLOW_POLL_S - (time.monotonic() - waited)))
-            evaluation.finish()
+            stage.finish()
     except Exception as exc:  # noqa: BLE001 - a broken stage fails the shard with its reason, units stay open
-        failures.append(Failure("kernels", "error", f"{type(exc).__name__}: {exc}", sorted(set(submitted) - written)))
+        failures.append(Failure("kernels", "error", f"{type(exc).__name__}: {exc}", sorted(submitted - written)))
     else:
-        if missing := set(submitted) - written:
+        if missing := submitted - written:
             failures.append(Failure("kernels", "missing", "the kernel stage returned no result", sorted(missing)))
     # On stderr (the shard's log), so a user sees where the stage's time went without -v.
     print(f"cudanalyst-runner: kernel stage: {len(written)} of {len(submitted)} candidates in "
           f"{time.monotonic() - t0:.1f} s (compile and verify {phases.get('compileAndVerify', 0.0):.1f} s, "
           f"{int(phases.get('verifiedBefore', 0))} verdicts found stored, "
+          f"{int(phases.get('workerRestarts', 0))} worker restarts taking {phases.get('restartSeconds', 0.0):.1f} s, "
           f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s: "
           f"{int(phases.get('timingRequests', 0))} requests, {phases.get('timingWorker', 0.0):.1f} s in the worker "
-          f"of which {phases.get('timingPrep', 0.0):.1f} s loading and inputs)",
+          f"of which {phases.get('timingPrep', 0.0):.1f} s loading; units per reference {phases.get('references', {})})",
           file=sys.stderr)
     return failures
-
-
-def _field(obj: Any, name: str, default: Any = ...) -> Any:
-    value = obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
-    if value is ...:
-        raise AttributeError(f"kernel result lacks {name!r}")
-    return value.value if hasattr(value, "value") else value
-
-
-@contextlib.contextmanager
-def _precompiler(workers: int, verify_workers: int, settings: Any) -> Iterator[Any]:
-    """A Precompiler for the LLM stage (None when off, or when the kernel stage cannot be loaded)."""
-    if workers <= 0:
-        yield None
-        return
-    try:
-        from cudanalyst.runner.kernels.precompile import Precompiler
-    except ImportError:
-        yield None
-        return
-    with Precompiler(workers, verify_workers, settings) as early:
-        yield early
 
 
 def _split_failures(failures: Sequence[Failure], shard_of: dict[str, int], shard: int) -> list[Failure]:
@@ -321,14 +280,10 @@ def run_shard(args: argparse.Namespace) -> int:
             client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout),
             log_dir=args.log_dir, s3=s3_settings(run),
         )
-        with _precompiler(getattr(args, "precompile_workers", 0), getattr(args, "preverify_workers", 0),
-                          run.spec.evaluation) as early:
-            llm = LlmStage(run, with_feedback, pending, store, progress, args.shard, settings,
-                           on_code=early.submit if early else None)
-            failures += llm.run_stage()
+        llm = LlmStage(run, with_feedback, pending, store, progress, args.shard, settings)
+        failures += llm.run_stage()
         if pending:  # on stderr (the shard's log), as the kernel stage's line
-            side = f"; meanwhile {early.submitted} sent to nvcc, {early.verified} verified on the GPU" if early else ""
-            print(f"cudanalyst-runner: LLM stage: {llm.summary()}{side}", file=sys.stderr)
+            print(f"cudanalyst-runner: LLM stage: {llm.summary()}", file=sys.stderr)
     if "kernels" in stages:
         every = [u for s in shards for u in units_of[s]]
         marker = getattr(args, "follow", None)

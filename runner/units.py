@@ -2,8 +2,7 @@
 
 Keys under the run folder (see cudanalyst.runs for the shared layout):
   candidates/<unitKey>.json   the LLM stage's record of a finished unit (written once, never replaced)
-  outcomes/<unitKey>.json     the outcome (the kernel stage's; the LLM stage writes `fail` itself when
-                              a completion holds no usable code, since nothing can change that)
+  outcomes/<unitKey>.json     the outcome, written by the kernel stage only (a completion without code too)
   errors/<unitKey>.json       why an unfinished unit failed this time (server down, prompt too long...);
                               replaced on each try and deleted once the unit finishes, so a resumed
                               shard retries exactly the units without a candidate
@@ -11,7 +10,8 @@ Keys under the run folder (see cudanalyst.runs for the shared layout):
                               resumed shard gives the missing samples the same plan as the finished ones)
   feedback/summaries/<programId>/<player>.json   summarizer output, cached per program and player
   progress/shard-<i>.json     {done, total, byStage, gpuSeconds, failures, ...}: readable without
-                              listing or reading the unit records
+                              listing or reading the unit records; a process running only the kernel
+                              stage writes progress/shard-<i>.kernels.json (read together: runs.read_progress)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudanalyst.outcomes import CandidateRecord, Label, OutcomeRecord
+from cudanalyst.outcomes import CandidateRecord, OutcomeRecord
 from cudanalyst.runs import candidate_key, outcome_key, progress_key
 from cudanalyst.store import ObjectNotFound, ObjectStore
 
@@ -98,13 +98,6 @@ class UnitStore:
     def write_outcome(self, record: OutcomeRecord) -> bool:
         return self.store.put_json_if_absent(outcome_key(record.key), record.model_dump(by_alias=True, mode="json"))
 
-    def write_no_code_outcome(self, candidate: CandidateRecord) -> bool:
-        """A completion without usable code is `fail`, established once and for all (every metric evaluated)."""
-        ref = candidate.model_dump(include={"key", "run", "task", "generation", "program_id", "coalition",
-                                            "arm", "rollout", "sample"})
-        return self.write_outcome(OutcomeRecord(**ref, label=Label.FAIL, evaluated_up_to=Label.FAST,
-                                                reason=f"no usable code: {candidate.reason}"))
-
     # ---- errors of unfinished units
     def write_error(self, record: CandidateRecord) -> None:
         self.store.put_json(error_key(record.key), record.model_dump(by_alias=True, mode="json"))
@@ -147,7 +140,8 @@ class UnitStore:
             return None
 
     def write_progress(self, shard: int, progress: Progress) -> None:
-        self.store.put_json(progress_key(shard), progress.to_json())
+        only_kernels = progress.stages == ["kernels"]  # a process of its own: its own object (runs.read_progress)
+        self.store.put_json(progress_key(shard, "kernels" if only_kernels else None), progress.to_json())
 
 
 @dataclass

@@ -83,3 +83,12 @@ def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path,
     candidates = list((tmp_path / "work" / "serial" / "quickstart" / "candidates").glob("*.json"))
     assert len(candidates) == 18
     assert all(json.loads(p.read_text())["tokens"]["coderCompletion"] <= 16 for p in candidates)
+
+
+def test_a_bench_refuses_a_folder_an_earlier_bench_left(tmp_path: Path, capsys) -> None:
+    """Compile caches, verdicts and run folders of an earlier bench would be found: a bench starts from nothing."""
+    bench = _bench()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "cache-pipeline").mkdir()
+    assert bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--workdir", str(tmp_path / "work")]) == 2
+    assert "not empty" in capsys.readouterr().err

@@ -50,8 +50,10 @@ def test_without_gpu_labels_stop_at_compile(tmp_path, monkeypatch):
     results = evaluate_candidates(jobs, EvaluationSpec(), gpu=False)
     by = {r.key: r for r in results}
     assert [r.key for r in results] == [j.key for j in jobs]  # input order kept
-    assert all(r.evaluated_up_to == "compile" for r in results)
-    assert by["good"].label == "compile" and "not evaluated" in by["good"].reason
+    # what the GPU could add is not evaluated; a fail is established for every metric
+    assert all(r.evaluated_up_to == ("compile" if r.label == "compile" else "fast") for r in results)
+    assert by["good"].label == "compile" and "not evaluated" in by["good"].reason and "no GPU was given" in by["good"].reason
+    assert by["good"].unchanged and not by["broken"].unchanged  # the frozen program, returned as it was
     assert by["good"].resources["gemm"]["registers"] > 0
     assert by["good"].speedup is None and by["good"].time_ms is None
     assert by["broken"].label == "fail" and "candidate.cu:" in by["broken"].reason
@@ -241,3 +243,85 @@ def test_profiler_text():
     base = summarize([2.0] * 30).to_dict()
     text = "\n".join(timing_lines(stats, base))
     assert "1.0000 ms" in text and "2.00x" in text
+
+
+# ---- records, time limits and the timing schedule (pure) -----------------------------------------------
+
+def test_a_completion_without_code_is_a_fail_record_of_its_unit(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    unit = {"key": "u1", "run": "r", "task": "gemm", "generation": 10, "program_id": "p1",
+            "coalition": ["debugger"], "arm": "coalition", "rollout": 2, "sample": 3}
+    [record] = evaluate_candidates([KernelJob("u1", "gemm", None, GEMM.baseline_source, unit=unit)],
+                                   EvaluationSpec(), gpu=False)
+    assert record.label == "fail" and record.evaluated_up_to == "fast"  # nothing a GPU shows changes it
+    assert (record.program_id, record.generation, record.rollout, record.sample) == ("p1", 10, 2, 3)
+    assert record.reference is None and not record.unchanged
+
+
+def test_time_limit_follows_the_reference_under_the_cap():
+    from cudanalyst.runner.kernels.stage import LIMIT_FLOOR_S, LIMIT_MULTIPLE, time_limit
+
+    assert time_limit(None, 60) == 60  # nothing measured yet: the spec's cap
+    assert time_limit(0.05, 60) == LIMIT_FLOOR_S  # a fast reference: the floor
+    assert time_limit(2.0, 60) == 2.0 * LIMIT_MULTIPLE
+    assert time_limit(10.0, 60) == 60  # never above the cap
+
+
+def test_timing_schedule_interleaves_checks_the_last_and_a_random_trial():
+    import random
+
+    from cudanalyst.runner.kernels.timing import EXTRA_WARMUP, make_schedule
+
+    names = ["frozen", "a", "b"]
+    schedules = [make_schedule(names, trials=30, warmup=3, rng=random.Random(seed)) for seed in range(40)]
+    for s in schedules:
+        assert all(sorted(order) == sorted(names) for order in s.rounds) and len(s.rounds) == 30
+        assert all(29 in s.checked[n] and len(s.checked[n]) == 2 for n in names)
+        assert all(3 <= s.warmups[n] <= 3 + EXTRA_WARMUP for n in names)
+    # nothing a program could count on: the order, the checked trial and the warm-up count all vary
+    assert len({tuple(s.rounds[0]) for s in schedules}) > 1
+    assert len({min(s.checked["a"]) for s in schedules}) > 5
+    assert len({s.warmups["a"] for s in schedules}) > 1
+    assert make_schedule(["x"], trials=1, warmup=0, rng=random.Random(0)).checked["x"] == frozenset({0})
+    with pytest.raises(ValueError, match="at least one trial"):
+        make_schedule(names, trials=0, warmup=3, rng=random.Random(0))
+
+
+@needs_nvcc
+def test_every_writable_module_variable_is_found_in_the_cubin():
+    from cudanalyst.runner.kernels.compile import compile_source
+    from cudanalyst.runner.kernels.cubin_globals import CubinFormatError, writable_variables
+
+    source = """
+    __device__ float cache_y[1024];
+    __device__ int calls;
+    __device__ int seeded = 7;
+    static __device__ int hidden;
+    extern "C" __constant__ int LAUNCH_k[6] = {1, 1, 1, 32, 1, 1};
+    extern "C" __global__ void k(float* y) {
+        static __device__ int local_count;
+        local_count++; hidden++;
+        y[threadIdx.x] = cache_y[threadIdx.x] + calls++ + seeded + local_count;
+    }
+    """
+    result = compile_source(source)
+    assert result.ok, result.log
+    found = {v.name: v for v in writable_variables(result.cubin)}
+    assert {"cache_y", "calls", "seeded", "hidden"} <= set(found)
+    assert any("local_count" in name for name in found)  # a function's static, by its mangled name
+    assert found["cache_y"].size == 4096 and found["seeded"].section == ".nv.global.init"
+    assert "LAUNCH_k" not in found  # constant memory: kernels cannot write it
+    with pytest.raises(CubinFormatError):
+        writable_variables(b"not a cubin at all, nowhere near 64 bytes long enough to hold a header....")
+
+
+def test_copies_are_found_up_to_whitespace_and_comments():
+    from cudanalyst.tasks.source_text import same_code
+
+    base = GEMM.baseline_source
+    assert same_code(base, "// returned as it was\n" + base.replace("\n", "\n\n  "))
+    assert same_code("int a=b+c;", "int a = b + c; /* spaced */")
+    assert not same_code("unsigned int a;", "unsignedint a;")  # spaces between words still count
+    assert not same_code(base, base.replace("acc +=", "acc -="))
+    assert not same_code('char* s = "//";', 'char* s = "";')  # a comment marker inside a string is code
+    assert not same_code(None, base)

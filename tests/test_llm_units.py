@@ -35,16 +35,6 @@ def test_a_finished_unit_is_written_once_and_its_error_cleared(store: ObjectStor
     assert units.error_keys() == set() and units.finished_candidates() == {"u1"}
 
 
-def test_no_code_outcome_is_fail_for_every_metric(store: ObjectStore) -> None:
-    units = UnitStore(store)
-    rec = cand("u2", reason="no code block and no __global__ kernel in the completion")
-    assert units.write_no_code_outcome(rec)
-    out = store.get_json("outcomes/u2.json")
-    assert out["label"] == "fail" and out["evaluatedUpTo"] == "fast" and out["reason"].startswith("no usable code")
-    assert out["programId"] == "p1" and out["coalition"] == ["debugger"]
-    assert units.finished_outcomes() == {"u2"}
-
-
 def test_plans_and_summaries_keep_the_first_writer(store: ObjectStore) -> None:
     units = UnitStore(store)
     g = group_key("r", "p1", ("debugger",), "coalition", 0)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cudanalyst.runner.kernels import verdicts
-from cudanalyst.runner.kernels.stage import EvalSettings, verify_request
+from cudanalyst.runner.kernels.requests import EvalSettings, verify_request
 from cudanalyst.runner.kernels.verdicts import VerdictCache, verify_once
 from cudanalyst.tasks import get_task
 

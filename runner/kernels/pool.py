@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from cudanalyst.runner.kernels.requests import CompareRequest, VerifyRequest
 from cudanalyst.runner.kernels.worker import Reply, WorkerHandle
 
 
@@ -84,13 +85,14 @@ class WorkerPool:
         finally:
             self._idle.put(worker)
 
-    def verify(self, request: dict[str, Any], timeout_s: float) -> Reply:
+    def verify(self, request: VerifyRequest, timeout_s: float) -> Reply:
         with self._borrow() as worker, self.gate.shared():
-            return worker.call({"op": "verify", **request}, timeout_s)
+            return worker.call(request.wire(), timeout_s)
 
-    def time(self, request: dict[str, Any], timeout_s: float) -> Reply:
+    def compare(self, request: CompareRequest, timeout_s: float) -> Reply:
+        """Time programs against each other (timing.py), with the GPU to this request alone."""
         with self._timer_lock, self.gate.exclusive():
-            return self.timer.call({"op": "time", **request}, timeout_s)
+            return self.timer.call(request.wire(), timeout_s)
 
     def call(self, request: dict[str, Any], timeout_s: float) -> Reply:
         """Any other request (probe, ping), shared like a verification."""
@@ -100,6 +102,11 @@ class WorkerPool:
     @property
     def restarts(self) -> int:
         return sum(w.restarts for w in (*self.workers, self.timer))
+
+    @property
+    def restart_seconds(self) -> float:
+        """Wall seconds the replacement workers took to start, added up (each overlaps other work)."""
+        return sum(w.restart_seconds for w in (*self.workers, self.timer))
 
     def close(self) -> None:
         for w in (*self.workers, self.timer):

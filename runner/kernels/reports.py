@@ -13,7 +13,9 @@ from typing import Any
 from cudanalyst.runner.kernels.analyzer import analyze
 from cudanalyst.runner.kernels.compile import CompileCache, compile_task_source, default_cache_dir
 from cudanalyst.runner.kernels.debugger import compile_report
+from cudanalyst.runner.kernels.pool import WorkerPool
 from cudanalyst.runner.kernels.profiler import profiler_report
+from cudanalyst.runner.kernels.requests import TimedProgram, compare_request, verify_request
 from cudanalyst.runner.kernels.sanitizer import sanitizer_report
 from cudanalyst.tasks import UnknownTaskError, get_task
 
@@ -34,25 +36,27 @@ def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, 
         return {"debugger": debugger + ("" if compiled.ok else "\nRun-time checks: not run (no binary)."),
                 "analyzer": analyzer,
                 "profiler": profiler_report(task, compiled.cubin if compiled.ok else None, None, None, gpu=gpu)}
-    from cudanalyst.runner.kernels.pool import WorkerPool
-    from cudanalyst.runner.kernels.stage import SEED_BASE, verify_request
-
     own = pool is None
     pool = pool or WorkerPool(1)
     try:
         base = compile_task_source(task, task.baseline_source, cache=cache)
-        request = {"task": task.name, "sizes": dict(task.sizes), "warmup": cfg.warmup, "trials": cfg.trials,
-                   "seed": SEED_BASE - 1}
         verdict = pool.verify(verify_request(task, compiled.cubin or b"", cfg), cfg.timeout_seconds)
         correct = bool(verdict.get("ok") and verdict.get("correct"))
         why = verdict.get("reason") or verdict.get("error")
         debugger += f"\nRun-time verification: {'correct' if correct else 'FAILED'}: {why}"
         if not correct:
             debugger += "\n" + sanitizer_report(task, compiled.cubin or b"")
-        program = pool.time({**request, "cubin": compiled.cubin, "keep": True}, max(cfg.timeout_seconds, 60))
-        baseline = pool.time({**request, "cubin": base.cubin, "keep": True}, 60) if base.ok else {}
-        profiler = profiler_report(task, compiled.cubin, program.get("stats") if program.get("ok") else None,
-                                   baseline.get("stats") if baseline.get("ok") else None, gpu=True,
+        # Program and baseline in interleaved trials of one request, as candidates are timed (timing.py).
+        programs = [TimedProgram("program", compiled.cubin or b"")]
+        programs += [TimedProgram("baseline", base.cubin)] if base.ok and base.cubin else []
+        reply = pool.compare(compare_request(task, programs, cfg), max(cfg.timeout_seconds, 60))
+        timed = reply.get("programs", {}) if reply.get("ok") else {}
+
+        def stats(name: str) -> dict[str, Any] | None:
+            entry = timed.get(name, {})
+            return entry.get("stats") if entry.get("ok") and not entry.get("problem") else None
+
+        profiler = profiler_report(task, compiled.cubin, stats("program"), stats("baseline"), gpu=True,
                                    use_ncu=use_ncu)
     finally:
         if own:

@@ -6,8 +6,14 @@ the worker turns them back into these types (`from_wire`), and the verdict cache
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from cudanalyst.runner.kernels.checker import checker_cubin
+from cudanalyst.tasks import Task
+
+SEED_BASE = 1000  # correctness seeds are SEED_BASE + 0..correctnessTrials-1; timing rotates over them
 
 
 @dataclass(frozen=True)
@@ -72,3 +78,42 @@ class CompareRequest:
                    checker=request["checker"], warmup=int(request.get("warmup", 3)),
                    trials=int(request.get("trials", 30)), graphs=bool(request.get("graphs", True)),
                    extra=dict(request.get("extra") or {}))
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The fields of the spec's `evaluation` the stage reads (any object with these attributes will do)."""
+
+    correctness_trials: int = 5
+    rtol: float = 1e-4
+    atol: float = 1e-4
+    warmup: int = 3
+    trials: int = 30
+    fast_tolerance: float = 0.12
+    timeout_seconds: float = 60.0
+    compile_workers: int = 4
+    gpu_workers: int = 2
+
+    @classmethod
+    def of(cls, settings: Any) -> EvalSettings:
+        if settings is None:
+            return cls()
+        if isinstance(settings, dict):
+            return cls(**{k: v for k, v in settings.items() if k in cls.__dataclass_fields__})
+        return cls(**{k: getattr(settings, k) for k in cls.__dataclass_fields__ if hasattr(settings, k)})
+
+
+def correctness_seeds(cfg: EvalSettings) -> list[int]:
+    return [SEED_BASE + i for i in range(cfg.correctness_trials)]
+
+
+def verify_request(task: Task, cubin: bytes, cfg: EvalSettings) -> VerifyRequest:
+    """What a worker is asked to verify a cubin (also the verdict cache's key)."""
+    return VerifyRequest(task=task.name, sizes=dict(task.sizes), cubin=cubin, seeds=correctness_seeds(cfg),
+                         rtol=cfg.rtol, atol=cfg.atol)
+
+
+def compare_request(task: Task, programs: Sequence[TimedProgram], cfg: EvalSettings) -> CompareRequest:
+    return CompareRequest(task=task.name, sizes=dict(task.sizes), seeds=correctness_seeds(cfg), rtol=cfg.rtol,
+                          atol=cfg.atol, programs=list(programs), checker=checker_cubin(), warmup=cfg.warmup,
+                          trials=cfg.trials)

@@ -1,21 +1,24 @@
-"""The kernel stage's one interface: candidates in, labelled outcomes out; and the feedback reports.
+"""The kernel stage's one boundary: candidates in, outcome records out (`KernelStage`).
 
-`evaluate_candidates(jobs, settings, gpu=None, on_result=None)`:
-1. checks each job (known task, some source, kernel signatures as the contract says);
-2. compiles candidates, frozen programs and task baselines in the CPU compile pool (nvcc -> cubin);
-3. without a GPU stops there: compiled sources are labelled `compile` with `evaluated_up_to`
-   `compile` (pass and fast are not evaluated, never guessed);
-4. with a GPU, verifies each candidate in persistent workers (in parallel) as soon as its compile is
-   done, so nvcc and verification overlap (a verdict already stored, e.g. by the LLM stage's early
-   verification, is read instead: verdicts.py); then, once every compile is over (so nvcc never competes
-   with the timing loop for the CPU), times, holding the GPU alone, each correct candidate and (once
-   per source) its frozen program and the task baseline.
-`on_result` is called with each result as soon as it is final, in the caller's thread, so a caller can
-store outcomes while the rest are still being evaluated (a killed shard keeps what it finished).
+1. Each job is checked (known task, some source, kernel signatures as the contract says); a broken one
+   is `fail` with its reason. Bad input never raises.
+2. Candidates, frozen programs and task baselines compile in the CPU compile pool (nvcc -> cubin).
+3. Without a GPU the stage stops there: compiled sources are `compile`, with `evaluatedUpTo` `compile`
+   (pass and fast are not evaluated, never guessed).
+4. With a GPU, each candidate is verified in persistent workers as soon as its compile is done (nvcc
+   and verification overlap; a verdict already stored is read instead: verdicts.py). Each frozen
+   program and each task baseline is verified the same way, once per source. A candidate's time limit
+   is a multiple of its task baseline's verification time, with a floor, and the spec's
+   `timeoutSeconds` as the cap, so a kernel that never terminates costs seconds, not a minute.
+5. Once every compile and verification is over, the correct candidates are timed with the GPU alone,
+   in interleaved trials beside their reference (timing.py): the frozen program when it verified
+   correct, else the task baseline (the record's `reference` says which). A candidate whose timed
+   launches gave wrong outputs fails verification (`compile`), with the reason.
 
-Label rule: fail (no code, contract broken, compile error) < compile (built, but failed to load, run or
-verify) < pass (correct) < fast (correct and frozen time / candidate time > 1 + fastTolerance).
-Bad input never raises: it becomes a `fail` with its reason.
+Labels: fail (no code, contract broken, compile error) < compile (built, but failed to load, run or
+verify) < pass (correct) < fast (correct and reference time / candidate time > 1 + fastTolerance).
+Records go to `on_outcome` as soon as they are final, in the caller's thread, so a killed shard keeps
+what it finished.
 """
 
 from __future__ import annotations
@@ -29,11 +32,25 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudanalyst.outcomes import Label, OutcomeRecord
+from cudanalyst.runner.kernels.compile import CompilePool, CompileResult, shared_cache, task_translation_unit
+from cudanalyst.runner.kernels.pool import WorkerPool
+from cudanalyst.runner.kernels.reports import frozen_program_reports
+from cudanalyst.runner.kernels.requests import (
+    EvalSettings,
+    TimedProgram,
+    compare_request,
+    verify_request,
+)
 from cudanalyst.runner.kernels.timing import speedup
+from cudanalyst.runner.kernels.verdicts import VerdictCache, verify_once
 from cudanalyst.tasks import Task, UnknownTaskError, get_task
 from cudanalyst.tasks.conformance import contract_problems
+from cudanalyst.tasks.source_text import same_code
 
-SEED_BASE = 1000  # correctness seeds are SEED_BASE + 0..correctnessTrials-1; timing uses SEED_BASE - 1
+LIMIT_FLOOR_S = 10.0  # a candidate's verification time limit is never below this ...
+LIMIT_MULTIPLE = 20.0  # ... and otherwise this many times the task baseline's verification time
+CANDIDATES_PER_COMPARISON = 8  # candidates timed in one request beside their reference
 
 
 @dataclass
@@ -42,176 +59,193 @@ class KernelJob:
     task: str
     source: str | None  # None when the LLM stage extracted no code
     frozen_source: str | None = None
+    unit: dict[str, Any] | None = None  # the unit's identity (outcomes.unit_identity); a bare key without
 
 
-@dataclass
-class KernelResult:
-    key: str
-    label: str  # fail | compile | pass | fast
-    evaluated_up_to: str  # the highest label this evaluation could establish
-    reason: str
-    speedup: float | None = None  # frozen program's time / candidate's time
-    speedup_vs_baseline: float | None = None
-    time_ms: float | None = None
-    timings: dict[str, Any] = field(default_factory=dict)
-    resources: dict[str, Any] = field(default_factory=dict)
-    gpu_seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """The fields of the spec's `evaluation` the stage reads (any object with these attributes will do)."""
-
-    correctness_trials: int = 5
-    rtol: float = 1e-4
-    atol: float = 1e-4
-    warmup: int = 3
-    trials: int = 30
-    fast_tolerance: float = 0.12
-    timeout_seconds: float = 60.0
-    compile_workers: int = 4
-    gpu_workers: int = 2
-
-    @classmethod
-    def of(cls, settings: Any) -> EvalSettings:
-        if settings is None:
-            return cls()
-        if isinstance(settings, dict):
-            return cls(**{k: v for k, v in settings.items() if k in cls.__dataclass_fields__})
-        return cls(**{k: getattr(settings, k) for k in cls.__dataclass_fields__ if hasattr(settings, k)})
-
-
-def correctness_seeds(cfg: EvalSettings) -> list[int]:
-    return [SEED_BASE + i for i in range(cfg.correctness_trials)]
-
-
-def verify_request(task: Task, cubin: bytes, cfg: EvalSettings) -> dict[str, Any]:
-    """What a worker is asked to verify a candidate's cubin (also the verdict cache's key)."""
-    return {"task": task.name, "sizes": dict(task.sizes), "cubin": cubin, "seeds": correctness_seeds(cfg),
-            "rtol": cfg.rtol, "atol": cfg.atol}
-
-
-def label_for(correct: bool, speedup_vs_frozen: float | None, fast_tolerance: float) -> str:
+def label_for(correct: bool, speedup_vs_reference: float | None, fast_tolerance: float) -> Label:
     """pass or fast for a verified candidate; `compile` when it built but is not correct (pure)."""
     if not correct:
-        return "compile"
-    if speedup_vs_frozen is not None and speedup_vs_frozen > 1.0 + fast_tolerance:
-        return "fast"
-    return "pass"
+        return Label.COMPILE
+    if speedup_vs_reference is not None and speedup_vs_reference > 1.0 + fast_tolerance:
+        return Label.FAST
+    return Label.PASS
+
+
+def time_limit(reference_seconds: float | None, cap: float) -> float:
+    """A candidate's verification time limit: a multiple of its reference's, with a floor, under the cap (pure)."""
+    if reference_seconds is None or reference_seconds <= 0:
+        return cap
+    return min(cap, max(LIMIT_FLOOR_S, LIMIT_MULTIPLE * reference_seconds))
 
 
 @functools.cache
-def gpu_available() -> bool:
-    """Whether pycuda sees a GPU, asked in a child process so this one never creates a CUDA context."""
+def gpu_status() -> tuple[bool, str]:
+    """(whether pycuda sees a GPU, why not), asked in a child process so this one never creates a CUDA
+    context. The reason names the real cause: pycuda missing is not the same as no GPU."""
     probe = "import pycuda.driver as d; d.init(); print(d.Device.count())"
     try:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and out.stdout.strip().isdigit() and int(out.stdout.strip()) > 0
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"the GPU probe did not answer ({exc})"
+    if out.returncode == 0 and out.stdout.strip().isdigit():
+        count = int(out.stdout.strip())
+        return (True, "") if count > 0 else (False, "no GPU on this machine (the CUDA driver sees none)")
+    if "No module named 'pycuda'" in out.stderr:
+        return False, "pycuda is not installed here (the `gpu` extra), so no kernel could run"
+    last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    return False, f"the CUDA driver could not be used here ({last})"
 
 
-def _fail(job: KernelJob, reason: str) -> KernelResult:
-    return KernelResult(key=job.key, label="fail", evaluated_up_to="compile", reason=reason)
+def gpu_available() -> bool:
+    return gpu_status()[0]
 
 
-def _compile_errors(result: Any, limit: int = 5) -> str:
+def _compile_errors(result: CompileResult, limit: int = 5) -> str:
     errors = [d.render() for d in result.errors][:limit]
     return "; ".join(errors) or (result.log.strip().splitlines() or ["nvcc failed"])[-1]
 
 
-def _resources(result: Any) -> dict[str, Any]:
+def _resources(result: CompileResult) -> dict[str, Any]:
     return {name: res.model_dump(by_alias=True) for name, res in result.kernels.items()}
 
 
+@dataclass
+class _Reference:
+    """A frozen program or a task baseline: its compile and, with a GPU, its verdict."""
+
+    source: str
+    compiled: Future[CompileResult]
+    verdict: Future[dict[str, Any]] | None = None
+    waiting: list[Callable[[], None]] = field(default_factory=list)
+
+    def correct(self) -> bool:
+        v = self.verdict.result() if self.verdict is not None else None
+        return bool(v and v.get("ok") and v.get("correct"))
+
+
 def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | None = None,
-                        pool: Any | None = None,
-                        on_result: Callable[[KernelResult], None] | None = None,
-                        phases: dict[str, float] | None = None) -> list[KernelResult]:
-    """Outcomes for `jobs`, in the same order. `pool`: a WorkerPool to reuse (else one is made and closed);
-    `on_result`: called with each result once it is final (see the module's docstring); `phases`: filled
-    with the wall seconds of the two phases (`compileAndVerify`, `timing`), the count timed (`timed`) and
-    the count whose verdict was already stored (`verifiedBefore`, see verdicts.py)."""
-    with Evaluation(settings, gpu=gpu, pool=pool, on_result=on_result, phases=phases) as evaluation:
-        evaluation.add(jobs)
-        results = evaluation.finish()
+                        pool: WorkerPool | None = None,
+                        on_result: Callable[[OutcomeRecord], None] | None = None,
+                        phases: dict[str, float] | None = None) -> list[OutcomeRecord]:
+    """Outcomes for `jobs`, in the same order (the stage over one batch; see KernelStage)."""
+    with KernelStage(settings, gpu=gpu, pool=pool, on_outcome=on_result, phases=phases) as stage:
+        stage.add(jobs)
+        results = stage.finish()
     return [results[j.key] for j in jobs]
 
 
-class Evaluation:
+class KernelStage:
     """The stage as a stream: `add(jobs)` any number of times (each job is checked, compiled and, with a
     GPU, verified at once, while later jobs are still coming), `poll()` now and then to take in finished
     compiles and verifications, then `finish()`: the rest is waited for, and the correct candidates are
-    timed with the GPU alone. Results go to `on_result` as they are final (in the caller's thread)."""
+    timed with the GPU alone. Records go to `on_outcome` as they are final (in the caller's thread).
 
-    def __init__(self, settings: Any, *, gpu: bool | None = None, pool: Any | None = None,
-                 on_result: Callable[[KernelResult], None] | None = None,
+    `phases` is filled with where the time went: `compileAndVerify` and `timing` (wall seconds), `timed`,
+    `verifiedBefore` (verdicts found stored), `timingRequests`, `timingWorker`, `workerRestarts` and
+    `restartSeconds`, and `references` (units timed against each reference)."""
+
+    def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
+                 on_outcome: Callable[[OutcomeRecord], None] | None = None,
                  phases: dict[str, float] | None = None, nice: int = 0) -> None:
         """`nice` > 0: nvcc and the GPU workers at a lower CPU priority (beside a model server)."""
-        from cudanalyst.runner.kernels.compile import shared_cache
-        from cudanalyst.runner.kernels.verdicts import VerdictCache
-
-        self.phases: dict[str, float] = {} if phases is None else phases
+        self.phases: dict[str, Any] = {} if phases is None else phases
         self.started = time.monotonic()
         self.cfg = EvalSettings.of(settings)
-        self.on_result = on_result
-        self.results: dict[str, KernelResult] = {}
-        self.use_gpu = gpu_available() if gpu is None else gpu
+        self.on_outcome = on_outcome
+        self.results: dict[str, OutcomeRecord] = {}
+        self.use_gpu, self.no_gpu_reason = gpu_status() if gpu is None else (gpu, "" if gpu else "no GPU was given")
         self.own_pool = self.use_gpu and pool is None
         if self.own_pool:
-            from cudanalyst.runner.kernels.pool import WorkerPool
-
             pool = WorkerPool(self.cfg.gpu_workers, nice=nice)
         self.pool = pool
         self.nice = nice
         self.cache = shared_cache()
         self.stored = VerdictCache.beside(self.cache)  # the LLM stage may have verified some already
-        self._compiler: Any = None  # a CompilePool, made at the first job that needs nvcc
-        self.verifier = ThreadPoolExecutor(max(1, len(pool.workers)) if pool else 1, thread_name_prefix="verify")
+        self._compiler: CompilePool | None = None  # made at the first job that needs nvcc
+        workers = max(1, len(pool.workers)) if pool else 1
+        self.verifier = ThreadPoolExecutor(workers, thread_name_prefix="verify")
+        # References are verified apart, so a candidate waiting for its time limit never blocks them.
+        self.reference_verifier = ThreadPoolExecutor(2, thread_name_prefix="verify-reference")
+        self.jobs: dict[str, KernelJob] = {}
         self.tasks: dict[str, Task] = {}
         self.order: dict[str, int] = {}  # arrival order of the jobs that go to nvcc
-        self.compiled: dict[str, Any] = {}
+        self.compiled: dict[str, CompileResult] = {}
         self.correct: list[KernelJob] = []
         self.verdicts: dict[str, dict[str, Any]] = {}
-        self.refs: dict[tuple[str, str], Future[Any]] = {}
+        self.references: dict[tuple[str, str], _Reference] = {}
         # The compile pool hands identical sources the same future, so a future may stand for several jobs.
         self.by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}
 
-    def _emit(self, result: KernelResult) -> None:
-        self.results[result.key] = result
-        if self.on_result is not None:
-            self.on_result(result)
+    # ---- records ------------------------------------------------------------------------------
+
+    def _emit(self, job: KernelJob, label: Label, up_to: Label, reason: str, **evidence: Any) -> None:
+        unit = job.unit or {"key": job.key, "run": "", "task": job.task, "generation": 0, "program_id": "",
+                            "coalition": []}
+        record = OutcomeRecord(**unit, label=label, evaluated_up_to=up_to, reason=reason,
+                               unchanged=same_code(job.source, job.frozen_source), **evidence)
+        self.results[job.key] = record
+        if self.on_outcome is not None:
+            self.on_outcome(record)
+
+    def _fail(self, job: KernelJob, reason: str) -> None:
+        # Nothing the GPU could show changes a missing or broken source: every metric is established.
+        self._emit(job, Label.FAIL, Label.FAST, reason)
+
+    # ---- compile and verify ------------------------------------------------------------------------
 
     @property
-    def compiler(self) -> Any:
-        from cudanalyst.runner.kernels.compile import CompilePool
-
+    def compiler(self) -> CompilePool:
         if self._compiler is None:
             self._compiler = CompilePool(self.cfg.compile_workers, cache=self.cache, nice=self.nice)
         return self._compiler
 
-    def add(self, jobs: Sequence[KernelJob]) -> None:
-        from cudanalyst.runner.kernels.compile import task_translation_unit
+    def _reference(self, task: Task, source: str) -> _Reference:
+        """The frozen program or baseline `source` of `task`, compiled (and verified) once."""
+        key = (task.name, source)
+        if key not in self.references:
+            ref = _Reference(source, self.compiler.submit(task_translation_unit(task, source)))
+            if self.use_gpu:
+                ref.verdict = self.reference_verifier.submit(self._verify_reference, task, ref)
+            self.references[key] = ref
+        return self.references[key]
 
+    def _verify_reference(self, task: Task, ref: _Reference) -> dict[str, Any]:
+        c = ref.compiled.result()
+        if not c.ok or c.cubin is None:
+            return {"ok": True, "correct": False, "reason": "compile error: " + _compile_errors(c)}
+        return verify_once(self.pool, self.stored, verify_request(task, c.cubin, self.cfg), self.cfg.timeout_seconds)
+
+    def _limit(self, task: Task) -> float:
+        """The task baseline's verdict decides the candidates' time limit (waited for: it comes first)."""
+        base = self.references[(task.name, task.baseline_source)]
+        try:
+            verdict = base.verdict.result(timeout=self.cfg.timeout_seconds) if base.verdict else None
+        except TimeoutError:
+            verdict = None
+        seconds = float(verdict["seconds"]) if verdict and verdict.get("correct") and "seconds" in verdict else None
+        return time_limit(seconds, self.cfg.timeout_seconds)
+
+    def add(self, jobs: Sequence[KernelJob]) -> None:
         for job in jobs:
+            self.jobs[job.key] = job
             try:
                 task = self.tasks[job.key] = get_task(job.task)
             except UnknownTaskError as exc:
-                self._emit(_fail(job, str(exc)))
+                self._fail(job, str(exc))
                 continue
             if job.source is None or not job.source.strip():
-                self._emit(_fail(job, "no kernel source was extracted from the completion"))
+                self._fail(job, "no kernel source was extracted from the completion")
                 continue
             if problems := contract_problems(task, job.source):
-                self._emit(_fail(job, "contract: " + "; ".join(problems)))
+                self._fail(job, "contract: " + "; ".join(problems))
                 continue
             self.order[job.key] = len(self.order)
+            if self.use_gpu:  # the references are only timed against (and set the time limit)
+                self._reference(task, task.baseline_source)
+                if job.frozen_source:
+                    self._reference(task, job.frozen_source)
             fut = self.compiler.submit(task_translation_unit(task, job.source))
             self.by_future.setdefault(fut, []).append(("compile", job))
-            # Frozen programs and baselines compile in the same pool, once per source, for timing.
-            for source in (task.baseline_source, job.frozen_source):
-                if source and (task.name, source) not in self.refs:
-                    self.refs[(task.name, source)] = self.compiler.submit(task_translation_unit(task, source))
 
     def poll(self, timeout: float | None = 0.0) -> int:
         """Take in the compiles and verifications finished within `timeout` seconds (None: all of them);
@@ -233,20 +267,18 @@ class Evaluation:
                 break
         return len(self.by_future)
 
-    def _after_compile(self, job: KernelJob, c: Any) -> Future[Any] | None:
+    def _after_compile(self, job: KernelJob, c: CompileResult) -> Future[Any] | None:
         """Record a compile; return the verification it starts, if any."""
-        from cudanalyst.runner.kernels.verdicts import verify_once
-
         self.compiled[job.key] = c
-        if not c.ok:
-            self._emit(_fail(job, "compile error: " + _compile_errors(c)))
+        if not c.ok or c.cubin is None:
+            self._fail(job, "compile error: " + _compile_errors(c))
         elif not self.use_gpu:
-            self._emit(KernelResult(
-                key=job.key, label="compile", evaluated_up_to="compile", resources=_resources(c),
-                reason="compiled; not run: no GPU on this machine, so pass and fast were not evaluated"))
+            self._emit(job, Label.COMPILE, Label.COMPILE, resources=_resources(c),
+                       reason=f"compiled; not run: {self.no_gpu_reason}; pass and fast were not evaluated")
         else:
-            request = verify_request(self.tasks[job.key], c.cubin, self.cfg)
-            return self.verifier.submit(verify_once, self.pool, self.stored, request, self.cfg.timeout_seconds)
+            task = self.tasks[job.key]
+            request = verify_request(task, c.cubin, self.cfg)
+            return self.verifier.submit(lambda: verify_once(self.pool, self.stored, request, self._limit(task)))
         return None
 
     def _after_verify(self, job: KernelJob, verdict: dict[str, Any]) -> None:
@@ -256,91 +288,149 @@ class Evaluation:
             self.verdicts[job.key] = verdict
             return
         why = str(verdict.get("reason")) if verdict.get("ok") else f"{verdict.get('kind')}: {verdict.get('error')}"
-        self._emit(KernelResult(job.key, "compile", "fast", why, resources=_resources(self.compiled[job.key]),
-                                gpu_seconds=float(verdict.get("seconds", 0.0))))
+        self._emit(job, Label.COMPILE, Label.FAST, why, resources=_resources(self.compiled[job.key]),
+                   gpu_seconds=float(verdict.get("seconds", 0.0)))
 
-    def finish(self) -> dict[str, KernelResult]:
-        """Wait for every compile and verification, then time the correct candidates; all results by key."""
+    # ---- timing ---------------------------------------------------------------------------------
+
+    def finish(self) -> dict[str, OutcomeRecord]:
+        """Wait for every compile and verification, then time the correct candidates; all records by key."""
         self.poll(timeout=None)
-        ref_compiled = {k: f.result() for k, f in self.refs.items()}
+        for ref in self.references.values():
+            ref.compiled.result()
+            if ref.verdict is not None:
+                ref.verdict.result()
         self.phases["compileAndVerify"] = time.monotonic() - self.started
         self.phases["timed"] = len(self.correct)
         if self.correct:
-            # Timing in the order the jobs came in, so a run's outcomes do not depend on compile speed.
-            _time_correct(sorted(self.correct, key=lambda j: self.order[j.key]), self.tasks, self.compiled,
-                          self.verdicts, ref_compiled, self.cfg, self.pool, self._emit, self.phases)
+            Timing(self).run(sorted(self.correct, key=lambda j: self.order[j.key]))
         self.phases["timing"] = time.monotonic() - self.started - self.phases["compileAndVerify"]
+        if self.pool is not None:
+            self.phases["workerRestarts"] = self.pool.restarts
+            self.phases["restartSeconds"] = round(self.pool.restart_seconds, 3)
         return self.results
 
     def close(self) -> None:
         if self._compiler is not None:
             self._compiler.close(drop_queued=True)
         self.verifier.shutdown(wait=True, cancel_futures=True)
+        self.reference_verifier.shutdown(wait=True, cancel_futures=True)
         if self.own_pool and self.pool is not None:
             self.pool.close()
 
-    def __enter__(self) -> Evaluation:
+    def __enter__(self) -> KernelStage:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _time_correct(correct: Sequence[KernelJob], tasks: dict[str, Task], compiled: dict[str, Any],
-                  verdicts: dict[str, dict[str, Any]], ref_compiled: dict[tuple[str, str], Any], cfg: EvalSettings, pool: Any,
-                  emit: Callable[[KernelResult], None], phases: dict[str, float]) -> None:
-    """Time each verified candidate (and, once per source, its frozen program and the baseline)."""
-    ref_times: dict[tuple[str, str], dict[str, Any] | None] = {}
+class Timing:
+    """The correct candidates of one stage timed against their references (see the module's docstring)."""
 
-    def time_source(t: Task, cubin: bytes, keep: bool) -> dict[str, Any]:
-        request = {"task": t.name, "sizes": dict(t.sizes), "cubin": cubin, "warmup": cfg.warmup,
-                   "trials": cfg.trials, "seed": SEED_BASE - 1, "keep": keep}
-        reply = pool.time(request, max(cfg.timeout_seconds, 60.0))
-        # The worker's own seconds against the phase's wall time: what the round trips cost.
+    def __init__(self, stage: KernelStage) -> None:
+        self.stage = stage
+        self.cfg = stage.cfg
+        self.count: dict[str, int] = {}
+
+    def run(self, correct: Sequence[KernelJob]) -> None:
+        groups: dict[tuple[str, str | None], list[KernelJob]] = {}
+        for job in correct:  # in arrival order, so a run's outcomes do not depend on compile speed
+            groups.setdefault((job.task, job.frozen_source), []).append(job)
+        for (_, frozen), jobs in groups.items():
+            task = self.stage.tasks[jobs[0].key]
+            for start in range(0, len(jobs), CANDIDATES_PER_COMPARISON):
+                self._time_group(task, frozen, jobs[start:start + CANDIDATES_PER_COMPARISON])
+        self.stage.phases["references"] = dict(self.count)
+
+    def _references(self, task: Task, frozen: str | None) -> list[tuple[str, bytes]]:
+        """The references a group is timed beside: the frozen program and the task baseline, those of them
+        that verified correct (the baseline once, when the frozen program is the baseline itself)."""
+        out = []
+        for name, source in (("frozen", frozen), ("baseline", task.baseline_source)):
+            ref = self.stage.references.get((task.name, source)) if source else None
+            if ref is None or not ref.correct() or (name == "baseline" and source == frozen):
+                continue
+            c = ref.compiled.result()
+            if c.cubin is not None:
+                out.append((name, c.cubin))
+        return out
+
+    def _compare(self, task: Task, programs: list[TimedProgram]) -> dict[str, Any]:
+        assert self.stage.pool is not None
+        request = compare_request(task, programs, self.cfg)
+        reply = self.stage.pool.compare(request, max(self.cfg.timeout_seconds, 60.0))
+        phases = self.stage.phases
         phases["timingWorker"] = phases.get("timingWorker", 0.0) + float(reply.get("seconds", 0.0))
         phases["timingRequests"] = phases.get("timingRequests", 0) + 1
         phases["timingPrep"] = phases.get("timingPrep", 0.0) + float(reply.get("prepSeconds", 0.0))
         return reply
 
-    def reference_time(t: Task, source: str | None) -> dict[str, Any] | None:
-        if source is None:
-            return None
-        key = (t.name, source)
-        if key not in ref_times:
-            c = ref_compiled.get(key)
-            reply = time_source(t, c.cubin, keep=True) if c is not None and c.ok else None
-            ref_times[key] = reply["stats"] if reply and reply.get("ok") else None
-        return ref_times[key]
-
-    for job in correct:
-        t, c, verdict = tasks[job.key], compiled[job.key], verdicts[job.key]
-        resources = _resources(c)
-        gpu_s = float(verdict.get("seconds", 0.0))
-        reply = time_source(t, c.cubin, keep=False)
-        gpu_s += float(reply.get("seconds", 0.0))
+    def _time_group(self, task: Task, frozen: str | None, jobs: list[KernelJob]) -> None:
+        refs = self._references(task, frozen)
+        if not refs:
+            for job in jobs:
+                self._untimed(job, "neither the frozen program nor the task baseline verified correct, "
+                                   "so there is nothing to time against")
+            return
+        programs = [TimedProgram(name, cubin) for name, cubin in refs]
+        programs += [TimedProgram(j.key, self.stage.compiled[j.key].cubin or b"") for j in jobs]
+        reply = self._compare(task, programs)
         if not reply.get("ok"):
-            emit(KernelResult(job.key, "pass", "pass", f"correct, but timing failed: {reply.get('error')}",
-                              resources=resources, gpu_seconds=gpu_s))
-            continue
-        mine = reply["stats"]
-        frozen = reference_time(t, job.frozen_source)
-        base = reference_time(t, t.baseline_source)
-        s_frozen = speedup(frozen["median_ms"] if frozen else None, mine["median_ms"])
-        s_base = speedup(base["median_ms"] if base else None, mine["median_ms"])
-        label = label_for(True, s_frozen, cfg.fast_tolerance)
-        up_to = "fast" if s_frozen is not None else "pass"
-        why = (f"{verdict.get('reason')}; {mine['median_ms']:.4g} ms median of {mine['trials']} "
-               f"(IQR/median {mine['iqr_over_median']:.1%})")
-        why += (f"; speedup {s_frozen:.3f}x vs the frozen program (fast needs > {1 + cfg.fast_tolerance:.2f}x)"
-                if s_frozen is not None else "; the frozen program could not be timed, so fast was not evaluated")
-        emit(KernelResult(
-            job.key, label, up_to, why, speedup=s_frozen, speedup_vs_baseline=s_base, time_ms=mine["median_ms"],
-            timings={"candidate": mine, "frozen": frozen, "baseline": base}, resources=resources, gpu_seconds=gpu_s))
+            if len(jobs) > 1:  # one candidate may have broken the request: each on its own
+                for job in jobs:
+                    self._time_group(task, frozen, [job])
+            else:
+                self._untimed(jobs[0], f"correct, but timing failed: {reply.get('kind')}: {reply.get('error')}")
+            return
+        timed = reply["programs"]
+        usable = {name: timed[name] for name, _ in refs if timed.get(name, {}).get("ok") and not timed[name].get("problem")}
+        if frozen == task.baseline_source and "frozen" in usable:
+            usable["baseline"] = usable["frozen"]
+        reference = next((name for name in ("frozen", "baseline") if name in usable), None)
+        if reference is None:
+            why = "; ".join(f"{name}: {timed.get(name, {}).get('problem') or timed.get(name, {}).get('error')}"
+                            for name, _ in refs)
+            for job in jobs:
+                self._untimed(job, f"correct, but no reference could be timed ({why})")
+            return
+        share = float(reply.get("seconds", 0.0)) / len(programs)
+        for job in jobs:
+            self._label(job, reference, usable, timed.get(job.key, {}), share)
+
+    def _label(self, job: KernelJob, ref_name: str, references: dict[str, dict[str, Any]], reply: dict[str, Any],
+               gpu_s: float) -> None:
+        c = self.stage.compiled[job.key]
+        verdict = self.stage.verdicts[job.key]
+        gpu_s += float(verdict.get("seconds", 0.0))
+        if not reply.get("ok"):
+            self._untimed(job, f"correct, but timing failed: {reply.get('error')}")
+            return
+        if reply.get("problem"):  # wrong outputs in a timed launch: not the work that was verified
+            self.stage._emit(job, Label.COMPILE, Label.FAST, f"fails verification: {reply['problem']}",
+                             resources=_resources(c), gpu_seconds=gpu_s)
+            return
+        mine, theirs = reply["stats"], references[ref_name]["stats"]
+        s = speedup(theirs["median_ms"], mine["median_ms"])
+        base = references.get("baseline")
+        label = label_for(True, s, self.cfg.fast_tolerance)
+        what = ("the frozen program" if ref_name == "frozen"
+                else "the task baseline (the frozen program could not be timed)")
+        why = (f"{verdict.get('reason')}; {mine['median_ms']:.4g} ms median of {mine['trials']} trials "
+               f"(IQR/median {mine['iqr_over_median']:.1%}), interleaved with {what} at {theirs['median_ms']:.4g} ms: "
+               f"speedup {s:.3f}x (fast needs > {1 + self.cfg.fast_tolerance:.2f}x)")
+        self.count[ref_name] = self.count.get(ref_name, 0) + 1
+        self.stage._emit(job, label, Label.FAST if s is not None else Label.PASS, why, speedup=s,
+                         speedup_vs_baseline=speedup(base["stats"]["median_ms"], mine["median_ms"]) if base else None,
+                         reference=ref_name, time_ms=mine["median_ms"], resources=_resources(c), gpu_seconds=gpu_s)
+
+    def _untimed(self, job: KernelJob, reason: str) -> None:
+        c = self.stage.compiled[job.key]
+        gpu_s = float(self.stage.verdicts[job.key].get("seconds", 0.0))
+        self.stage._emit(job, Label.PASS, Label.PASS, reason, resources=_resources(c), gpu_seconds=gpu_s)
 
 
 def feedback_reports(task: str, source: str, settings: Any, *, gpu: bool | None = None) -> dict[str, str]:
     """The debugger, analyzer and profiler raw reports of one frozen program (compute once per program)."""
-    from cudanalyst.runner.kernels.reports import frozen_program_reports
-
     use_gpu = gpu_available() if gpu is None else gpu
     return frozen_program_reports(task, source, EvalSettings.of(settings), gpu=use_gpu)

@@ -19,15 +19,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cudanalyst import tasks
+from cudanalyst.runner.kernels import references, verify, worker
 from cudanalyst.runner.kernels.compile import CompileCache, _atomic_write
+from cudanalyst.runner.kernels.requests import VerifyRequest
 
 
 @functools.cache
 def harness_version() -> str:
     """A hash of the source of everything that decides a verdict: the harness and the task suite."""
-    from cudanalyst import tasks
-    from cudanalyst.runner.kernels import references, verify, worker
-
     files = [Path(m.__file__) for m in (verify, worker, references) if m.__file__]
     files += sorted(Path(tasks.__file__).parent.glob("*.py"))
     digest = hashlib.sha256()
@@ -36,11 +36,11 @@ def harness_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def verdict_key(request: dict[str, Any]) -> str:
+def verdict_key(request: VerifyRequest) -> str:
     blob = json.dumps({
-        "cubin": hashlib.sha256(request["cubin"]).hexdigest(),
-        "task": request["task"], "sizes": sorted(dict(request.get("sizes") or {}).items()),
-        "seeds": list(request["seeds"]), "rtol": request.get("rtol"), "atol": request.get("atol"),
+        "cubin": hashlib.sha256(request.cubin).hexdigest(),
+        "task": request.task, "sizes": sorted(request.sizes.items()),
+        "seeds": list(request.seeds), "rtol": request.rtol, "atol": request.atol,
         "harness": harness_version(),
     }, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -56,18 +56,18 @@ class VerdictCache:
     def beside(cls, compile_cache: CompileCache) -> VerdictCache:
         return cls(compile_cache.root / "verdicts")
 
-    def _path(self, request: dict[str, Any]) -> Path:
+    def _path(self, request: VerifyRequest) -> Path:
         key = verdict_key(request)
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, request: dict[str, Any]) -> dict[str, Any] | None:
+    def get(self, request: VerifyRequest) -> dict[str, Any] | None:
         try:
             reply = json.loads(self._path(request).read_text())
         except (OSError, ValueError):
             return None
         return {**reply, "cached": True} if isinstance(reply, dict) else None
 
-    def put(self, request: dict[str, Any], reply: dict[str, Any]) -> bool:
+    def put(self, request: VerifyRequest, reply: dict[str, Any]) -> bool:
         """Store a verdict; False (nothing stored) for a timeout, a crash or any reply without one."""
         if not reply.get("ok") or "correct" not in reply or reply.get("cached"):
             return False
@@ -78,7 +78,7 @@ class VerdictCache:
         return True
 
 
-def verify_once(pool: Any, cache: VerdictCache | None, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def verify_once(pool: Any, cache: VerdictCache | None, request: VerifyRequest, timeout_s: float) -> dict[str, Any]:
     """The stored verdict of `request`, else the pool's (stored for next time)."""
     if cache is not None and (hit := cache.get(request)) is not None:
         return hit

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cudanalyst.tasks import get_task
 from cudanalyst.tasks.base import Role, Task, Tolerance
 
 if TYPE_CHECKING:
@@ -330,8 +331,6 @@ def _fresh(task: Task, seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.n
 
 
 def resolve_task(name: str, sizes: Mapping[str, int] | None) -> Task:
-    from cudanalyst.tasks import get_task
-
     task = get_task(name)
     if sizes and dict(sizes) != dict(task.sizes):
         task = task.with_sizes(**sizes)

@@ -6,11 +6,13 @@ loader does can reach the object store; the worker only answers requests on its 
 writes the store (the runner writes outcome records). Compiling is not done here: the CPU pool
 (`compile.py`) builds a cubin with nvcc, and the worker loads it with `module_from_buffer`.
 
-A worker is restarted (lazily, on the next request) after:
+A worker is replaced at once after:
 - a timeout: a hung kernel cannot be interrupted, so the process is killed;
 - a crash: the process died (segfault, killed for memory);
 - a sticky CUDA error: an illegal address or similar poisons the context for good, so the worker
   answers, then exits.
+The replacement starts in the background as soon as the old process is gone, so its start-up (Python,
+pycuda, a CUDA context) overlaps the caller's next steps; the next request waits only for what is left.
 
 Parent side: `WorkerHandle`. Child side: `serve()` (run as `python -m cudanalyst.runner.kernels.worker`).
 """
@@ -25,10 +27,16 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
+
+from cudanalyst.runner.kernels import timing, verify
+from cudanalyst.runner.kernels.compile import niced
+from cudanalyst.runner.kernels.references import FOLDER_ENV, SharedArrays, task_inputs, task_reference
+from cudanalyst.runner.kernels.requests import CompareRequest, VerifyRequest
 
 Reply = dict[str, Any]
 
@@ -59,6 +67,9 @@ class WorkerHandle:
         self.nice = nice  # > 0: a lower CPU priority (a side job beside a model server)
         self.shared_dir = shared_dir  # where the pool's workers share task inputs and references
         self.restarts = 0
+        self.restart_seconds = 0.0  # wall time the replacements took to start (they overlap other work)
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._log = tempfile.NamedTemporaryFile(prefix=f"cudanalyst-{name}-", suffix=".log", delete=False)  # noqa: SIM115
@@ -80,11 +91,7 @@ class WorkerHandle:
                "--device", str(self.device)]
         env = scrubbed_environment()
         if self.shared_dir:
-            from cudanalyst.runner.kernels.references import FOLDER_ENV
-
             env[FOLDER_ENV] = self.shared_dir
-        from cudanalyst.runner.kernels.compile import niced
-
         self._proc = subprocess.Popen(
             niced(cmd, self.nice), env=env, pass_fds=(child.fileno(),), cwd=self._cwd,
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
@@ -103,6 +110,35 @@ class WorkerHandle:
         if not hello.get("ready"):
             raise RuntimeError(f"{self.name}: worker did not start: {hello}")
 
+    def _replace(self) -> None:
+        """Kill what is left of the process and start its replacement in the background."""
+        self.stop()
+        self.restarts += 1
+        self._start_error = None
+        self._starting = threading.Thread(target=self._start_in_background, name=f"{self.name}-restart", daemon=True)
+        self._starting.start()
+
+    def _start_in_background(self) -> None:
+        began = time.monotonic()
+        try:
+            self.start()
+        except BaseException as exc:  # noqa: BLE001 - reported by the next call, which starts it again
+            self._start_error = exc
+            self.stop()
+        finally:
+            self.restart_seconds += time.monotonic() - began
+
+    def _ready(self) -> None:
+        """Wait for a replacement being started; start one here if there is none (or it failed)."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+        if not self.alive:
+            if self._proc is not None:
+                self.stop()
+                self.restarts += 1
+            self.start()
+
     def stop(self) -> None:
         """Kill the process (a hung kernel ignores anything gentler) and forget it."""
         if self._conn is not None:
@@ -116,6 +152,9 @@ class WorkerHandle:
         self._proc, self._conn = None, None
 
     def close(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
         if self.alive and self._conn is not None:
             with contextlib.suppress(OSError, BrokenPipeError):
                 self._conn.send({"op": "quit"})
@@ -139,11 +178,7 @@ class WorkerHandle:
 
     def call(self, request: dict[str, Any], timeout_s: float) -> Reply:
         """Send one request; always returns a reply dict (`ok` False with `kind` on any failure)."""
-        if not self.alive:
-            if self._proc is not None:
-                self.stop()
-                self.restarts += 1
-            self.start()
+        self._ready()
         assert self._conn is not None and self._proc is not None
         started = time.monotonic()
         try:
@@ -152,8 +187,7 @@ class WorkerHandle:
         except (OSError, BrokenPipeError):
             answered = True  # the recv below reports the death
         if not answered:
-            self.stop()
-            self.restarts += 1
+            self._replace()
             return {"ok": False, "kind": "timeout", "seconds": time.monotonic() - started,
                     "error": f"no result within {timeout_s:g} s (a kernel that never terminates?); "
                              "the worker was killed and restarted"}
@@ -162,16 +196,14 @@ class WorkerHandle:
         except (EOFError, OSError):
             code = self._proc.wait(timeout=30)
             tail = self.log_tail(500)
-            self.stop()
-            self.restarts += 1
+            self._replace()
             return {"ok": False, "kind": "crash", "seconds": time.monotonic() - started,
                     "error": f"the worker process died (exit status {code}); restarted. {tail}".strip()}
         if reply.get("sticky"):
             # The context is poisoned; the child exits after answering. Reap it now.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=30)
-            self.stop()
-            self.restarts += 1
+            self._replace()
         return reply
 
 
@@ -198,8 +230,6 @@ class GpuSession:
 
     def _setup(self, cuda: Any, device: Any) -> None:
         """Everything but the context (a subclass may bring its own)."""
-        from cudanalyst.runner.kernels.references import SharedArrays
-
         self.cuda = cuda
         self.device = device
         self.modules: OrderedDict[str, Any] = OrderedDict()
@@ -212,14 +242,10 @@ class GpuSession:
         """The task's inputs for a seed, made once: every candidate of a task is timed on the same ones,
         and making them (a seeded numpy draw of up to tens of MB) costs more than many short kernels.
         The host arrays are only read (Buffers copies them to the device)."""
-        from cudanalyst.runner.kernels.references import task_inputs
-
         return task_inputs(self.shared, task, seed)
 
     def reference_for(self, task: Any, seed: int) -> Any:
         """(inputs, expected outputs) of the task for a correctness seed, made once (only read)."""
-        from cudanalyst.runner.kernels.references import task_reference
-
         return task_reference(self.shared, task, seed)
 
     def pinned(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
@@ -280,12 +306,10 @@ def _handle(session_box: list[GpuSession | None], device: int, request: dict[str
     if op == "probe":
         return {"ok": True, "name": session.device.name(), "l2Bytes": session.l2_bytes,
                 "computeCapability": list(session.device.compute_capability())}
-    from cudanalyst.runner.kernels import timing, verify
-
-    if op == "verify":
+    if op == VerifyRequest.op:
         return verify.handle_verify(session, request)
-    if op == "time":
-        return timing.handle_time(session, request)
+    if op == CompareRequest.op:
+        return timing.handle_compare(session, request)
     return {"ok": False, "kind": "request", "error": f"unknown request op {op!r}"}
 
 

@@ -23,7 +23,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,8 +117,7 @@ class LlmStage:
     """Runs the LLM stage for a shard's units; records go to the store as each request finishes."""
 
     def __init__(self, run: AttributionRun, programs: Sequence[FrozenProgram], units: Sequence[Unit],
-                 store: UnitStore, progress: Progress, shard: int, settings: StageSettings,
-                 on_code: Callable[[str, str], None] | None = None) -> None:
+                 store: UnitStore, progress: Progress, shard: int, settings: StageSettings) -> None:
         self.run = run
         self.spec = run.spec
         self.name = run.metadata.name
@@ -133,7 +132,6 @@ class LlmStage:
         self._lock = threading.Lock()
         self._last_progress = 0.0
         self.token_counts = {"prompt": 0, "completion": 0}
-        self.on_code = on_code  # (task, code) of each extracted kernel, e.g. to compile it early
         self._started = time.monotonic()
         # Seconds from the stage's start to the first and last plan and coder result (for the shard's log).
         self.timeline: dict[str, float] = {}
@@ -436,11 +434,6 @@ class LlmStage:
             if self.store.write_candidate(record):
                 with self._lock:
                     self.progress.llm_done += 1
-                if ex.ok and ex.code and self.on_code is not None:
-                    self.on_code(g.program.task, ex.code)
-            if not ex.ok and self.store.write_no_code_outcome(record):
-                with self._lock:
-                    self.progress.kernels_done += 1
 
     def _count(self, res: GenerationResult) -> None:
         with self._lock:

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from cudanalyst import lifeline
 from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.plan import Plan, plan_digest
-from cudanalyst.runs import check_models, plan_run, progress_key, run_store, s3_settings
+from cudanalyst.runs import check_models, plan_run, read_progress, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
 
 # Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
@@ -93,9 +93,8 @@ def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
 def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
     snap = Snapshot()
     for i in range(shards):
-        try:
-            prog = store.get_json(progress_key(i))
-        except (ObjectNotFound, ValueError):
+        prog = read_progress(store, i)
+        if prog is None:
             continue
         stages = prog.get("byStage", {})
         for name in ("llm", "kernels"):
@@ -146,22 +145,6 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
             endpoint = served[name]
             models[role] = {**model, "serve": "endpoint", "endpoint": endpoint.base_url, "model": endpoint.model}
         yield AttributionRun.model_validate(data)
-
-
-def precompile_workers(compile_workers: int, cpus: int, processes: int) -> int:
-    """nvcc processes each of `processes` LLM-stage processes may run beside the model server on `cpus`
-    cores (runner/kernels/precompile.py): what is left after about six cores for the server and its
-    clients, within the spec's compile workers, shared out; 0 (off) on a small machine, where nvcc would
-    slow generation itself (vLLM on the CPU uses every core)."""
-    spare = min(compile_workers, cpus - 6)
-    return max(1, spare // max(1, processes)) if spare > 0 else 0
-
-
-def llm_stage_args(run: AttributionRun, shards: int) -> list[str]:
-    """Extra runner arguments of the LLM stage here: where the machine has cores to spare, compile early,
-    and verify early with one GPU worker per shard (the runner does that only where it finds a GPU)."""
-    workers = precompile_workers(run.spec.evaluation.compile_workers, os.cpu_count() or 1, shards)
-    return ["--precompile-workers", str(workers), "--preverify-workers", "1"] if workers else []
 
 
 def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str,
@@ -297,6 +280,5 @@ def work_dir(run: AttributionRun) -> str:
     return tempfile.mkdtemp(prefix=f"cudanalyst-{run.metadata.name}-")
 
 
-__all__ = ["RunInputError", "Snapshot", "check_set_up", "kernel_stage_alongside", "llm_stage_args", "plan_digest",
-           "plans_expected", "plans_written", "prepare", "read_snapshot", "run_stage", "shared_servers",
-           "write_spec_file", "work_dir"]
+__all__ = ["RunInputError", "Snapshot", "check_set_up", "kernel_stage_alongside", "plan_digest", "plans_expected",
+           "plans_written", "prepare", "read_snapshot", "run_stage", "shared_servers", "write_spec_file", "work_dir"]

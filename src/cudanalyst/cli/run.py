@@ -27,7 +27,6 @@ from cudanalyst.local import (
     RunInputError,
     check_set_up,
     kernel_stage_alongside,
-    llm_stage_args,
     plans_expected,
     plans_written,
     prepare,
@@ -169,9 +168,7 @@ def run(args: argparse.Namespace) -> int:
                 with shared_servers(ar, folder, args.health_timeout, now.say) as served:
                     spec_path = write_spec_file(served, folder)
                     now.llm_started = True
-                    # A kernel stage on this machine later finds these compiled.
-                    early = llm_stage_args(ar, len(shards))
-                    codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick, early)
+                    codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick)
             else:
                 spec_path = write_spec_file(ar, folder)
                 # Every shard in one process: one GPU, one set of workers; timing holds the GPU alone.
