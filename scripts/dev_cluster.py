@@ -58,6 +58,7 @@ from cudanalyst import lifeline  # noqa: E402
 
 RELEASE, NAMESPACE = "cudanalyst", "cudanalyst"
 OPERATOR_SA = "cudanalyst-operator"  # the chart's <release>-operator
+RUNNER_SA = "cudanalyst-runner"  # the chart's runner.serviceAccount.name
 RUN_LABEL = "cudanalyst.dev/run"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -157,6 +158,9 @@ def up(root: Path) -> int:
         say(f"nodes Ready: {', '.join(nodes)} ({GPUS_PER_NODE} fake H200 each, run by kwok)")
         say("installing the operator from charts/cudanalyst (helm upgrade --install)")
         install_chart(cluster)
+        # Runs go to namespace default here; its runner pods need the runner ServiceAccount there (the chart
+        # makes it only in its own namespace or its watchNamespaces), as every namespace of runs does.
+        cluster.kubectl("create", "serviceaccount", RUNNER_SA, "--namespace", "default", check=False)
         shutil.copy(api.admin_kubeconfig, root / "kubeconfig")
         operator_config = operator_kubeconfig(cluster, root)
         supervisor = start_supervisor(root, bins, operator_config)

@@ -72,6 +72,7 @@ def test_up_installs_the_chart_and_runs_the_operator_then_down_stops_everything(
         assert len(run("kubectl", "get", "nodes", "-o", "name").split()) == 2
         assert "cudanalyst" in run("helm", "list", "-n", "cudanalyst", "-q").split()
         assert "attributionruns" in run("kubectl", "api-resources", "--api-group", "cudanalyst.dev")
+        assert run("kubectl", "get", "serviceaccount", "cudanalyst-runner", "-n", "default", "-o", "name")
         again = subprocess.run(["bash", str(SCRIPT), "up", "--state", str(state)], capture_output=True, text=True,
                                timeout=120)
         assert again.returncode == 0 and "already running" in again.stdout  # a second up finds it
