@@ -46,15 +46,17 @@ def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, 
         debugger += f"\nRun-time verification: {'correct' if correct else 'FAILED'}: {why}"
         if not correct:
             debugger += "\n" + sanitizer_report(task, compiled.cubin or b"")
-        # Program and baseline in interleaved trials of one request, as candidates are timed (timing.py).
-        programs = [TimedProgram("program", compiled.cubin or b"")]
+        # Program and baseline in interleaved trials of one request, as candidates are timed (timing.py);
+        # a wrong program's times still describe it, but one that crashed the GPU is not run again.
+        crashed = verdict.get("stage") == "run" or not verdict.get("ok")
+        programs = [] if crashed else [TimedProgram("program", compiled.cubin or b"")]
         programs += [TimedProgram("baseline", base.cubin)] if base.ok and base.cubin else []
-        reply = pool.compare(compare_request(task, programs, cfg), max(cfg.timeout_seconds, 60))
+        reply = pool.compare(compare_request(task, programs, cfg), max(cfg.timeout_seconds, 60)) if programs else {}
         timed = reply.get("programs", {}) if reply.get("ok") else {}
 
         def stats(name: str) -> dict[str, Any] | None:
             entry = timed.get(name, {})
-            return entry.get("stats") if entry.get("ok") and not entry.get("problem") else None
+            return entry.get("stats") if entry.get("ok") else None
 
         profiler = profiler_report(task, compiled.cubin, stats("program"), stats("baseline"), gpu=True,
                                    use_ncu=use_ncu)

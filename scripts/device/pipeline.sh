@@ -49,7 +49,9 @@ if [ "${2:-}" = "--prepare" ]; then
   # Deselected: it runs the installed `cudanalyst-runner` command; here cudanalyst is on PYTHONPATH, not installed.
   $py -m pytest tests/gpu tests/test_kernel_stage_cpu.py tests/test_llm_shard.py tests/test_references.py -m "gpu or not gpu" -q \
     --deselect tests/test_llm_shard.py::test_refusing_endpoint_fails_the_shard_with_reasons_and_exit_1 \
-    -p no:cacheprovider --junitxml="$out/gpu-tests.xml" 2>&1 | tail -15
+    -p no:cacheprovider -rA --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log" | tail -15
+  step "bench/timing.py"
+  $py bench/timing.py 2>&1 | tee "$out/bench-timing.log"
   step "prepared"
   exit 0
 fi

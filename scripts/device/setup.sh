@@ -16,6 +16,10 @@ $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade
   || { echo "wheel install failed"; return 1; }
 export PYTHONPATH="$pkgs:$site"
 
+if [ ! -d "$site/pycuda" ] && [ -s .device/pycuda-built.tgz ]; then
+  # Built on an earlier machine of the same image and brought back (see the build step below).
+  tar xzf .device/pycuda-built.tgz -C "$site"
+fi
 if $py -c "import pycuda" 2>/dev/null; then
   step "pycuda already built on this machine"
 else
@@ -28,6 +32,8 @@ else
     && $py -m pip install --no-index --no-deps --no-build-isolation --no-cache-dir --target "$site" . ) \
     > "$out/pycuda-build.log" 2>&1 || { echo "pycuda build failed"; tail -40 "$out/pycuda-build.log"; return 1; }
   echo "pycuda built in $((SECONDS - t0)) s"
+  # Back through $OUT, so the next machine unpacks it instead of building again (carry .device).
+  (cd "$site" && tar czf "$out/pycuda-built.tgz" pycuda pycuda-*.dist-info 2>/dev/null)
 fi
 $py -c "import pycuda.driver as d; d.init(); print('pycuda', d.get_version(), d.Device(0).name())" || return 1
 

@@ -71,3 +71,90 @@ def test_no_kernel_and_wrong_signature_are_reasons_not_exceptions(pool):
     results = evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool)
     assert [r.label for r in results] == ["fail", "fail", "fail"]
     assert "double" in results[1].reason and "atax-typo" in results[2].reason
+
+
+# ---- kernels that do the work when verified and less when timed -----------------------------------------
+# Each one is correct whenever verification runs it (fresh module, NaN-prefilled outputs, new inputs per
+# seed) and does less, or nothing, once state survives from launch to launch. Timing must measure the
+# work verification checked: each is either timed doing the whole work (about 1.0x the honest kernel, so
+# `pass`) or fails verification with a reason that says what a timed launch got wrong. None is `fast`.
+ATAX_Y_START = "int j = blockIdx.x * blockDim.x + threadIdx.x;\n    if (j < N) {"
+ATAX_TMP_START = "int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < M) {"
+
+
+def y_first(code: str) -> str:
+    """`code` at the start of atax_y, once its index j is known."""
+    return ATAX_Y_START.replace("\n    if", f"\n    {code}\n    if")
+
+TIMING_ADVERSARIES = {
+    # Skips both kernels when the output already holds a number: what the last launch left.
+    "persisting-outputs": BASE
+    .replace(ATAX_TMP_START, "if (y[0] == y[0]) return;\n    " + ATAX_TMP_START)
+    .replace(ATAX_Y_START, "if (y[0] == y[0] && tmp[0] != tmp[0]) return;\n    " + ATAX_Y_START),
+    # Counts its launches in a module variable; past the launches verification makes, it writes zeros.
+    "launch-counting": "__device__ unsigned launches;\n" + BASE
+    .replace(ATAX_TMP_START, "if (launches > 12) return;\n    " + ATAX_TMP_START)
+    .replace(ATAX_Y_START, y_first("if (launches > 12) { if (j < N) y[j] = 0.0f; return; }"))
+    .replace(STORE_Y, "y[j] = acc; if (j == 0) atomicAdd(&launches, 1u);"),
+    # Remembers its result by the input values: a repeat of the same inputs is answered from memory,
+    # correct outputs included, so no check of the outputs alone can catch it.
+    "remembers-results": "__device__ float memo_y[N];\n__device__ float memo_key[3];\n__device__ int memo_valid, memo_hit;\n"
+    + BASE
+    # atax_tmp decides once per launch (the key only changes in atax_y, which runs after it) ...
+    .replace(ATAX_TMP_START, "bool hit = memo_valid && memo_key[0] == A[0] && memo_key[1] == A[M * N - 1]"
+             " && memo_key[2] == x[N - 1];\n    if (blockIdx.x == 0 && threadIdx.x == 0) memo_hit = hit;\n"
+             "    if (hit) return;\n    " + ATAX_TMP_START)
+    # ... and atax_y answers from memory on a hit, or computes and remembers.
+    .replace(ATAX_Y_START, y_first("if (memo_hit) { if (j < N) y[j] = memo_y[j]; return; }"))
+    .replace(STORE_Y, "y[j] = acc; memo_y[j] = acc;\n        if (j == 0) { memo_key[0] = A[0]; memo_key[1] = A[M * N - 1];"
+             " memo_key[2] = x[N - 1]; memo_valid = 1; }"),
+    # Counts in a function's static variable (a mangled name in the cubin); past 12 launches it does nothing.
+    "static-counter": BASE
+    .replace(ATAX_Y_START, "static __device__ int calls;\n    if (calls > 12) return;\n    " + ATAX_Y_START)
+    .replace(STORE_Y, "y[j] = acc; if (j == 0) atomicAdd(&calls, 1);"),
+}
+
+
+def test_state_kept_between_launches_buys_no_speed(pool):
+    settings = EvalSettings(timeout_seconds=30)
+    jobs = [KernelJob(name, "atax", src, BASE) for name, src in TIMING_ADVERSARIES.items()]
+    jobs.append(KernelJob("honest", "atax", BASE + "\n// honest\n", BASE))
+    results = {r.key: r for r in evaluate_candidates(jobs, settings, gpu=True, pool=pool)}
+    for name, r in results.items():
+        print(f"{name:20} {r.label:8} {r.speedup}  {r.reason[:160]}")
+    honest = results["honest"]
+    assert honest.label == "pass" and honest.speedup == pytest.approx(1.0, abs=0.1), honest.reason
+    assert honest.reference == "frozen"
+    for name in TIMING_ADVERSARIES:
+        r = results[name]
+        assert r.label != "fast", (name, r.speedup, r.reason)
+        if r.label == "pass":  # timed doing the whole work
+            assert r.speedup == pytest.approx(1.0, abs=0.1), (name, r.speedup, r.reason)
+        else:  # or caught: it did not do in a timed launch what was verified
+            assert r.label == "compile" and "timed launch" in r.reason, (name, r.label, r.reason)
+
+
+def test_the_outputs_of_timed_launches_are_checked(pool):
+    """A program timed without verification first (here: straight to `compare`): its timed outputs are
+    compared with the reference on the GPU, and the reply says which launch and what was wrong."""
+    from cudanalyst.runner.kernels.compile import compile_task_source
+    from cudanalyst.runner.kernels.requests import TimedProgram, compare_request
+
+    programs = {"honest": BASE, "writes-nothing": ADVERSARIES["writes-nothing"][0],
+                "off-by-one": BASE.replace(STORE_Y, "y[j] = acc + 1.0f;")}
+    cubins = [TimedProgram(n, compile_task_source(ATAX, src).cubin) for n, src in programs.items()]
+    reply = pool.compare(compare_request(ATAX, cubins, EvalSettings(trials=10)), 60)
+    assert reply["ok"], reply
+    timed = reply["programs"]
+    assert timed["honest"]["problem"] is None and timed["honest"]["stats"]["trials"] == 10
+    assert len(timed["honest"]["checked"]) == 2 and 10 in timed["honest"]["checked"]  # the last and a random one
+    assert "timed launch" in timed["writes-nothing"]["problem"] and "never written" in timed["writes-nothing"]["problem"]
+    assert "2100 of 2100 elements" in timed["off-by-one"]["problem"]
+
+
+def test_a_frozen_program_that_is_wrong_gives_way_to_the_baseline(pool):
+    wrong_frozen = BASE.replace(STORE_Y, "y[j] = 2.0f * acc;")
+    [r] = evaluate_candidates([KernelJob("c", "atax", BASE + "\n// candidate\n", wrong_frozen)], EvalSettings(),
+                              gpu=True, pool=pool)
+    assert r.label == "pass" and r.reference == "baseline", r.reason
+    assert r.speedup == pytest.approx(1.0, abs=0.1) and "task baseline" in r.reason
