@@ -367,7 +367,7 @@ def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
         dtype = task.param(out).dtype
         if dtype not in check:
             check[dtype] = checker.get_function(checker_function(dtype))
-            check[dtype].prepare("PPKddP")
+            check[dtype].prepare("PPQddP")
 
     replies: dict[str, dict[str, Any]] = {}
     programs: dict[str, Program] = {}

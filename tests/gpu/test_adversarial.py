@@ -46,7 +46,8 @@ def pool():
         yield p
 
 
-def test_every_adversary_is_caught_and_the_pool_survives(pool):
+def test_every_adversary_is_caught_and_the_pool_survives(pool, tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))  # no verdict stored by an earlier run
     jobs = [KernelJob(name, "atax", src, BASE) for name, (src, _) in ADVERSARIES.items()]
     jobs.append(KernelJob("honest", "atax", BASE + "\n// honest\n", BASE))
     settings = EvalSettings(timeout_seconds=20, correctness_trials=3)
@@ -141,7 +142,7 @@ def test_the_outputs_of_timed_launches_are_checked(pool):
     from cudanalyst.runner.kernels.requests import TimedProgram, compare_request
 
     programs = {"honest": BASE, "writes-nothing": ADVERSARIES["writes-nothing"][0],
-                "off-by-one": BASE.replace(STORE_Y, "y[j] = acc + 1.0f;")}
+                "off-by-half": BASE.replace(STORE_Y, "y[j] = 1.5f * acc;")}
     cubins = [TimedProgram(n, compile_task_source(ATAX, src).cubin) for n, src in programs.items()]
     reply = pool.compare(compare_request(ATAX, cubins, EvalSettings(trials=10)), 60)
     assert reply["ok"], reply
@@ -149,7 +150,8 @@ def test_the_outputs_of_timed_launches_are_checked(pool):
     assert timed["honest"]["problem"] is None and timed["honest"]["stats"]["trials"] == 10
     assert len(timed["honest"]["checked"]) == 2 and 10 in timed["honest"]["checked"]  # the last and a random one
     assert "timed launch" in timed["writes-nothing"]["problem"] and "never written" in timed["writes-nothing"]["problem"]
-    assert "2100 of 2100 elements" in timed["off-by-one"]["problem"]
+    assert "of 2100 elements beyond" in timed["off-by-half"]["problem"]
+    assert "never written" not in timed["off-by-half"]["problem"]
 
 
 def test_a_frozen_program_that_is_wrong_gives_way_to_the_baseline(pool):
