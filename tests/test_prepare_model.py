@@ -108,5 +108,5 @@ def test_the_default_is_the_quickstarts_model(pm):
     import yaml
 
     quickstart = yaml.safe_load((SCRIPT.parents[1] / "examples" / "quickstart.yaml").read_text())
-    assert pm.DEFAULT == quickstart["spec"]["models"]["planner"]["model"]
+    assert quickstart["spec"]["models"]["planner"]["model"] == pm.DEFAULT
     assert pm.MODELS[pm.DEFAULT].api == quickstart["spec"]["models"]["planner"].get("api", "chat")
