@@ -82,3 +82,17 @@ def test_values_schema_is_enforced_by_helm() -> None:
                           "--kube-version", manifests.KUBE_VERSION],
                          capture_output=True, text=True)
     assert out.returncode != 0 and "digest" in out.stderr
+
+
+def test_kueue_enabled_grants_workloads_and_tells_the_operator() -> None:
+    def operator_parts(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        by = kinds(docs)
+        role = next(r for r in by["ClusterRole"] if r["metadata"]["name"].endswith("-operator"))
+        env = {e["name"]: e.get("value", "") for e in by["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+        return [r for r in role["rules"] if "workloads" in r["resources"]], env
+
+    rules, env = operator_parts(template())
+    assert rules == [] and env["CUDANALYST_KUEUE"] == "false"  # off by default: no access to Kueue's objects
+    rules, env = operator_parts(template("kueue.enabled=true"))
+    assert env["CUDANALYST_KUEUE"] == "true"
+    assert rules == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]}]
