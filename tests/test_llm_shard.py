@@ -299,11 +299,15 @@ def test_a_kernel_stage_beside_the_llm_stage_takes_candidates_as_they_come(tmp_p
                                coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample, code=code)
 
     first, later, no_code = plan.units[:3], plan.units[3:6], plan.units[6]
+    # Wrong results: settled at once (compile only, or failed verification with a GPU), where a correct
+    # kernel would wait for timing after the LLM stage.
+    wrong = get_task("gemm").baseline_source.replace("acc +=", "acc -=")
     for u in first:
-        store.write_candidate(candidate(u, get_task("gemm").baseline_source))
+        store.write_candidate(candidate(u, wrong))
     codes: list[int] = []
     stage = threading.Thread(target=lambda: codes.append(main(
-        ["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "kernels", "--follow", str(marker)])))
+        ["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "kernels", "--follow", str(marker)])),
+        daemon=True)  # a failed assertion must not leave pytest waiting for it
     stage.start()
     outcomes = tmp_path / "out" / RUN / "outcomes"
     deadline = time.monotonic() + 60
@@ -311,7 +315,7 @@ def test_a_kernel_stage_beside_the_llm_stage_takes_candidates_as_they_come(tmp_p
         time.sleep(0.2)
     assert len(list(outcomes.glob("*.json"))) == 3 and stage.is_alive()  # outcomes before the LLM stage ends
     for u in later:
-        store.write_candidate(candidate(u, get_task("gemm").baseline_source + "\n// another\n"))
+        store.write_candidate(candidate(u, wrong + "\n// another\n"))
     store.write_candidate(candidate(no_code, None))  # only the kernel stage writes outcomes: this one too
     deadline = time.monotonic() + 60
     while len(list(outcomes.glob("*.json"))) < 7 and time.monotonic() < deadline:

@@ -60,7 +60,7 @@ rc=0
 if [ "${2:-}" != "--bench-only" ]; then
   step "the pipeline: cudanalyst run $spec"
   t0=$SECONDS
-  $py -m cudanalyst run "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
+  timeout --signal=INT "${RUN_TIMEOUT:-0}" $py -m cudanalyst run "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
   rc=${PIPESTATUS[0]}
   echo "pipeline wall time $((SECONDS - t0)) s, exit $rc"
   name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
