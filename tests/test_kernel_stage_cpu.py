@@ -325,3 +325,66 @@ def test_copies_are_found_up_to_whitespace_and_comments():
     assert not same_code(base, base.replace("acc +=", "acc -="))
     assert not same_code('char* s = "//";', 'char* s = "";')  # a comment marker inside a string is code
     assert not same_code(None, base)
+
+
+# ---- the stage's GPU path, with a stand-in pool (the real one runs in tests/gpu on the H200) -------------
+
+class _StandInPool:
+    """Answers like a WorkerPool: `verify` from a table of sources, `compare` with given medians. A unit-test
+    double for the stage's own logic (grouping, references, labels); the GPU tests run the real pool."""
+
+    def __init__(self, wrong: set[bytes], medians: dict[bytes, float], problems: dict[bytes, str]) -> None:
+        self.workers = [object(), object()]
+        self.wrong, self.medians, self.problems = wrong, medians, problems
+        self.compares: list[list[str]] = []
+        self.restarts, self.restart_seconds = 0, 0.0
+
+    def verify(self, request, timeout_s):
+        correct = request.cubin not in self.wrong
+        return {"ok": True, "correct": correct, "reason": "correct" if correct else "seed 1000: wrong", "seconds": 0.01}
+
+    def compare(self, request, timeout_s):
+        self.compares.append([p.name for p in request.programs])
+        out = {}
+        for p in request.programs:
+            median = self.medians.get(p.cubin, 1.0)
+            stats = {"median_ms": median, "trials": request.trials, "iqr_over_median": 0.01}
+            out[p.name] = {"ok": True, "stats": stats, "problem": self.problems.get(p.cubin)}
+        return {"ok": True, "programs": out, "seconds": 0.1}
+
+
+@needs_nvcc
+def test_groups_are_timed_beside_their_references_with_the_right_labels(tmp_path, monkeypatch):
+    from cudanalyst.runner.kernels.compile import compile_task_source
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    launch = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
+
+    def variant(x: int, y: int) -> str:  # the same kernel with another block shape: another cubin
+        return base.replace(launch, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
+
+    frozen_ok, frozen_bad, fast, cheat = variant(32, 8), variant(8, 32), variant(64, 4), variant(4, 64)
+
+    def cubin(src):
+        return compile_task_source(GEMM, src).cubin
+
+    pool = _StandInPool(wrong={cubin(frozen_bad)}, medians={cubin(fast): 0.5},
+                        problems={cubin(cheat): "the outputs of timed launch 7 of 30 differ from the reference"})
+    jobs = [KernelJob("copy", "gemm", frozen_ok + "// copy\n", frozen_ok),
+            KernelJob("fast", "gemm", fast, frozen_ok),
+            KernelJob("cheat", "gemm", cheat, frozen_ok),
+            KernelJob("orphan", "gemm", fast, frozen_bad)]
+    phases: dict = {}
+    by = {r.key: r for r in evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool, phases=phases)}
+    assert (by["copy"].label, by["copy"].speedup, by["copy"].reference, by["copy"].unchanged) == ("pass", 1.0, "frozen", True)
+    assert (by["fast"].label, by["fast"].speedup, by["fast"].reference) == ("fast", 2.0, "frozen")
+    assert by["fast"].speedup_vs_baseline == 2.0
+    assert by["cheat"].label == "compile" and "fails verification" in by["cheat"].reason
+    # the frozen program is wrong: the baseline is the reference, and the record says so
+    assert (by["orphan"].label, by["orphan"].reference) == ("fast", "baseline")
+    assert "task baseline" in by["orphan"].reason
+    assert phases["references"] == {"frozen": 2, "baseline": 1}  # timed units per reference (cheat failed)
+    # one request per group, each beside its references: the correct frozen program and the baseline
+    assert sorted(map(sorted, pool.compares)) == sorted([sorted(["frozen", "baseline", "copy", "fast", "cheat"]),
+                                                         sorted(["baseline", "orphan"])])

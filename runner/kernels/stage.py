@@ -294,21 +294,36 @@ class KernelStage:
     # ---- timing ---------------------------------------------------------------------------------
 
     def finish(self) -> dict[str, OutcomeRecord]:
-        """Wait for every compile and verification, then time the correct candidates; all records by key."""
-        self.poll(timeout=None)
-        for ref in self.references.values():
-            ref.compiled.result()
-            if ref.verdict is not None:
-                ref.verdict.result()
-        self.phases["compileAndVerify"] = time.monotonic() - self.started
+        """Every job is in: take in the rest of the compiles and verifications and time the correct candidates;
+        all records by key. A group of candidates (one task, one frozen program) is timed as soon as each of
+        its candidates is settled, while the others are still being verified: timing takes the GPU between
+        verifications (pool.py), so the stage's tail is the longer of the two, not their sum."""
+        groups: dict[tuple[str, str | None], list[KernelJob]] = {}
+        for key in sorted(self.order, key=self.order.__getitem__):  # the jobs that went to nvcc, in arrival order
+            job = self.jobs[key]
+            groups.setdefault((job.task, job.frozen_source), []).append(job)
+        timing = Timing(self)
+        while groups:
+            pending = self.poll(timeout=0.0 if self._ready(groups) else 0.2)
+            for group in self._ready(groups):
+                jobs = [j for j in groups.pop(group) if j.key in self.verdicts]  # the correct ones
+                if jobs:
+                    timing.run(jobs)
+            if not pending and not self._ready(groups) and groups:
+                raise RuntimeError(f"kernel stage: {len(groups)} group(s) never settled")  # a bug, never a state
+        self.phases["compileAndVerify"] = time.monotonic() - self.started - timing.seconds
         self.phases["timed"] = len(self.correct)
-        if self.correct:
-            Timing(self).run(sorted(self.correct, key=lambda j: self.order[j.key]))
-        self.phases["timing"] = time.monotonic() - self.started - self.phases["compileAndVerify"]
+        self.phases["timing"] = timing.seconds
+        self.phases["references"] = dict(timing.count)
         if self.pool is not None:
             self.phases["workerRestarts"] = self.pool.restarts
             self.phases["restartSeconds"] = round(self.pool.restart_seconds, 3)
         return self.results
+
+    def _ready(self, groups: dict[tuple[str, str | None], list[KernelJob]]) -> list[tuple[str, str | None]]:
+        """The groups whose every job has a record or a verdict of correct (waiting to be timed)."""
+        return [g for g, jobs in groups.items()
+                if all(j.key in self.results or j.key in self.verdicts for j in jobs)]
 
     def close(self) -> None:
         if self._compiler is not None:
@@ -331,17 +346,17 @@ class Timing:
     def __init__(self, stage: KernelStage) -> None:
         self.stage = stage
         self.cfg = stage.cfg
-        self.count: dict[str, int] = {}
+        self.count: dict[str, int] = {}  # units timed against each reference
+        self.seconds = 0.0  # wall time spent timing
 
     def run(self, correct: Sequence[KernelJob]) -> None:
-        groups: dict[tuple[str, str | None], list[KernelJob]] = {}
-        for job in correct:  # in arrival order, so a run's outcomes do not depend on compile speed
-            groups.setdefault((job.task, job.frozen_source), []).append(job)
-        for (_, frozen), jobs in groups.items():
-            task = self.stage.tasks[jobs[0].key]
-            for start in range(0, len(jobs), CANDIDATES_PER_COMPARISON):
-                self._time_group(task, frozen, jobs[start:start + CANDIDATES_PER_COMPARISON])
-        self.stage.phases["references"] = dict(self.count)
+        """Time the correct candidates of one group (one task, one frozen program), a few per request."""
+        started = time.monotonic()
+        task = self.stage.tasks[correct[0].key]
+        frozen = correct[0].frozen_source
+        for start in range(0, len(correct), CANDIDATES_PER_COMPARISON):
+            self._time_group(task, frozen, list(correct[start:start + CANDIDATES_PER_COMPARISON]))
+        self.seconds += time.monotonic() - started
 
     def _references(self, task: Task, frozen: str | None) -> list[tuple[str, bytes]]:
         """The references a group is timed beside: the frozen program and the task baseline, those of them

@@ -60,6 +60,8 @@ def test_every_adversary_is_caught_and_the_pool_survives(pool, tmp_path, monkeyp
     assert results["honest"].label in ("pass", "fast"), results["honest"].reason
     assert results["honest"].speedup == pytest.approx(1.0, rel=0.1)
     assert pool.restarts >= 2  # the hang and the illegal address each cost one restart
+    # What a restart costs: the replacement starts in the background (Python, pycuda, a CUDA context).
+    print(f"worker restarts: {pool.restarts}, {pool.restart_seconds / pool.restarts:.2f} s each to start")
     # and the same pool still serves: a second honest run after all of it
     again = evaluate_candidates([KernelJob("after", "atax", BASE + "\n// after\n", BASE)], settings, gpu=True, pool=pool)
     assert again[0].label in ("pass", "fast"), again[0].reason
