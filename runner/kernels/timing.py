@@ -36,13 +36,19 @@ import numpy as np
 from cudanalyst.runner.kernels.checker import RESULT_WORDS, checker_function, launch_shape
 from cudanalyst.runner.kernels.cubin_globals import CubinFormatError, writable_variables
 from cudanalyst.runner.kernels.requests import CompareRequest
-from cudanalyst.runner.kernels.verify import ContractError, ContractLauncher, resolve_task, tolerance_for
+from cudanalyst.runner.kernels.verify import (
+    POISON_WORD,
+    ContractError,
+    ContractLauncher,
+    launch_args,
+    resolve_task,
+    tolerance_for,
+)
 from cudanalyst.tasks.base import Role, Task
 
 if TYPE_CHECKING:
     from cudanalyst.runner.kernels.worker import GpuSession
 
-_NAN_WORD = {"float32": 0x7FC00000, "float64": 0x7FF80000, "int32": 0x7FFFFFFF}
 EXTRA_WARMUP = 4  # up to this many more warm-up launches, drawn at random per program
 
 
@@ -216,15 +222,7 @@ class TaskData:
         return max(4, int(np.prod(self.task.shape(name))) * np.dtype(p.dtype).itemsize)
 
     def args(self, seed_index: int, step: int) -> list[Any]:
-        out: list[Any] = []
-        for p in self.task.params:
-            if p.is_array:
-                out.append(self.live[p.name])
-            elif p.role is Role.STEP:
-                out.append(np.int32(step))
-            else:
-                out.append(np.dtype(p.dtype).type(self.scalars[seed_index][p.name]))
-        return out
+        return launch_args(self.task, self.live, self.scalars[seed_index], step)
 
     def prepare_async(self, seed_index: int, stream: Any) -> None:
         """In and in/out arrays from the seed's pristine copy, outputs and temps to NaN."""
@@ -233,8 +231,7 @@ class TaskData:
             if p.role in (Role.IN, Role.INOUT):
                 cuda.memcpy_dtod_async(self.live[p.name], self.pristine[seed_index][p.name], self.nbytes(p.name), stream)
             else:
-                cuda.memset_d32_async(self.live[p.name], _NAN_WORD.get(p.dtype, 0x7FFFFFFF),
-                                      self.nbytes(p.name) // 4, stream)
+                cuda.memset_d32_async(self.live[p.name], POISON_WORD[p.dtype], self.nbytes(p.name) // 4, stream)
 
     def free(self) -> None:
         for mem in (*self.live.values(), *(m for d in (*self.pristine, *self.want) for m in d.values())):

@@ -153,7 +153,21 @@ def late_writes(at_stream_sync: Mapping[str, np.ndarray], at_device_sync: Mappin
 # ---- on the GPU ---------------------------------------------------------------------------------------
 
 _ARG_CODES = {"float32": "f", "float64": "d", "int32": "i"}
-_NAN_WORD = {"float32": 0x7FC00000, "float64": 0x7FF80000}  # repeated 32-bit words are NaN in both
+# The 32-bit word an output or temp is prefilled with: repeated, a NaN in float32 and float64 alike.
+POISON_WORD = {"float32": 0x7FC00000, "float64": 0x7FF80000, "int32": 0x7FFFFFFF}
+
+
+def launch_args(task: Task, arrays: Mapping[str, Any], scalars: Mapping[str, Any], step: int) -> list[Any]:
+    """A kernel's arguments in the contract's order: device arrays, the time step, the scalars by value."""
+    out: list[Any] = []
+    for p in task.params:
+        if p.is_array:
+            out.append(arrays[p.name])
+        elif p.role is Role.STEP:
+            out.append(np.int32(step))
+        else:
+            out.append(np.dtype(p.dtype).type(scalars[p.name]))
+    return out
 
 
 @dataclass
@@ -204,13 +218,10 @@ class Buffers:
     def __init__(self, cuda: Any, task: Task, inputs: Mapping[str, np.ndarray]) -> None:
         self.cuda, self.task, self.inputs = cuda, task, inputs
         self.device: dict[str, Any] = {}
-        self.pristine: dict[str, Any] = {}
         for p in task.params:
             if p.is_array:
                 nbytes = max(1, int(np.prod(task.shape(p.name))) * np.dtype(p.dtype).itemsize)
                 self.device[p.name] = cuda.mem_alloc(nbytes)
-                if p.role is Role.INOUT:  # a device copy, so timing can restore it without host traffic
-                    self.pristine[p.name] = cuda.to_device(inputs[p.name])
 
     def reset(self) -> None:
         cuda = self.cuda
@@ -219,24 +230,10 @@ class Buffers:
                 cuda.memcpy_htod(self.device[p.name], self.inputs[p.name])
             elif p.role in (Role.OUT, Role.TEMP):
                 words = int(np.prod(self.task.shape(p.name))) * np.dtype(p.dtype).itemsize // 4
-                cuda.memset_d32(self.device[p.name], _NAN_WORD.get(p.dtype, 0x7FFFFFFF), words)
-
-    def restore_async(self, stream: Any) -> None:
-        """Device-to-device restore of in/out arrays (for timing: keeps values from growing run to run)."""
-        for name, src in self.pristine.items():
-            nbytes = self.inputs[name].nbytes
-            self.cuda.memcpy_dtod_async(self.device[name], src, nbytes, stream)
+                cuda.memset_d32(self.device[p.name], POISON_WORD[p.dtype], words)
 
     def args(self, step: int) -> list[Any]:
-        out: list[Any] = []
-        for p in self.task.params:
-            if p.is_array:
-                out.append(self.device[p.name])
-            elif p.role is Role.STEP:
-                out.append(np.int32(step))
-            else:
-                out.append(np.dtype(p.dtype).type(self.inputs[p.name]))
-        return out
+        return launch_args(self.task, self.device, self.inputs, step)
 
     def read(self, names: Sequence[str], stream: Any | None = None,
              pinned: Callable[[str, tuple[int, ...], str], np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -258,10 +255,9 @@ class Buffers:
         return out
 
     def free(self) -> None:
-        for mem in (*self.device.values(), *self.pristine.values()):
+        for mem in self.device.values():
             mem.free()
         self.device.clear()
-        self.pristine.clear()
 
 
 Launch = Callable[[Any, Buffers], None]
