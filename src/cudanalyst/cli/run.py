@@ -39,6 +39,9 @@ from cudanalyst.local import (
 from cudanalyst.runs import PlanError
 
 LOG_EVERY_S = 10.0
+# The model server is ours and on this machine: a slow request is slow, not lost, and a retry would start it
+# again from nothing (on two loaded CPU cores 16 answers took longer than the runner's default 600 s).
+LOCAL_LLM_ARGS = ("--request-timeout", "3600")
 
 
 class Activity:
@@ -161,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
                     with shared_servers(ar, folder, args.health_timeout, now.say) as served:
                         spec_path = write_spec_file(served, folder)
                         now.llm_started = True
-                        codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick)
+                        codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick,
+                                                 LOCAL_LLM_ARGS)
                     now.llm_over = True
                     codes["kernels"] = kernels_after_llm()
             elif args.stage == "llm":
