@@ -5,13 +5,15 @@ Shapley values. Targets: n = 16 at least 100x faster than shapiq; n = 20 under 1
 
     python bench/attribution.py                 # n = 8, 12, 16, 20; shapiq up to n = 16
     python bench/attribution.py --shapiq-max 12 # a quicker run
-    python bench/attribution.py --coverage      # coverage of the 95% Banzhaf intervals, issue 13's designs
-    python bench/attribution.py --coverage --runs 1000 --seed 1
+    python bench/attribution.py --coverage      # coverage of the 95% Banzhaf intervals, per player: issue 13's
+                                                # grid and the larger effects (2000 runs each, ~15 min)
+    python bench/attribution.py --coverage --runs 500 --seed 1 --designs larger
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from itertools import combinations
@@ -52,21 +54,29 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
     return best, result
 
 
-def coverage_table(runs: int, seed: int) -> None:
-    """The grid of tests/test_attribution_coverage.py as a Markdown table (docs/attribution.md has one)."""
-    from cudanalyst.attribution.simulate import Design, coverage
+def coverage_table(runs: int, seed: int, which: str, jobs: int) -> None:
+    """Per-player coverage of issue 13's grid and of the larger effects as a Markdown table (docs/attribution.md
+    has one; tests/test_attribution_coverage.py runs a subset). Designs run in `jobs` processes, rows in order."""
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
 
-    print(f"{runs} runs per design, seed {seed}; coverage of the 95% intervals of the 3 players' Banzhaf values")
-    print("| P | R | rate | pooled | mean rate | coverage (mean) | per player | mean half-width |")
-    print("|---|---|---|---|---|---|---|---|")
-    for p in (4, 12, 48):
-        for r in (1, 3):
-            for rate in (0.05, 0.5):
-                for pooled in (False, True):
-                    c = coverage(Design(p, r, rate, pooled), runs, seed=seed)
-                    per = " / ".join(f"{x:.3f}" for x in c.covered)
-                    print(f"| {p} | {r} | {rate} | {'tasks of 3 gens' if pooled else 'no'} | {c.mean_rate:.3f} "
-                          f"| {c.mean:.3f} | {per} | {c.half_width:.3f} |", flush=True)
+    from cudanalyst.attribution.simulate import GRID, LARGER, coverage
+
+    designs = {"grid": GRID, "larger": LARGER, "all": GRID + LARGER}[which]
+    se = (0.95 * 0.05 / runs) ** 0.5
+    print(f"{runs} runs per design, seed {seed}; 95% intervals of the 3 players' Banzhaf values (debugger / analyzer"
+          f" / profiler); Monte-Carlo SE of a coverage near 0.95: {se:.4f}")
+    print("| P | R | rate | pooled | effects (logit) | truth | coverage per player | below / above the truth "
+          "(player 1) | mean half-width |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        results = pool.map(partial(coverage, runs=runs, seed=seed), designs)
+        for d, c in zip(designs, results, strict=True):
+            truth = " / ".join(f"{x:+.3f}" for x in c.truth)
+            per = " / ".join(f"{x:.3f}" for x in c.covered)
+            print(f"| {d.units} | {d.rollouts} | {d.rate} | {'tasks of 3 gens' if d.pooled else 'no'} "
+                  f"| {'/'.join(f'{e:+g}' for e in d.effects)} | {truth} | {per} "
+                  f"| {c.below[0]:.3f} / {c.above[0]:.3f} | {c.half_width:.3f} |", flush=True)
 
 
 def main() -> None:
@@ -76,11 +86,14 @@ def main() -> None:
                         help="largest n to run shapiq on (default 16: at n = 20 it would take hours)")
     parser.add_argument("--coverage", action="store_true",
                         help="instead: coverage of the 95%% Banzhaf intervals by simulation (issue 13's grid)")
-    parser.add_argument("--runs", type=int, default=300, help="with --coverage: simulated runs per design")
+    parser.add_argument("--runs", type=int, default=2000, help="with --coverage: simulated runs per design")
     parser.add_argument("--seed", type=int, default=2026, help="with --coverage: seed (the test's is 2026)")
+    parser.add_argument("--designs", choices=("grid", "larger", "all"), default="all",
+                        help="with --coverage: issue 13's grid, the larger effects, or both (default)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --coverage: processes")
     args = parser.parse_args()
     if args.coverage:
-        coverage_table(args.runs, args.seed)
+        coverage_table(args.runs, args.seed, args.designs, args.jobs)
         return
     print("indices: Banzhaf values + all pairwise Banzhaf interactions + Shapley values, random game")
     print(f"{'n':>3} {'coalitions':>11} {'ours [s]':>10} {'shapiq [s]':>11} {'ratio':>8}  agree")

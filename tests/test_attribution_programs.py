@@ -65,7 +65,11 @@ def test_rollouts_of_the_same_programs_are_not_new_programs() -> None:
     widths = [game(run(raw(r), ["pass"]), "pass").banzhaf["debugger"] for r in (1, 30)]
     assert widths[0].value == pytest.approx(1 / 12) and widths[1].value == pytest.approx(1 / 12)
     w1, w30 = (e.high - e.low for e in widths)
-    assert w30 == pytest.approx(w1, rel=0.05) and w30 > 0.1
+    # The width is the one program's variation between programs; rollouts only sharpen the within-program
+    # noise of the other eleven (the asymmetric interval's lower end moves by a few points), never 1/sqrt(30).
+    assert w30 == pytest.approx(w1, rel=0.1) and w30 > 0.3
+    # Nor is one program of twelve made significant by replaying it (treated as 360 outcomes, p ~ 1e-10).
+    assert all(e.p_value > 0.01 for e in widths)
 
 
 def test_all_zero_rates_keep_a_width_and_one_program_gives_no_interval() -> None:

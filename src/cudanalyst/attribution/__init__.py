@@ -4,7 +4,8 @@ analytic and bootstrap intervals, and the Maximum Sample Reuse estimator. See do
 - `games`: coalition bitmasks (players in spec order) and game files
 - `transforms`: Moebius, Banzhaf values/interactions, Shapley values/interactions
 - `values`: outcome records -> counts behind v(S) per arm, metric, generation and pooled
-- `intervals`: analytic variances and the bootstrap within each coalition
+- `intervals`: variance tables, the t-interval over units (MSR), Holm, the cluster bootstrap
+- `contrast`: the intervals from outcomes: each index a contrast of two mean rates, on their logit scale
 - `msr`: Maximum Sample Reuse for sampled coalitions
 - `report`: the JSON-able result (`AttributionReport`, `game_indices`)
 """

@@ -1,7 +1,9 @@
 """The attribution result as JSON-able records: from a game table, or from outcome records with intervals.
 
 From outcomes, each game's intervals come from the variation between its units of replication (frozen
-programs; tasks when generations are pooled): see `intervals.between_units` and docs/attribution.md.
+programs; tasks when generations are pooled): each index is a contrast of two mean rates, its interval
+taken on their logit scale with Satterthwaite degrees of freedom (`contrast.py`); MSR keeps the t-interval of
+`intervals.between_units`. See docs/attribution.md.
 """
 
 from __future__ import annotations
@@ -17,16 +19,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from cudanalyst.attribution import transforms as tf
+from cudanalyst.attribution.contrast import (
+    Intervals,
+    contrast_intervals,
+    exact_contrasts,
+    rate_contrasts,
+    unit_levels,
+)
 from cudanalyst.attribution.games import FloatArray, Game, coalition_key, masks_of_order
 from cudanalyst.attribution.intervals import (
+    PRIOR_UNITS,
     adjusted_rate,
-    banzhaf_interaction_variance_table,
     between_units,
     holm,
-    moebius_variance,
     p_values,
     percentile_interval,
-    shapley_value_variance,
     t_quantile,
     unit_weights,
 )
@@ -44,9 +51,12 @@ NOTES = [
     "v(S) = mean over the game's frozen programs of each program's rate under S (best-of-k per rollout, "
     "mean over rollouts); pooled = the programs of every generation together.",
     "Unit of replication: the frozen program (per generation), the task (pooled). Estimand: the mean over "
-    "programs like these, drawn from this trajectory, of each program's expected index. low/high: t-interval "
-    "over units (each unit's own index; the pairing across coalitions used), variance pooled with an "
-    "Agresti-Coull adjusted-rate prior worth one unit; rollouts and samples are replicates inside a unit.",
+    "programs like these, drawn from this trajectory, of each program's expected index. low/high: each index is "
+    "a contrast of two mean rates (s+ A - s- B); their covariance over units (the pairing across coalitions "
+    "used), pooled with an Agresti-Coull adjusted-rate prior worth one unit, gives an ellipse on the logit scale "
+    "of A and B, mapped back (asymmetric near rates 0 and 1, the t-interval near 1/2); t reference with "
+    "Satterthwaite degrees of freedom (dof) for units of unequal noise. se is on the rate scale. Rollouts and "
+    "samples are replicates inside a unit. MSR estimates keep the t-interval value -+ t se.",
     "bootstrapLow/High: percentile interval resampling whole units with all their coalitions (MSR: units and "
     "sampled coalitions, each once); it is narrower than it should be with few units.",
     "holm: the interval still excludes 0 after Holm's correction over every Banzhaf value and interaction "
@@ -70,6 +80,7 @@ class Estimate(_Model):
     bootstrap_low: float | None = None
     bootstrap_high: float | None = None
     p_value: float | None = Field(None, description="Two-sided, for value = 0, before correction (indices only).")
+    dof: float | None = Field(None, description="Degrees of freedom of this interval's t reference.")
     holm: bool | None = Field(None, description="The interval excludes 0 after Holm's correction over the family.")
 
 
@@ -97,7 +108,8 @@ class GameResult(_Model):
     rollouts: int
     samples: int = Field(0, description="k of best-of-k.")
     balance: str = Field("", description="Unequal sample counts and how they were handled; empty if balanced.")
-    dof: float | None = Field(None, description="Degrees of freedom of the t-intervals.")
+    dof: float | None = Field(None, description="Nominal degrees of freedom, units - 1 + prior; each estimate's "
+                                                "own (Satterthwaite, never more) is its `dof`.")
     interval_note: str = Field("", description="Why intervals are missing, when they are.")
     values: dict[str, Estimate] = Field(description="v(S) per coalition.")
     banzhaf: dict[str, Estimate]
@@ -172,28 +184,35 @@ def _num(x: float) -> float | None:
 
 @dataclass
 class _Part:
-    """One family of estimates of a game (values, banzhaf, ...): keys, point, se, bootstrap interval."""
+    """One family of estimates of a game (values, banzhaf, ...): keys, point, se, interval, p-value, dof,
+    bootstrap interval."""
 
     keys: list[str]
-    value: FloatArray
-    se: FloatArray
+    iv: Intervals
     boot: tuple[FloatArray, FloatArray] | None = None
     tested: bool = False  # in the Holm family
 
 
-def _estimates(part: _Part, quantile: float, dof: float) -> dict[str, Estimate]:
-    p = p_values(part.value, part.se, dof) if part.tested else np.full(part.value.shape, np.nan)
+def _t_part(keys: list[str], value: FloatArray, se: FloatArray, dof: float, confidence: float) -> Intervals:
+    """The symmetric t-interval value -+ t se (MSR)."""
+    q = t_quantile(confidence, dof) if dof > 0 else math.nan
+    return Intervals(value, se, value - q * se, value + q * se, p_values(value, se, dof), np.full(value.shape, dof))
+
+
+def _estimates(part: _Part) -> dict[str, Estimate]:
+    iv = part.iv
     out = {}
     for i, key in enumerate(part.keys):
-        ok = math.isfinite(part.value[i]) and math.isfinite(part.se[i])
+        ok = math.isfinite(iv.estimate[i]) and math.isfinite(iv.se[i])
         out[key] = Estimate(
-            value=_num(part.value[i]),
-            se=_num(part.se[i]) if ok else None,
-            low=_num(part.value[i] - quantile * part.se[i]) if ok else None,
-            high=_num(part.value[i] + quantile * part.se[i]) if ok else None,
+            value=_num(iv.estimate[i]),
+            se=_num(iv.se[i]) if ok else None,
+            low=_num(iv.low[i]) if ok else None,
+            high=_num(iv.high[i]) if ok else None,
             bootstrap_low=_num(part.boot[0][i]) if part.boot is not None else None,
             bootstrap_high=_num(part.boot[1][i]) if part.boot is not None else None,
-            p_value=_num(p[i]) if part.tested else None,
+            p_value=_num(iv.p_value[i]) if part.tested and ok else None,
+            dof=_num(iv.dof[i]) if ok else None,
         )
     return out
 
@@ -212,6 +231,7 @@ class _Units:
     successes: FloatArray  # (C,)
     programs: int
     exclusions: list[Exclusion]
+    unit_trials: FloatArray  # (J, C): each unit's program-rollout outcomes per coalition
 
 
 def _units(po: ProgramOutcomes, players: Sequence[str]) -> _Units:
@@ -244,14 +264,20 @@ def _units(po: ProgramOutcomes, players: Sequence[str]) -> _Units:
     rates = np.zeros((len(unit_ids), po.masks.size))
     np.add.at(rates, unit.reshape(-1), per_program)
     rates /= np.maximum(weights, 1)[:, None]
+    unit_trials = np.zeros_like(rates)
+    np.add.at(unit_trials, unit.reshape(-1), present.sum(axis=2))
     return _Units(rates, weights, present.sum(axis=(0, 2)).astype(np.float64),
-                  hits.sum(axis=(0, 2)).astype(np.float64), int(include.sum()), exclusions)
+                  hits.sum(axis=(0, 2)).astype(np.float64), int(include.sum()), exclusions, unit_trials)
 
 
-def _rate_part(u: _Units, keys: list[str], confidence: float) -> tuple[_Part, float]:
-    p = adjusted_rate(u.successes, u.trials, confidence)
-    value, se, dof = between_units(u.rates, u.weights, p * (1 - p) / np.maximum(u.trials, 1))
-    return _Part(keys, value, se), dof
+def _nominal_dof(u: _Units) -> float:
+    return len(u.weights) - 1 + PRIOR_UNITS if len(u.weights) > 1 else 0.0
+
+
+def _rate_part(u: _Units, keys: list[str], confidence: float) -> _Part:
+    levels = unit_levels(u.rates, u.unit_trials, confidence)
+    return _Part(keys, contrast_intervals(rate_contrasts(u.rates, u.trials, u.unit_trials), u.weights, levels,
+                                          u.programs, confidence))
 
 
 def _boot_rates(u: _Units, replicates: int, rng: np.random.Generator) -> FloatArray:
@@ -261,7 +287,7 @@ def _boot_rates(u: _Units, replicates: int, rng: np.random.Generator) -> FloatAr
 
 
 def _exact_parts(u: _Units, n: int, order: int, confidence: float, replicates: int, seed: int,
-                 keys: dict[str, list[str]]) -> tuple[dict[str, _Part], float]:
+                 keys: dict[str, list[str]]) -> dict[str, _Part]:
     singles, pairs = masks_of_order(n, 1), masks_of_order(n, order)
     sizes = [n, len(pairs), n, 1 << n]
 
@@ -270,21 +296,23 @@ def _exact_parts(u: _Units, n: int, order: int, confidence: float, replicates: i
         m = tf.moebius(v)
         return np.concatenate([table[..., singles], table[..., pairs], tf.shapley_values(v, m), m], axis=-1)
 
-    # The prior: independent Bernoulli outcomes at one adjusted rate pooled over the game's coalitions.
-    p = adjusted_rate(u.successes.sum(), u.trials.sum(), confidence)
-    var_v = p * (1 - p) / np.maximum(u.trials, 1)
-    vtable = banzhaf_interaction_variance_table(var_v)
-    prior = np.concatenate([vtable[singles], vtable[pairs], shapley_value_variance(var_v), moebius_variance(var_v)])
-    value, se, dof = between_units(statistic(u.rates), u.weights, prior)
+    contrasts = exact_contrasts(u.rates, u.trials, u.unit_trials, n, order)
+    iv = contrast_intervals(contrasts, u.weights, unit_levels(u.rates, u.unit_trials, confidence), u.programs,
+                            confidence)
+    # The point values stay the transforms' own (shapiq is their oracle); the contrasts agree to rounding.
+    w = u.weights / u.weights.sum()
+    iv = Intervals(w @ statistic(u.rates), iv.se, iv.low, iv.high, iv.p_value, iv.dof)
     boot = None
     if replicates and len(u.weights) > 1:
         low, high, _ = percentile_interval(statistic(_boot_rates(u, replicates, np.random.default_rng(seed))),
                                            confidence)
         boot = list(zip(np.split(low, np.cumsum(sizes)[:-1]), np.split(high, np.cumsum(sizes)[:-1]), strict=True))
     names = ["banzhaf", "interactions", "shapley", "moebius"]
-    values, ses = np.split(value, np.cumsum(sizes)[:-1]), np.split(se, np.cumsum(sizes)[:-1])
-    return {name: _Part(keys[name], values[i], ses[i], boot[i] if boot else None, name in ("banzhaf", "interactions"))
-            for i, name in enumerate(names)}, dof
+    cuts = np.cumsum(sizes)[:-1]
+    pieces = [np.split(x, cuts) for x in (iv.estimate, iv.se, iv.low, iv.high, iv.p_value, iv.dof)]
+    return {name: _Part(keys[name], Intervals(*(x[i] for x in pieces)), boot[i] if boot else None,
+                        name in ("banzhaf", "interactions"))
+            for i, name in enumerate(names)}
 
 
 def _msr_parts(u: _Units, masks: np.ndarray, n: int, order: int, confidence: float, replicates: int, seed: int,
@@ -298,6 +326,7 @@ def _msr_parts(u: _Units, masks: np.ndarray, n: int, order: int, confidence: flo
     for name, k in (("banzhaf", 1), ("interactions", order)):
         per_unit = msr_interactions(masks, u.rates, n, k)[0]
         value, se, dof = between_units(per_unit, u.weights, msr_variance(masks, var_v, n, k))
+        dof = float(dof)
         if sampled:
             # The coalitions are a sample too: add MSR's between-coalition variance of the pooled rates.
             se = np.sqrt(se**2 + msr_interactions(masks, v_hat, n, k)[1] ** 2)
@@ -311,7 +340,7 @@ def _msr_parts(u: _Units, masks: np.ndarray, n: int, order: int, confidence: flo
             else:
                 note = (f"bootstrap interval left out: only {finite} of {replicates} replicates drew every "
                         "group of coalitions an index needs")
-        parts[name] = _Part(keys[name], value, se, boot, True)
+        parts[name] = _Part(keys[name], _t_part(keys[name], value, se, dof, confidence), boot, True)
     return parts, dof, note
 
 
@@ -370,24 +399,23 @@ def attribute_game(
     if u.programs == 0:
         why = "; ".join(f"{e.programs} program(s): {e.reason}" for e in u.exclusions[:3])
         return null(f"{metric} could not be established for any program ({why})")
-    values, dof = _rate_part(u, value_keys, confidence)
+    values = _rate_part(u, value_keys, confidence)
     if replicates and len(u.weights) > 1:
         low, high, _ = percentile_interval(_boot_rates(u, replicates, np.random.default_rng(seed)), confidence)
         values.boot = (low, high)
     boot_note = ""
     if chosen == "exact":
-        parts, dof = _exact_parts(u, n, order, confidence, replicates, seed, keys)
+        parts = _exact_parts(u, n, order, confidence, replicates, seed, keys)
     else:
-        parts, dof, boot_note = _msr_parts(u, po.masks, n, order, confidence, replicates, seed, keys)
+        parts, _, boot_note = _msr_parts(u, po.masks, n, order, confidence, replicates, seed, keys)
+    dof = _nominal_dof(u)
     interval_note = boot_note
     if len(u.weights) < 2:
         interval_note = (f"no interval: one {unit} ({u.programs} program(s)); intervals come from the "
                          f"variation between {unit}s, and one shows none")
-    quantile = t_quantile(confidence, dof) if dof > 0 else math.nan
     return GameResult(
         **common, evaluated=True, dof=dof if dof > 0 else None, interval_note=interval_note,
-        values=_estimates(values, quantile, dof),
-        **{name: _estimates(part, quantile, dof) for name, part in parts.items()},
+        values=_estimates(values), **{name: _estimates(part) for name, part in parts.items()},
     )
 
 
@@ -399,9 +427,7 @@ def _control(po: ProgramOutcomes, arm: str, players: Sequence[str], metric: str,
                   excluded_programs=len(po.programs) - u.programs)
     if u.programs == 0:
         return ControlResult(**common, evaluated=False, rates=_null(keys))
-    part, dof = _rate_part(u, keys, confidence)
-    quantile = t_quantile(confidence, dof) if dof > 0 else math.nan
-    return ControlResult(**common, evaluated=True, rates=_estimates(part, quantile, dof))
+    return ControlResult(**common, evaluated=True, rates=_estimates(_rate_part(u, keys, confidence)))
 
 
 def mark_holm(games: Sequence[GameResult], confidence: float) -> int:

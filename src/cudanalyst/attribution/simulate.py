@@ -5,12 +5,13 @@ R rollouts, best-of-k samples. Program effects are heterogeneous: each program h
 its own effect of every player (logit scale), and the programs of one task share most of them. The
 truth is the population mean of each program's Banzhaf value of its best-of-k rates, by Monte Carlo over
 200,000 programs. Every simulated run goes through `tabulate -> attribute_tables`, the path of
-`cudanalyst attribute --outcomes` after the records are parsed (`columns_of`, tested to agree).
+`cudanalyst attribute --outcomes` after the records are parsed (`columns_of`, tested to agree); only the
+game whose coverage is measured is kept in the tables (the others would be computed and thrown away).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -22,7 +23,7 @@ from cudanalyst.attribution.values import GAME_ARM, OutcomeColumns, tabulate
 from cudanalyst.outcomes import Label
 
 PLAYERS = ("debugger", "analyzer", "profiler")
-EFFECTS = np.array([0.6, 0.0, -0.3])  # mean logit effect of each player
+EFFECTS = (0.6, 0.0, -0.3)  # mean logit effect of each player (the grid's; Design.effects overrides)
 # Baseline logit giving a best-of-5 program rate near 0.05 / 0.5 on average.
 BASELINE = {0.05: -5.5, 0.5: -2.1}
 SPREAD_BASELINE, SPREAD_EFFECT = 1.0, 0.5  # between programs (tasks when pooled), logit scale
@@ -37,10 +38,21 @@ class Design:
     rate: float  # 0.05 or 0.5
     pooled: bool
     samples: int = 5
+    effects: tuple[float, float, float] = EFFECTS
 
     def label(self) -> str:
         return (f"P={self.units} R={self.rollouts} rate~{self.rate} best-of-{self.samples}"
-                f"{' pooled (unit: task of 3 generations)' if self.pooled else ''}")
+                f"{' pooled (unit: task of 3 generations)' if self.pooled else ''}"
+                f"{'' if self.effects == EFFECTS else ' effects ' + '/'.join(f'{e:+g}' for e in self.effects)}")
+
+
+# Issue 13's grid: P = 4, 12, 48 units; R = 1, 3; rates near 0.05 and 0.5; one generation or three pooled.
+GRID = tuple(Design(p, r, rate, pooled) for p in (4, 12, 48) for r in (1, 3) for rate in (0.05, 0.5)
+             for pooled in (False, True))
+# Larger effects where the t-interval was weakest (P = 12, rate 0.05): twice and three times the grid's, and
+# one with a positive effect of the second player.
+LARGER = tuple(Design(12, r, 0.05, pooled, effects=e)
+               for e in ((1.2, 0.0, -0.6), (1.8, 0.0, -0.9), (1.2, 0.6, -1.2)) for r, pooled in ((1, False), (3, True)))
 
 
 def _members(n: int) -> FloatArray:
@@ -56,7 +68,7 @@ def program_rates(design: Design, count: int, rng: np.random.Generator) -> Float
     if design.pooled:
         base = base + rng.normal(0, SPREAD_IN_TASK[0], (count, gens, 1))
         effect = effect + rng.normal(0, SPREAD_IN_TASK[1], (count, gens, n))
-    logit = BASELINE[design.rate] + base + np.einsum("cn,ugn->ugc", _members(n), EFFECTS + effect)
+    logit = BASELINE[design.rate] + base + np.einsum("cn,ugn->ugc", _members(n), np.array(design.effects) + effect)
     q = 1 / (1 + np.exp(-logit))  # one sample's chance
     return 1 - (1 - q) ** design.samples
 
@@ -77,13 +89,14 @@ def simulate_columns(design: Design, rng: np.random.Generator) -> OutcomeColumns
     shape = (design.units, gens, 1 << n, design.rollouts, design.samples)
     success = rng.random(shape) < q[..., None, None]
     u, g, c, r, s = (a.reshape(-1) for a in np.indices(shape))
-    tasks = [f"task{i}" for i in range(design.units)] if design.pooled else ["task"] * design.units
+    tasks = np.array([f"task{i}" for i in range(design.units)] if design.pooled else ["task"] * design.units)
+    names = np.array([[f"p{i}-{j}" for j in range(gens)] for i in range(design.units)])
     count = u.size
     return OutcomeColumns(
         arm=(GAME_ARM,) * count,
-        task=tuple(tasks[i] for i in u),
+        task=tuple(tasks[u].tolist()),
         generation=g * 10,
-        program=tuple(f"p{i}-{j}" for i, j in zip(u.tolist(), g.tolist(), strict=True)),
+        program=tuple(names[u, g].tolist()),
         mask=c.astype(np.int64),
         rollout=r.astype(np.int64),
         sample=s.astype(np.int64),
@@ -97,10 +110,13 @@ def simulate_columns(design: Design, rng: np.random.Generator) -> OutcomeColumns
 class Coverage:
     design: Design
     runs: int
-    covered: FloatArray  # per player
-    half_width: float  # mean over runs and players
+    covered: FloatArray  # per player: share of runs whose interval holds the truth
+    below: FloatArray  # per player: share whose interval lies wholly below the truth
+    above: FloatArray  # per player: share whose interval lies wholly above it
+    half_width: float  # mean over runs and players of (high - low) / 2
     no_interval: int  # runs whose game gave no interval
     mean_rate: float
+    truth: FloatArray  # the population Banzhaf values
 
     @property
     def mean(self) -> float:
@@ -111,18 +127,22 @@ def coverage(design: Design, runs: int, seed: int = 0, confidence: float = 0.95)
     """Share of `runs` simulated runs whose interval of each player's Banzhaf value covers the truth."""
     rng = np.random.default_rng(seed)
     target, mean_rate = truth(design)
-    hits = np.zeros(len(PLAYERS))
+    hits, below, above = np.zeros(len(PLAYERS)), np.zeros(len(PLAYERS)), np.zeros(len(PLAYERS))
     widths, missing = [], 0
     for _ in range(runs):
         tables = tabulate(simulate_columns(design, rng), PLAYERS, ["pass"])
+        # Keep the measured game only: per generation (one generation) or pooled (units are tasks).
+        tables = replace(tables, games={k: po for k, po in tables.games.items() if (k[2] is None) == design.pooled})
         report = attribute_tables(tables, estimator="exact", confidence=confidence, replicates=0)
-        (game,) = [g for g in report.games if g.pooled == design.pooled]
+        (game,) = report.games
         for i, player in enumerate(PLAYERS):
             est = game.banzhaf[player]
             if est.low is None or est.high is None:
                 missing += 1
                 continue
             hits[i] += est.low <= target[i] <= est.high
+            below[i] += est.high < target[i]
+            above[i] += est.low > target[i]
             widths.append((est.high - est.low) / 2)
-    return Coverage(design, runs, hits / runs, float(np.mean(widths)) if widths else float("nan"),
-                    missing // len(PLAYERS), mean_rate)
+    return Coverage(design, runs, hits / runs, below / runs, above / runs,
+                    float(np.mean(widths)) if widths else float("nan"), missing // len(PLAYERS), mean_rate, target)
