@@ -50,7 +50,8 @@ def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     work.mkdir()
     first = cudanalyst("run", str(spec), "--output", str(out), tmpdir=work)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert list(work.iterdir()) == []  # a run that succeeded removes its temporary folder
+    # a run that succeeded removes its temporary folder (what vLLM and torch leave there is the test's tmp_path)
+    assert not list(work.glob("cudanalyst-*"))
     # the log says what happens from the start, and the run ends with what the user saw and what comes next
     assert "starting the model server" in first.stderr and "writing plans" in first.stderr, first.stderr[-3000:]
     assert "What you saw:" in first.stdout and "Next:" in first.stdout
