@@ -238,7 +238,7 @@ def start_kueue(bins: Path, workdir: Path, api: ApiServer, cluster: Cluster, dea
     crd_objects = crds(config, ca_bundle, webhook_port)
     _apply(cluster, base_objects() + rbac(config) + crd_objects)
     names = [c["metadata"]["name"] for c in crd_objects]
-    wait_for(lambda: _established(cluster, names), 60, "Kueue's CRDs to be Established")
+    wait_for(lambda: _established(cluster, names), 180, "Kueue's CRDs to be Established")
 
     config_file = folder / "controller_manager_config.yaml"
     config_file.write_text(yaml.safe_dump(manager_configuration(
