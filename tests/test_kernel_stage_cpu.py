@@ -388,3 +388,36 @@ def test_groups_are_timed_beside_their_references_with_the_right_labels(tmp_path
     # one request per group, each beside its references: the correct frozen program and the baseline
     assert sorted(map(sorted, pool.compares)) == sorted([sorted(["frozen", "baseline", "copy", "fast", "cheat"]),
                                                          sorted(["baseline", "orphan"])])
+
+
+def test_a_worker_dies_with_the_runner_however_the_runner_dies(tmp_path):
+    """A runner killed with SIGKILL (out of memory, a closed terminal) leaves no GPU worker behind."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "runner.py"
+    script.write_text(
+        "import sys, time\n"
+        "from cudanalyst.runner.kernels.worker import WorkerHandle\n"
+        "w = WorkerHandle(name='orphan-check')\n"
+        "print(w.call({'op': 'ping'}, 60)['pid'], flush=True)\n"
+        "time.sleep(600)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the killed runner's worker folder and log stay in tmp_path
+    runner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        worker = int(runner.stdout.readline())
+        os.kill(worker, 0)  # alive while the runner is
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        with pytest.raises(ProcessLookupError):
+            os.kill(worker, 0)
+    finally:
+        runner.kill()

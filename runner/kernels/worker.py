@@ -24,6 +24,8 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,7 @@ from collections import OrderedDict
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
+from cudanalyst import lifeline
 from cudanalyst.runner.kernels import timing, verify
 from cudanalyst.runner.kernels.compile import niced
 from cudanalyst.runner.kernels.references import FOLDER_ENV, SharedArrays, task_inputs, task_reference
@@ -92,8 +95,9 @@ class WorkerHandle:
         env = scrubbed_environment()
         if self.shared_dir:
             env[FOLDER_ENV] = self.shared_dir
-        self._proc = subprocess.Popen(
-            niced(cmd, self.nice), env=env, pass_fds=(child.fileno(),), cwd=self._cwd,
+        # Tied to this process: a runner that dies, however it dies, leaves no worker holding the GPU.
+        self._proc = lifeline.popen(
+            niced(cmd, self.nice), death_signal=signal.SIGKILL, env=env, pass_fds=(child.fileno(),), cwd=self._cwd,
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
         )
         child.close()
@@ -164,6 +168,7 @@ class WorkerHandle:
         self.stop()
         with contextlib.suppress(OSError):
             os.unlink(self._log.name)
+        shutil.rmtree(self._cwd, ignore_errors=True)
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
