@@ -1,34 +1,72 @@
-"""Coverage of the Banzhaf intervals by simulation, through `tabulate -> attribute_tables` (the path of
-`cudanalyst attribute --outcomes` after parsing; `test_attribution_programs.py` checks that parsed records
+"""Coverage of the Banzhaf intervals by simulation, per player, through `tabulate -> attribute_tables` (the path
+of `cudanalyst attribute --outcomes` after parsing; `test_attribution_programs.py` checks that parsed records
 and these columns give the same report).
 
-Designs (issue 13): heterogeneous program effects; P = 4, 12, 48 units; best-of-5; R = 1 and 3 rollouts;
-one generation, or three pooled (the unit is then the task); rates near 0.05 and 0.5. 300 runs per
-design, every design of the grid (about 2-3 minutes on two cores; `python bench/attribution.py --coverage`
-prints the same table with more runs). Target for the 95% intervals, averaged over the three players:
-93-97% for P >= 12, at least 93% (conservative) for P = 4. Each player alone must reach 89%: the player
-with the largest effect at rate 0.05 and P = 12 is the known weak spot (skewed outcomes, few units; see
-docs/attribution.md).
+Target (issue 13), for every player's 95% interval on its own: 93-97% coverage when P >= 12, at least 93%
+when P = 4. The full grid (P = 4, 12, 48; R = 1, 3; rates near 0.05 and 0.5; one generation or three
+pooled; best-of-5; heterogeneous program effects) and the larger effects run in
+`python bench/attribution.py --coverage` (2000 runs per design; the table is in docs/attribution.md). This test
+runs the subset that decides it, RUNS runs each (about two minutes on two cores):
+
+- P = 12, R = 1, rate 0.05, one generation: about 4 successes a run; the old t-interval covered the largest
+  effect 91% and the two others 98.5% (both outside the target).
+- P = 12, R = 3, rate 0.05, pooled: units of very different rates; the old interval covered 91%.
+- the same two with two and three times the grid's effects;
+- P = 48, R = 3, rate 0.05, pooled and P = 48, R = 1, rate 0.5: many units must not make it over-conservative;
+- P = 12, R = 1, rate 0.5: the plain case;
+- P = 4, R = 3, rate 0.5, pooled: the P = 4 design with the lowest coverage.
+
+Tolerance: a coverage estimated from RUNS runs has a Monte-Carlo standard error sqrt(c (1 - c) / RUNS):
+0.0066 at c = 0.93 and 0.0044 at c = 0.97 with 1500 runs. Each player must lie within K = 2.5 of those
+errors of the band, [0.93 - 2.5 * 0.0066, 0.97 + 2.5 * 0.0044] = [0.914, 0.981]. An interval whose true
+coverage is anywhere inside 93-97% fails one check with probability at most 0.6%. The previous interval
+(value -+ t se), run through this test, fails it: 0.908 / 0.985 / 0.983 in the first design, 0.913 in the
+second, 0.889 in the third.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from cudanalyst.attribution.simulate import Design, coverage
 
-RUNS = 300
-DESIGNS = [Design(p, r, rate, pooled) for p in (4, 12, 48) for r in (1, 3) for rate in (0.05, 0.5)
-           for pooled in (False, True)]
+RUNS = 1500
+SEED = 2026
+K = 2.5
+LOW, HIGH = 0.93, 0.97
+LARGER = (1.2, 0.0, -0.6)
+LARGEST = (1.8, 0.0, -0.9)
+DESIGNS = [
+    Design(12, 1, 0.05, False),
+    Design(12, 3, 0.05, True),
+    Design(12, 3, 0.05, True, effects=LARGER),
+    Design(12, 1, 0.05, False, effects=LARGEST),
+    Design(48, 3, 0.05, True),
+    Design(48, 1, 0.5, False),
+    Design(12, 1, 0.5, False),
+    Design(4, 3, 0.5, True),
+]
+
+
+def band(runs: int) -> tuple[float, float]:
+    """The accepted range of one player's coverage: the target band widened by K Monte-Carlo errors."""
+    return (LOW - K * math.sqrt(LOW * (1 - LOW) / runs), HIGH + K * math.sqrt(HIGH * (1 - HIGH) / runs))
+
+
+def test_the_tolerance_is_what_the_docstring_says() -> None:
+    low, high = band(RUNS)
+    assert low == pytest.approx(0.914, abs=5e-4) and high == pytest.approx(0.981, abs=5e-4)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("design", DESIGNS, ids=lambda d: d.label().replace(" ", "_"))
-def test_banzhaf_intervals_cover_the_population_value(design: Design) -> None:
-    result = coverage(design, RUNS, seed=2026)
+def test_each_players_interval_covers_the_population_value(design: Design) -> None:
+    result = coverage(design, RUNS, seed=SEED)
     assert result.no_interval == 0
-    if design.units >= 12:
-        assert 0.93 <= result.mean <= 0.97, (design.label(), result.covered)
-    else:
-        assert result.mean >= 0.93, (design.label(), result.covered)
-    assert result.covered.min() >= 0.89, (design.label(), result.covered)
+    low, high = band(RUNS)
+    for player, covered in enumerate(result.covered):
+        assert covered >= low, (design.label(), player, result.covered, result.below, result.above)
+        if design.units >= 12:
+            assert covered <= high, (design.label(), player, result.covered)

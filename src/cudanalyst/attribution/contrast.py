@@ -22,10 +22,10 @@ largest effect covered 91 % (docs/attribution.md: the diagnosis). So:
    and is wider on the side where the rates could be larger (where the noise is larger).
 3. The t reference has Satterthwaite degrees of freedom for the variance estimate under a working model
    of unequal units (as Imbens and Kolesar 2016 do for cluster-robust variances): unit j's index has
-   variance tau^2 (a spread of effects common to all units) plus its own Bernoulli noise at q_j, the unit's
-   rate shrunk towards the game's (method of moments: a unit's own outcomes are few). Units of very
-   different rates carry very different noise, and a variance estimated from them has fewer degrees of
-   freedom than J - 1; at equal rates it is J - 1.
+   variance tau^2 (q_j (1 - q_j))^2 / mean (effects that spread alike on the logit scale, as in 2.; tau^2 by
+   moments) plus its own Bernoulli noise at q_j, the unit's rate shrunk towards the game's (method of
+   moments: a unit's own outcomes are few). Units of very different rates carry very different variance,
+   and a variance estimated from them has fewer degrees of freedom than J - 1; at equal rates it is J - 1.
 """
 
 from __future__ import annotations
@@ -261,11 +261,14 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
     da, db = a_units - a_hat, b_units - b_hat
     v_aa, v_bb, v_ab = (scale * (w**2) @ (x * y) for x, y in ((da, da), (db, db), (da, db)))
 
-    # Degrees of freedom under the working model of unequal units: a common spread of effects tau^2 (by
-    # moments) plus each unit's own Bernoulli noise at its rate.
-    noise = (levels * (1 - levels))[:, None] * c.noise
+    # Degrees of freedom under the working model of unequal units: effects spread alike on the logit scale
+    # (on the rate scale as q(1 - q), scaled by moments to the observed spread) plus each unit's own
+    # Bernoulli noise at its rate.
+    own = levels * (1 - levels)
+    noise = own[:, None] * c.noise
+    shape = own**2 / np.mean(own**2) if np.mean(own**2) > 0 else np.ones(units)
     tau2 = np.maximum(theta.var(axis=0, ddof=1) - noise.mean(axis=0), 0.0)
-    dof = satterthwaite_dof(tau2[None, :] + noise, w)
+    dof = satterthwaite_dof(tau2[None, :] * shape[:, None] + noise, w)
 
     # Effective outcomes behind A and B, their adjusted rates (prior) and the logit centres.
     n_a = s_pos**2 / np.maximum(c.inv_pos, 1e-300)

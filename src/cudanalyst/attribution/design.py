@@ -1,7 +1,9 @@
 """Design help: the expected half-width of the Banzhaf intervals before a run, and the units it needs.
 
-The interval is a t-interval over units of replication (`intervals.between_units`), so its half-width is
-t * sd / sqrt(J), where sd is the spread of one unit's own Banzhaf value. That spread has two parts:
+The interval comes from the variation between units of replication (`contrast.py`); near rate 1/2 it is the
+t-interval over units, so its half-width is t * sd / sqrt(J), where sd is the spread of one unit's own
+Banzhaf value. At rates near 0 or 1 the real interval is asymmetric (longer towards 1/2) and its degrees of
+freedom fall when units differ in rate, so this is a guide there, not a promise. That spread has two parts:
 how much the true effect differs between programs (`spread`, assumed or taken from a pilot run), and
 the Bernoulli noise of the unit's own rates, rate (1 - rate) / (R * programs per unit) * sum_S c_S^2,
 with sum_S c_S^2 = 2^-(n-2) for a Banzhaf value of n players.
