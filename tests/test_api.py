@@ -33,7 +33,8 @@ def test_quickstart_defaults_are_filled_in():
     assert spec.coder is spec.models.planner  # the coder defaults to the planner
     assert spec.mode_of("profiler") == "raw"
     dumped = run.to_dict()
-    assert dumped["spec"]["sampling"]["samplesPerCoalition"] == 2  # camelCase on the wire
+    assert dumped["spec"]["sampling"]["samplesPerCoalition"] == spec.sampling.samples_per_coalition  # camelCase on the wire
+    assert "samples_per_coalition" not in dumped["spec"]["sampling"]
 
 
 @pytest.mark.parametrize(

@@ -56,8 +56,17 @@ def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     bench = _bench()
     figures = tmp_path / "figures.json"
-    # One frozen program of the quickstart (18 units); the serial side runs all of them too.
-    code = bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--units", "1",
+    # The quickstart's spec for the tiny base model (no chat template), with explicit planning, a control and
+    # two samples: one frozen program is 18 units; the serial side runs all of them too.
+    import yaml
+
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    spec = data["spec"]
+    spec["models"]["planner"]["api"] = "completion"
+    spec.update(planning="explicit", controls=["noFeedback"], resources={"shards": 2, "gpusPerShard": 0})
+    spec["sampling"]["samplesPerCoalition"] = 2
+    (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(data))
+    code = bench.main(["--spec", str(tmp_path / "quickstart.yaml"), "--units", "1",
                        "--serial-units", "18", "--model", _tiny_base_model(), "--max-model-len", "2048",
                        "--max-tokens", "16", "--workdir", str(tmp_path / "work"), "--json", str(figures)])
     assert code == 0
@@ -78,7 +87,8 @@ def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path,
     notes = {n.split(":")[0]: n for n in data["sides"]["pipeline"]["notes"]}
     assert sorted(notes) == ["shard-0-1-kernels", "shard-0-llm", "shard-1-llm"]
     assert all("candidates in" in notes[s] and "tokens generated" in notes[s] for s in ("shard-0-llm", "shard-1-llm"))
-    assert "0 of 0 candidates" in notes["shard-0-1-kernels"]
+    # The tiny model writes no kernel: the kernel stage settles every unit, a completion without code too.
+    assert "18 of 18 candidates" in notes["shard-0-1-kernels"]
     # The serial side's request count is n = 1 per unit: one coder completion per candidate record.
     candidates = list((tmp_path / "work" / "serial" / "quickstart" / "candidates").glob("*.json"))
     assert len(candidates) == 18

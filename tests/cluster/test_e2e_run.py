@@ -68,7 +68,7 @@ def test_run_reaches_ready_with_real_pods_and_status_survives(
     from cudanalyst.operator.completion import summarize
 
     report = json.loads((out / "e2e" / "report" / "report.json").read_text())
-    expected = summarize(AttributionReport.model_validate(report["attribution"]), ["compiled", "pass", "fast"])
+    expected = summarize(AttributionReport.model_validate(report["attribution"]), ["compiled", "pass", "fast"], report)
     assert json.loads(json.dumps(results)) == json.loads(json.dumps(expected))
     for key in ("done", "total", "percent", "text", "etaSeconds", "failures", "llm", "kernels"):
         assert key in status["progress"], key
