@@ -48,8 +48,10 @@ def facts(folder: Path) -> dict[str, object]:
         scope = "pooled" if game["pooled"] else f"generation {game['generation']}"
         for player, est in game["banzhaf"].items():
             if est.get("value"):
-                values.append(f"{game['metric']} {scope} {player} {est['value']:+.3f} "
-                              f"[{est.get('low', float('nan')):+.3f}, {est.get('high', float('nan')):+.3f}]")
+                low, high = est.get("low"), est.get("high")
+                # A program-level game over one program has a value but no interval (low/high are null).
+                interval = "(no interval)" if low is None or high is None else f"[{low:+.3f}, {high:+.3f}]"
+                values.append(f"{game['metric']} {scope} {player} {est['value']:+.3f} {interval}")
     return {"units": report["units"]["outcomes"], "compiled": compiled, "nonZero": values,
             "notEvaluated": report.get("notEvaluated", [])}
 
