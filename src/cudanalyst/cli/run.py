@@ -10,6 +10,7 @@ import argparse
 import shutil
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -192,12 +193,24 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[red]{stage} stage failed[/] in shard(s) {which}: see {folder}/shard-*-{stage}.log"
                           + (" (invalid input)" if invalid else "; run again to resume"))
         return EXIT_INVALID if any(c == EXIT_INVALID for st in codes.values() for c in st.values()) else EXIT_FAILURE
+    for line in stage_summaries(Path(folder)):
+        console.print(line, markup=False, highlight=False)
     shutil.rmtree(folder, ignore_errors=True)  # nothing failed: the logs go (a failure keeps and names them)
     if args.stage != "all" or args.no_report:
         console.print(f"done: {args.stage} stage; store: {store.uri}")
         return 0
     console.print("building the report (attribution, intervals, figures)")
     return _report(store, console)
+
+
+def stage_summaries(folder: Path) -> list[str]:
+    """Each shard's one-line summary of its stage (where the time went), from the logs about to be removed."""
+    lines = []
+    for log in sorted(folder.glob("shard-*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith(("cudanalyst-runner: kernel stage:", "cudanalyst-runner: LLM stage:")):
+                lines.append(f"{log.stem}: {line.removeprefix('cudanalyst-runner: ')}")
+    return lines
 
 
 def _report(store, console: Console) -> int:  # type: ignore[no-untyped-def]
