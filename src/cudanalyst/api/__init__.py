@@ -23,7 +23,7 @@ from cudanalyst.api.status import AttributionRunStatus, Condition
 __all__ = [
     "API_GROUP", "API_VERSION", "KIND", "METRICS", "PLURAL", "SHORT_NAMES",
     "AttributionRun", "AttributionRunSpec", "AttributionRunStatus", "Condition", "ModelSpec", "Metadata",
-    "SpecError", "load_run", "parse_run",
+    "SpecError", "load_run", "parse_model", "parse_run", "read_document",
 ]
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -59,14 +59,14 @@ class AttributionRun(BaseModel):
 class SpecError(ValueError):
     """An invalid run: each problem carries the field path where it was found."""
 
-    def __init__(self, source: str, problems: list[tuple[str, str]]):
+    def __init__(self, source: str, problems: list[tuple[str, str]], kind: str = KIND):
         self.source = source
         self.problems = problems
         if len(problems) == 1 and not problems[0][0]:
             super().__init__(f"{source}: {problems[0][1]}")
             return
         lines = "\n".join(f"  {path or '<root>'}: {msg}" for path, msg in problems)
-        super().__init__(f"{source}: invalid AttributionRun\n{lines}")
+        super().__init__(f"{source}: invalid {kind}\n{lines}")
 
 
 def _path(loc: tuple[Any, ...]) -> str:
@@ -79,23 +79,28 @@ def _path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def parse_run(data: Any, source: str = "<input>") -> AttributionRun:
-    """Validate a decoded object; raise SpecError naming every bad field by its path."""
+def parse_model(data: Any, source: str, model: type[BaseModel], kind: str = KIND) -> Any:
+    """Validate a decoded object as `model`; raise SpecError naming every bad field by its path."""
     if not isinstance(data, dict):
-        raise SpecError(source, [("", f"expected a mapping (an AttributionRun object), got {type(data).__name__}")])
+        raise SpecError(source, [("", f"expected a mapping (a {kind} object), got {type(data).__name__}")], kind)
     try:
-        return AttributionRun.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             # Model-level validators report at the model's own path; their message names the field.
             msg = err["msg"].removeprefix("Value error, ")
             problems.append((_path(err["loc"]), msg))
-        raise SpecError(source, problems) from None
+        raise SpecError(source, problems, kind) from None
 
 
-def load_run(path: str | Path) -> AttributionRun:
-    """Read one AttributionRun from a YAML or JSON file."""
+def parse_run(data: Any, source: str = "<input>") -> AttributionRun:
+    """Validate a decoded object; raise SpecError naming every bad field by its path."""
+    return parse_model(data, source, AttributionRun)
+
+
+def read_document(path: str | Path) -> Any:
+    """The one YAML or JSON document of a file; SpecError (naming the file and line) otherwise."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -112,4 +117,9 @@ def load_run(path: str | Path) -> AttributionRun:
         raise SpecError(str(p), [("", f"malformed YAML at {where}{problem}")]) from None
     if len(docs) != 1:
         raise SpecError(str(p), [("", f"expected exactly one YAML document, found {len(docs)}")])
-    return parse_run(docs[0], str(p))
+    return docs[0]
+
+
+def load_run(path: str | Path) -> AttributionRun:
+    """Read one AttributionRun from a YAML or JSON file."""
+    return parse_run(read_document(path), str(Path(path)))
