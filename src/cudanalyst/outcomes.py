@@ -35,10 +35,13 @@ class Label(StrEnum):
         return self.rank <= other.rank
 
 
-_RANK = {Label.FAIL: 0, Label.COMPILE: 1, Label.PASS: 2, Label.FAST: 3}
+_RANK = {label: rank for rank, label in enumerate(Label)}  # the enum's order is the order of labels
+LABELS = tuple(label.value for label in Label)
 
-# Cumulative metrics: a metric is reached by its label and every better one.
-METRIC_THRESHOLD = {"compiled": Label.COMPILE, "pass": Label.PASS, "fast": Label.FAST}
+# Cumulative metrics, one per label above fail: a metric is reached by its label and every better one.
+# The metric is named as its label except `compiled` (spec.attribution.metrics, api.spec.METRICS).
+_METRIC_NAME = {Label.COMPILE: "compiled"}
+METRIC_THRESHOLD = {_METRIC_NAME.get(label, label.value): label for label in Label if label.rank > 0}
 
 
 def reaches(label: Label, metric: str) -> bool:

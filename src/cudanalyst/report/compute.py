@@ -18,10 +18,9 @@ from cudanalyst.attribution.report import (
     mark_holm,
 )
 from cudanalyst.attribution.values import GAME_ARM, tabulate
-from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.outcomes import LABELS, OutcomeRecord
 
 POOLED = "pooled"
-LABELS = ("fail", "compile", "pass", "fast")
 
 
 def interaction_order(players: Sequence[str]) -> int:

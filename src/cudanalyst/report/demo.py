@@ -17,9 +17,10 @@ import numpy as np
 from cudanalyst.api import parse_run
 from cudanalyst.outcomes import CandidateRecord, Label, OutcomeRecord
 from cudanalyst.plan import GAME_ARM, coalitions, control_coalition, unit_key
+from cudanalyst.players import tool_names
 from cudanalyst.store import ObjectStore, open_store
 
-PLAYERS = ["debugger", "analyzer", "profiler"]
+PLAYERS = tool_names()
 TASKS = ["gemm", "jacobi-2d"]
 
 
@@ -30,7 +31,7 @@ def demo_spec(name: str = "demo", output_uri: str = "./runs", players: list[str]
         "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": name},
         "spec": {
             "trajectory": {"uri": "builtin://example", "generations": list(generations), "programsPerGeneration": 2},
-            "players": players or list(PLAYERS),
+            "players": players or tool_names(),
             "controls": list(controls),
             "models": {"planner": {"model": "gemma-3-270m", "serve": "local", "api": "completion"}},
             "sampling": {"rollouts": rollouts, "samplesPerCoalition": samples, "seed": 0},

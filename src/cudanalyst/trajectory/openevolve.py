@@ -11,7 +11,7 @@ programs past its population limit, so earlier checkpoints hold programs the las
 
 Mapping (docs/trajectory-format.md): code -> source; parent_id -> parentId; generation (or
 iteration_found) -> generation; metrics -> metrics; artifacts that are feedback -> feedback under
-the player their name suggests (:data:`ARTIFACT_PLAYERS`); the ancestors' ``changes`` notes ->
+the player their name suggests (each tool's `artifacts` rule in :mod:`cudanalyst.players`); the ancestors' ``changes`` notes ->
 context.history; the logged prompt -> context.prompt; everything else -> metrics["openevolve"].
 """
 
@@ -25,19 +25,11 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from cudanalyst.players import player_for_artifact_name
 from cudanalyst.store import FileStore, ObjectNotFound, ObjectStore, StoreError
 from cudanalyst.trajectory.format import FrozenProgram, ProgramContext, TrajectoryError
 
 SOURCE_FORMAT = "openevolve"
-
-# Artifact names -> player, first match wins (analyzer and profiler before debugger, so that
-# e.g. "ptxas_compile_log" is static analysis and "profile_stderr" is profiling).
-ARTIFACT_PLAYERS: tuple[tuple[str, str], ...] = (
-    (r"ptxas|register|spill|shared_?mem|smem|sass|\bptx\b|static|analy[sz]|resource", "analyzer"),
-    (r"profil|ncu|nsys|nsight|timing|runtime|latency|bench|perf|occupancy|throughput|speed", "profiler"),
-    (r"stderr|stdout|traceback|error|exception|compil|build|nvcc|sanitiz|memcheck|racecheck|"
-     r"failure|verif|correct|mismatch|crash", "debugger"),
-)
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)$")
 
@@ -49,11 +41,7 @@ def player_for_artifact(name: str, overrides: Mapping[str, str] | None = None) -
     if overrides and name in overrides:
         player = overrides[name]
         return None if player in ("", "none") else player
-    lowered = name.lower()
-    for pattern, player in ARTIFACT_PLAYERS:
-        if re.search(pattern, lowered):
-            return player
-    return None
+    return player_for_artifact_name(name)
 
 
 def find_checkpoints(store: ObjectStore) -> list[tuple[int | None, ObjectStore]]:
