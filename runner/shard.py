@@ -227,7 +227,8 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
           f"{int(phases.get('workerRestarts', 0))} worker restarts taking {phases.get('restartSeconds', 0.0):.1f} s, "
           f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s: "
           f"{int(phases.get('timingRequests', 0))} requests, {phases.get('timingWorker', 0.0):.1f} s in the worker "
-          f"of which {phases.get('timingPrep', 0.0):.1f} s loading; units per reference {phases.get('references', {})})",
+          f"of which {phases.get('timingPrep', 0.0):.1f} s loading; units per reference {phases.get('references', {})}; "
+          f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')})",  # which GPU, in local mode's lanes
           file=sys.stderr)
     return failures
 
