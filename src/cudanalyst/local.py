@@ -2,11 +2,14 @@
 
 One pass of `cudanalyst run`:
   1. check the spec, the output folder and (when resuming) that the folder belongs to this spec;
-  2. serve each `serve: local` model once with vLLM, shared by every shard (a pod serves its own);
-  3. run every shard's LLM stage at once against those servers;
-  4. stop the servers, so the GPU is quiet, then run the kernel stage of every shard in one process (one
-     compile pool and one set of GPU workers; timing holds the GPU);
-  5. build the report.
+  2. one lane per GPU (local_gpus.py; one unpinned lane without a GPU), the shards spread over the lanes;
+  3. per lane, the kernel stage of its shards in one process (one compile pool and one set of GPU workers),
+     started first: it compiles and verifies candidates as they are stored;
+  4. per lane, each `serve: local` model served once with vLLM on the lane's GPU (every lane at once), and
+     the LLM stage of the lane's shards against those servers;
+  5. when a lane's LLM stage is over its servers stop, so its GPU is quiet, and its kernel stage times the
+     correct candidates there while other lanes may still generate on theirs;
+  6. build the report.
 Everything lands in the run's folder of the object store, so stopping and running again resumes.
 """
 
@@ -21,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,15 @@ from pydantic import ValidationError
 
 from cudanalyst import lifeline
 from cudanalyst.api import AttributionRun, AttributionRunSpec
+from cudanalyst.local_gpus import (
+    GpuChoiceError,
+    Lane,
+    choose_gpus,
+    local_shard_count,
+    make_lanes,
+    requested_count,
+    visible_gpus,
+)
 from cudanalyst.plan import Plan, plan_digest
 from cudanalyst.runs import check_models, plan_run, read_progress, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
@@ -110,9 +123,11 @@ def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
 
 @contextlib.contextmanager
 def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
-                   say: Callable[[str], None] = lambda _: None) -> Iterator[AttributionRun]:
+                   say: Callable[[str], None] = lambda _: None,
+                   env: dict[str, str] | None = None) -> Iterator[AttributionRun]:
     """Serve each distinct local model once; yield the run with those models as endpoints. `say` hears what
-    is happening (a minute or more on a small machine, with nothing else to show for it)."""
+    is happening (a minute or more on a small machine, with nothing else to show for it). `env`: what the
+    servers get in their environment besides ours (a lane's CUDA_VISIBLE_DEVICES)."""
     from cudanalyst.runner.llm.client import warm_up
     from cudanalyst.runner.llm.serving import cpu_build, start_local_server
     from cudanalyst.runner.weights import resolve_model_path
@@ -134,7 +149,7 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
                 say(f"starting the model server ({short}, vLLM)")
                 server = stack.enter_context(start_local_server(
                     path, spec_model, served_name=short, seed=run.spec.sampling.seed,
-                    health_timeout_s=health_timeout_s, log_dir=log_dir))
+                    health_timeout_s=health_timeout_s, log_dir=log_dir, env=env))
                 served[name] = server.endpoint
                 sampling = run.spec.sampling
                 say(f"warming up the model ({short})")
@@ -147,8 +162,59 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
         yield AttributionRun.model_validate(data)
 
 
+class LaneServers:
+    """Every lane's model servers (shared_servers, pinned to the lane's GPU), started at once: a server's
+    start-up is a minute or two, so lanes must not queue for it. `served[i]` is lane i's run with its
+    servers as endpoints; `stop(i)` stops lane i's servers alone (its GPU is then free for timing)."""
+
+    def __init__(self, run: AttributionRun, lanes: Sequence[Lane], log_dir: str, health_timeout_s: float,
+                 say: Callable[[str], None] = lambda _: None) -> None:
+        self.run, self.lanes, self.log_dir, self.timeout, self.say = run, list(lanes), log_dir, health_timeout_s, say
+        self.served: dict[int, AttributionRun] = {}
+        self._stacks: dict[int, contextlib.ExitStack] = {}
+
+    def _start(self, lane: Lane) -> AttributionRun:
+        stack = contextlib.ExitStack()
+        self._stacks[lane.index] = stack
+        several = len(self.lanes) > 1
+        # Each lane's server logs in a folder of its own: the log file is named after the model.
+        folder = Path(self.log_dir) / lane.name if several else Path(self.log_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        say = (lambda text: self.say(f"{text} on GPU {lane.gpu}")) if several else self.say
+        return stack.enter_context(shared_servers(self.run, str(folder), self.timeout, say, env=lane.env()))
+
+    def __enter__(self) -> LaneServers:
+        if len(self.lanes) == 1:
+            self.served[self.lanes[0].index] = self._start(self.lanes[0])
+            return self
+        with ThreadPoolExecutor(len(self.lanes), thread_name_prefix="lane-server") as pool:
+            futures = {lane.index: pool.submit(self._start, lane) for lane in self.lanes}
+        errors = []
+        for index, fut in futures.items():
+            try:
+                self.served[index] = fut.result()
+            except BaseException as exc:  # noqa: BLE001 - every lane's servers are stopped, then the first error raised
+                errors.append(exc)
+        if errors:
+            self.close()
+            raise errors[0]
+        return self
+
+    def stop(self, index: int) -> None:
+        stack = self._stacks.pop(index, None)
+        if stack is not None:
+            stack.close()
+
+    def close(self) -> None:
+        for index in list(self._stacks):
+            self.stop(index)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str,
-            extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+            extra: Sequence[str] = (), env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     name = "-".join(map(str, shards))
     with open(Path(log_dir) / f"shard-{name}-{stage}.log", "ab") as log:
         # SIGTERM when `cudanalyst run` dies, however it dies: the shard unwinds as a pod does, stopping
@@ -157,7 +223,7 @@ def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: st
             [sys.executable, "-m", "cudanalyst.runner.shard", "--spec", str(spec_path),
              "--shard", ",".join(map(str, shards)), "--of", str(of), "--stage", stage, "--log-dir", log_dir, *extra],
             death_signal=signal.SIGTERM, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, env={**os.environ, **env} if env else None,
         )
 
 
@@ -176,17 +242,28 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait()
 
 
-def start_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: str, parallel: bool,
-                extra: Sequence[str] = ()) -> dict[tuple[int, ...], subprocess.Popen[bytes]]:
+Procs = dict[tuple[int, ...], subprocess.Popen[bytes]]
+
+
+def start_stage(spec_path: Path, shards: Sequence[int], of: int, stage: str, log_dir: str, parallel: bool,
+                extra: Sequence[str] = (), env: dict[str, str] | None = None) -> Procs:
     """Start one stage over the shards (see run_stage); wait for it with wait_stage."""
     groups = [[s] for s in shards] if parallel else [list(shards)]
-    return {tuple(g): _launch(spec_path, g, of, stage, log_dir, extra) for g in groups}
+    return {tuple(g): _launch(spec_path, g, of, stage, log_dir, extra, env) for g in groups}
 
 
-def wait_stage(procs: dict[tuple[int, ...], subprocess.Popen[bytes]], tick: Callable[[], None]) -> dict[int, int]:
-    """Each shard's exit status once the stage's processes are done; Ctrl-C stops every one of them."""
+def wait_stage(procs: Procs, tick: Callable[[], None],
+               on_done: Sequence[tuple[Procs, Callable[[], None]]] = ()) -> dict[int, int]:
+    """Each shard's exit status once the stage's processes are done; Ctrl-C stops every one of them.
+    `on_done`: (some of the processes, what to call once they have all exited), each called once."""
+    waiting = list(on_done)
     try:
-        while any(p.poll() is None for p in procs.values()):
+        while True:
+            for item in [w for w in waiting if all(p.poll() is not None for p in w[0].values())]:
+                waiting.remove(item)
+                item[1]()
+            if all(p.poll() is not None for p in procs.values()) and not waiting:
+                break
             tick()
             time.sleep(POLL_S)
     except KeyboardInterrupt:
@@ -205,32 +282,104 @@ def run_stage(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: 
     return wait_stage(start_stage(spec_path, shards, of, stage, log_dir, parallel, extra), tick)
 
 
+class KernelStages:
+    """The kernel stage of every lane (one process each, the lane's shards, the lane's GPU alone), started
+    beside the LLM stage: each compiles and verifies its lane's candidates as they are stored. `release(lane)`
+    once the lane's LLM stage is over and its servers are stopped: that lane's stage then takes the last
+    candidates and times the correct ones with its GPU alone, while other lanes may still be generating on
+    theirs. `finish()` waits for every lane. Closed without `finish()` (an error, Ctrl-C), they are stopped."""
+
+    def __init__(self, run: AttributionRun, lanes: Sequence[Lane], log_dir: str, tick: Callable[[], None]) -> None:
+        self.tick = tick
+        of = run.spec.resources.shards
+        spec_path = write_spec_file(run, log_dir, "spec-kernels.json")
+        self.markers = {lane.index: Path(log_dir) / f"llm-stage-over-{lane.name}" for lane in lanes}
+        self.procs: dict[int, Procs] = {}
+        for lane in lanes:
+            self.markers[lane.index].unlink(missing_ok=True)
+            self.procs[lane.index] = start_stage(spec_path, lane.shards, of, "kernels", log_dir, False,
+                                                 ["--follow", str(self.markers[lane.index])], lane.env())
+        self.finished = False
+
+    def release(self, index: int) -> None:
+        self.markers[index].touch()
+
+    def finish(self) -> dict[int, int]:
+        for index in self.markers:
+            self.release(index)
+        codes = wait_stage({g: p for procs in self.procs.values() for g, p in procs.items()}, self.tick)
+        self.finished = True
+        return codes
+
+    def close(self) -> None:
+        if not self.finished:
+            _stop([p for procs in self.procs.values() for p in procs.values()])
+
+    def __enter__(self) -> KernelStages:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @contextlib.contextmanager
 def kernel_stage_alongside(run: AttributionRun, shards: list[int], log_dir: str,
                            tick: Callable[[], None]) -> Iterator[Callable[[], dict[int, int]]]:
-    """The kernel stage (all shards, one process) started now, beside the LLM stage run in the block.
+    """The kernel stage of one unpinned lane (every shard, one process) beside the LLM stage run in the
+    block; the yielded function releases it (see KernelStages) and returns its exit statuses."""
+    with KernelStages(run, [Lane(0, None, tuple(shards))], log_dir, tick) as stages:
+        yield stages.finish
 
-    It compiles and verifies candidates as the LLM stage stores them. Call the yielded function once the
-    LLM stage is over and every model server stopped: it tells the kernel stage so (it then takes the
-    last candidates and times the correct ones with the GPU alone) and returns its exit statuses. Left
-    without that call (an error, Ctrl-C), the kernel stage is stopped."""
-    marker = Path(log_dir) / "llm-stage-over"
-    marker.unlink(missing_ok=True)
-    spec_path = write_spec_file(run, log_dir, "spec-kernels.json")
-    procs = start_stage(spec_path, shards, len(shards), "kernels", log_dir, False, ["--follow", str(marker)])
-    finished: list[bool] = []
 
-    def finish() -> dict[int, int]:
-        marker.touch()
-        codes = wait_stage(procs, tick)
-        finished.append(True)
-        return codes
+def llm_stage_in_lanes(lanes: Sequence[Lane], servers: LaneServers, log_dir: str, tick: Callable[[], None],
+                       extra: Sequence[str] = (),
+                       lane_over: Callable[[Lane], None] = lambda lane: None) -> dict[int, int]:
+    """Every lane's shards' LLM stage, each shard a process against its lane's servers, all at once. When a
+    lane's shards have all exited, its servers are stopped and `lane_over(lane)` is called (release its
+    kernel stage), while other lanes go on. Returns each shard's exit status."""
+    of = sum(len(lane.shards) for lane in lanes)
+    procs: dict[int, Procs] = {}
+    for lane in lanes:
+        spec_path = write_spec_file(servers.served[lane.index], log_dir, f"spec-llm-{lane.name}.json")
+        procs[lane.index] = start_stage(spec_path, lane.shards, of, "llm", log_dir, True, extra, lane.env())
 
+    def over(lane: Lane) -> Callable[[], None]:
+        return lambda: (servers.stop(lane.index), lane_over(lane))
+
+    every = {g: p for lane_procs in procs.values() for g, p in lane_procs.items()}
+    return wait_stage(every, tick, [(procs[lane.index], over(lane)) for lane in lanes])
+
+
+def run_lanes(run: AttributionRun, lanes: Sequence[Lane], log_dir: str, tick: Callable[[], None],
+              servers: Callable[[], LaneServers], extra: Sequence[str] = (),
+              on_llm_start: Callable[[], None] = lambda: None,
+              on_llm_over: Callable[[], None] = lambda: None) -> dict[str, dict[int, int]]:
+    """Both stages over the lanes, as `cudanalyst run` runs them: every lane's kernel stage starts first
+    (it compiles and verifies the references while the servers start), then the servers (`servers()`, a
+    LaneServers not yet entered), then every shard's LLM stage; a lane's kernel stage times once its own
+    LLM stage is over and its servers are stopped. Returns {stage: {shard: exit status}}."""
+    codes: dict[str, dict[int, int]] = {}
+    with KernelStages(run, lanes, log_dir, tick) as kernels, servers() as served:
+        on_llm_start()
+        codes["llm"] = llm_stage_in_lanes(lanes, served, log_dir, tick, extra,
+                                          lambda lane: kernels.release(lane.index))
+        served.close()
+        on_llm_over()
+        codes["kernels"] = kernels.finish()
+    return codes
+
+
+def lanes_for(run: AttributionRun, gpus: int | None = None) -> tuple[AttributionRun, list[Lane]]:
+    """The run as this machine executes it, and its lanes: one per GPU used (--gpus, else $CUDANALYST_GPUS,
+    else every visible GPU), the shard count raised to a multiple of the GPU count (local_gpus.py)."""
     try:
-        yield finish
-    finally:
-        if not finished:
-            _stop(list(procs.values()))
+        chosen = choose_gpus(requested_count(gpus), visible_gpus())
+    except GpuChoiceError as exc:
+        raise RunInputError(str(exc)) from None
+    shards = local_shard_count(run.spec.resources.shards, len(chosen))
+    resources = run.spec.resources.model_copy(update={"shards": shards})
+    local = run.model_copy(update={"spec": run.spec.model_copy(update={"resources": resources})})
+    return local, make_lanes(shards, chosen)
 
 
 def write_spec_file(run: AttributionRun, folder: str, name: str = "spec.json") -> Path:
@@ -280,5 +429,7 @@ def work_dir(run: AttributionRun) -> str:
     return tempfile.mkdtemp(prefix=f"cudanalyst-{run.metadata.name}-")
 
 
-__all__ = ["RunInputError", "Snapshot", "check_set_up", "kernel_stage_alongside", "plan_digest", "plans_expected",
-           "plans_written", "prepare", "read_snapshot", "run_stage", "shared_servers", "write_spec_file", "work_dir"]
+__all__ = ["KernelStages", "LaneServers", "RunInputError", "Snapshot", "check_set_up", "kernel_stage_alongside",
+           "lanes_for", "llm_stage_in_lanes", "plan_digest", "plans_expected", "plans_written", "prepare",
+           "read_snapshot", "run_lanes", "run_stage", "shared_servers", "start_stage", "wait_stage",
+           "write_spec_file", "work_dir"]

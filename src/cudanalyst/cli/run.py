@@ -25,15 +25,18 @@ from rich.progress import (
 
 from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, load_or_die
 from cudanalyst.local import (
+    LaneServers,
     RunInputError,
     check_set_up,
-    kernel_stage_alongside,
+    lanes_for,
+    llm_stage_in_lanes,
     plans_expected,
     plans_written,
     prepare,
     read_snapshot,
-    run_stage,
-    shared_servers,
+    run_lanes,
+    start_stage,
+    wait_stage,
     work_dir,
     write_spec_file,
 )
@@ -109,6 +112,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--health-timeout", type=float, default=600.0,
                    help="seconds to wait for a local model server to become healthy (default %(default)s)")
     p.add_argument("--no-report", action="store_true", help="skip building the report at the end")
+    p.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="use the first N visible GPUs, one model server and one kernel stage each (default: "
+                        "$CUDANALYST_GPUS, else every GPU in CUDA_VISIBLE_DEVICES or nvidia-smi -L)")
     p.set_defaults(handler=run)
 
 
@@ -131,11 +137,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_set_up(ar, args.stage)
         plan, store = prepare(ar)
+        # As this machine runs it: one lane per GPU, the shards spread over them (the folder keeps the spec).
+        local, lanes = lanes_for(ar, args.gpus)
     except (PlanError, RunInputError) as exc:
         die(str(exc), EXIT_INVALID)
-    shards = list(range(ar.spec.resources.shards))
+    shards = list(range(local.spec.resources.shards))
+    where = f" on {len(lanes)} GPUs ({', '.join(str(lane.gpu) for lane in lanes)})" if len(lanes) > 1 else ""
     console.print(f"[bold]{ar.metadata.name}[/]: {len(plan.units)} units over {len(plan.programs)} frozen "
-                  f"programs, {len(shards)} shard(s) -> {store.uri}")
+                  f"programs, {len(shards)} shard(s){where} -> {store.uri}")
     folder = work_dir(ar)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[note]}"), TimeElapsedColumn(), TimeRemainingColumn())
@@ -157,27 +166,31 @@ def run(args: argparse.Namespace) -> int:
                 bars.update(kern, completed=snap.kernels.done, note=kernels_note + gpu)
                 now.log(f"{llm_note}; kernel stage: {kernels_note}")
 
+            def servers() -> LaneServers:
+                return LaneServers(local, lanes, folder, args.health_timeout, now.say)
+
             tick()
             if args.stage == "all":
-                # The kernel stage runs beside the LLM stage (all shards in one process: one GPU, one set
-                # of workers), compiling and verifying as candidates come; it times once the servers stop.
-                with kernel_stage_alongside(ar, shards, folder, tick) as kernels_after_llm:
-                    with shared_servers(ar, folder, args.health_timeout, now.say) as served:
-                        spec_path = write_spec_file(served, folder)
-                        now.llm_started = True
-                        codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick,
-                                                 LOCAL_LLM_ARGS)
-                    now.llm_over = True
-                    codes["kernels"] = kernels_after_llm()
-            elif args.stage == "llm":
-                with shared_servers(ar, folder, args.health_timeout, now.say) as served:
-                    spec_path = write_spec_file(served, folder)
+                # Per lane (GPU): the kernel stage (the lane's shards in one process: one set of workers)
+                # beside the LLM stage, compiling and verifying as candidates come; it times once the lane's
+                # servers stop.
+                def llm_started() -> None:
                     now.llm_started = True
-                    codes["llm"] = run_stage(spec_path, shards, len(shards), "llm", folder, True, tick)
+
+                def llm_over() -> None:
+                    now.llm_over = True
+
+                codes.update(run_lanes(local, lanes, folder, tick, servers, LOCAL_LLM_ARGS, llm_started, llm_over))
+            elif args.stage == "llm":
+                with servers() as served:
+                    now.llm_started = True
+                    codes["llm"] = llm_stage_in_lanes(lanes, served, folder, tick, LOCAL_LLM_ARGS)
             else:
-                spec_path = write_spec_file(ar, folder)
-                # Every shard in one process: one GPU, one set of workers; timing holds the GPU alone.
-                codes["kernels"] = run_stage(spec_path, shards, len(shards), "kernels", folder, False, tick)
+                spec_path = write_spec_file(local, folder)
+                # Per lane, its shards in one process: one set of workers per GPU; timing holds its GPU alone.
+                procs = {g: p for lane in lanes for g, p in start_stage(
+                    spec_path, lane.shards, len(shards), "kernels", folder, False, env=lane.env()).items()}
+                codes["kernels"] = wait_stage(procs, tick)
     except KeyboardInterrupt:
         console.print("[yellow]stopped[/]; finished units are kept: run the same command again to resume"
                       f" (logs: {folder})")
