@@ -1,0 +1,176 @@
+"""One task of a recording: OpenEvolve in this process, its checkpoints copied to the object store.
+
+`python -m cudanalyst.runner.record.evolve --recording FILE --task NAME --endpoint URL --served-model NAME`
+is started by `cudanalyst record` once per task. OpenEvolve starts from the task's baseline kernel and
+writes a checkpoint every `checkpointInterval` iterations; each one is copied to
+`<output>/<name>/openevolve/<task>/checkpoints/checkpoint_N/` and then `progress/<task>.json` names it, so
+the store's progress object always points at a complete checkpoint. A later start resumes from that one
+(checkpoints past it, half-copied by a killed process, are removed first).
+
+Exit status: 0 the task has all its iterations, 1 it failed, 3 it was stopped before the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cudanalyst.api.recording import TrajectoryRecording
+from cudanalyst.recording import progress_key, read_task_progress, recording_store, task_store
+from cudanalyst.store import ObjectStore
+
+EXIT_STOPPED = 3
+ARTIFACT_BYTES = 64 * 1024  # a report is a few KiB; Nsight Compute's sections stay well below this
+log = logging.getLogger("cudanalyst.record")
+
+
+def system_message(task: str) -> str:
+    """The replay's coder system text and task section (its contract), so both agents are told the same."""
+    from cudanalyst.runner.llm.prompts import render, template_text
+    from cudanalyst.tasks import get_task
+
+    contract = get_task(task).contract().strip()
+    return template_text("coder_system.txt").strip() + "\n\n" + render("task.tmpl", contract=contract).strip()
+
+
+def openevolve_config(rec: TrajectoryRecording, task: str, endpoint: str, served: str, gpu: bool) -> dict[str, Any]:
+    """OpenEvolve's configuration for one task (pure)."""
+    spec = rec.spec
+    return {
+        "max_iterations": spec.iterations,
+        "checkpoint_interval": spec.checkpoint_interval,
+        "random_seed": spec.seed,
+        "language": "cuda",
+        "file_suffix": ".cu",
+        # Whole programs, not SEARCH/REPLACE diffs: small models rarely write a diff that applies, and a
+        # failed diff is no program at all, while a bad rewrite is still a program with its reports.
+        "diff_based_evolution": False,
+        "max_code_length": 100_000,
+        "log_level": "INFO",
+        "llm": {
+            "api_base": endpoint, "api_key": "none", "models": [{"name": served, "weight": 1.0}],
+            "temperature": spec.temperature, "top_p": spec.top_p, "max_tokens": spec.max_tokens,
+            # Our own server: a slow answer is slow, not lost (two loaded CPU cores need minutes).
+            "timeout": 3600, "retries": 1, "retry_delay": 1,
+        },
+        "prompt": {
+            "system_message": system_message(task),
+            # The reports reach the child's prompt unaltered, so the recorded feedback is what the agent saw:
+            # no redaction of long tokens (hex addresses, ncu's IDs) and no truncation below a report's size.
+            "include_artifacts": True, "max_artifact_bytes": ARTIFACT_BYTES, "artifact_security_filter": False,
+        },
+        "database": {
+            "population_size": spec.population, "archive_size": min(spec.population, 100),
+            "num_islands": spec.islands, "random_seed": spec.seed, "log_prompts": True,
+            "in_memory": True, "max_snapshot_artifacts": None,
+            # Reports stay inside the program files (artifacts_json), hence inside the checkpoint copied to
+            # the store, never in a folder on this machine.
+            "artifact_size_threshold": 16 * ARTIFACT_BYTES,
+        },
+        "evaluator": {
+            "cascade_evaluation": False, "parallel_evaluations": spec.parallel, "timeout": 3600,
+            "max_retries": 0,
+            "evaluator_args": {"task": task, "evaluation": spec.evaluation.model_dump(), "gpu": gpu},
+        },
+    }
+
+
+def upload_checkpoint(local: Path, store: ObjectStore, number: int) -> int:
+    """Copy checkpoint_N's files to the store; returns how many programs it holds."""
+    folder = local / f"checkpoint_{number}"
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    for path in files:
+        store.put_bytes(f"checkpoints/checkpoint_{number}/{path.relative_to(folder).as_posix()}", path.read_bytes())
+    return sum(1 for p in files if p.parent.name == "programs" and p.suffix == ".json")
+
+
+def download_checkpoint(store: ObjectStore, number: int, target: Path) -> Path:
+    prefix = f"checkpoints/checkpoint_{number}/"
+    folder = target / f"checkpoint_{number}"
+    for key in store.list(prefix):
+        path = folder / key[len(prefix):]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(store.get_bytes(key))
+    return folder
+
+
+def drop_checkpoints_after(store: ObjectStore, number: int) -> None:
+    """Checkpoints past the last complete one were cut short by a stop; the next pass writes them again."""
+    for key in list(store.list("checkpoints/")):
+        name = key.split("/")[1]
+        if name.startswith("checkpoint_") and int(name.removeprefix("checkpoint_") or 0) > number:
+            store.delete(key)
+
+
+def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str, gpu: bool,
+                workdir: Path) -> int:
+    from openevolve import OpenEvolve
+    from openevolve.config import Config
+
+    from cudanalyst.runner.record import evaluator
+    from cudanalyst.tasks import get_task
+
+    top = recording_store(rec)
+    store = task_store(rec, task)
+    total = rec.spec.iterations
+    done = int(read_task_progress(top, task).get("checkpoint", 0))
+    if done >= total:
+        return 0
+    drop_checkpoints_after(store, done)
+    workdir.mkdir(parents=True, exist_ok=True)
+    initial = workdir / "initial.cu"
+    initial.write_text(get_task(task).baseline_source)
+    resume = str(download_checkpoint(store, done, workdir / "resume")) if done else None
+
+    config = Config.from_dict(openevolve_config(rec, task, endpoint, served, gpu))
+    controller = OpenEvolve(str(initial), evaluator.__file__, config, output_dir=str(workdir / "out"))
+    save = controller._save_checkpoint  # OpenEvolve's checkpoint callback: copy each one as soon as it is written
+    last = {"n": done}
+
+    def save_and_upload(iteration: int) -> None:
+        save(iteration)
+        programs = upload_checkpoint(workdir / "out" / "checkpoints", store, iteration)
+        best = controller.database.get_best_program()
+        top.put_json(progress_key(task), {
+            "task": task, "checkpoint": iteration, "iterations": total, "programs": programs,
+            "bestMetrics": best.metrics if best else {}, "gpu": gpu,
+        })
+        last["n"] = max(last["n"], iteration)
+
+    controller._save_checkpoint = save_and_upload  # type: ignore[method-assign]
+    # Fresh: iterations 1..total. Resumed from N: OpenEvolve runs `remaining` more from N + 1.
+    asyncio.run(controller.run(iterations=total - done, checkpoint_path=resume))
+    if last["n"] < total and controller.database.last_iteration >= total:
+        save_and_upload(total)  # the last iterations fell between two checkpoint intervals
+    return 0 if last["n"] >= total else EXIT_STOPPED
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cudanalyst.api.recording import parse_recording
+
+    parser = argparse.ArgumentParser(prog="cudanalyst.runner.record.evolve")
+    parser.add_argument("--recording", required=True, help="the TrajectoryRecording, as JSON")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--endpoint", required=True, help="OpenAI-compatible base URL (…/v1)")
+    parser.add_argument("--served-model", required=True)
+    parser.add_argument("--gpu", type=int, choices=(0, 1), default=0)
+    parser.add_argument("--workdir", default="")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    rec = parse_recording(json.loads(Path(args.recording).read_text()), args.recording)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix=f"cudanalyst-record-{args.task}-"))
+    try:
+        return evolve_task(rec, args.task, args.endpoint, args.served_model, bool(args.gpu), work)
+    except Exception:
+        log.exception("task %s failed", args.task)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The TrajectoryRecording API: record an agent trajectory with OpenEvolve on a local model, then replay it.
+
+The single source of the recording's schema (its CRD is generated from these models, as AttributionRun's).
+A recording runs OpenEvolve on each task from the task's baseline kernel, evaluates every program with the
+kernel stage's tools, and imports the checkpoints into the trajectory format under
+`<output.uri>/<name>/trajectory/`, ready as an AttributionRun's `spec.trajectory.uri`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cudanalyst.api import Metadata, parse_model, read_document
+from cudanalyst.api.spec import (
+    EvaluationSpec,
+    Model,
+    ModelSpec,
+    OutputSpec,
+    ResourcesSpec,
+    S3Spec,
+)
+from cudanalyst.api.status import Condition
+
+RECORDING_KIND = "TrajectoryRecording"
+RECORDING_PLURAL = "trajectoryrecordings"
+RECORDING_SHORT_NAMES = ["trec"]
+TRAJECTORY_FOLDER = "trajectory/"
+
+
+class RecordingSpec(Model):
+    """Which tasks OpenEvolve evolves, with which model, for how long; where the trajectory goes."""
+
+    tasks: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        min_length=1, max_length=64, description="Bundled tasks (`cudanalyst tasks`); each is evolved from its baseline."
+    )
+    model: ModelSpec = Field(description="The agent's model: served locally with vLLM, or an existing endpoint.")
+    iterations: int = Field(10, ge=1, le=100000, description="OpenEvolve iterations per task (one child program each).")
+    islands: int = Field(1, ge=1, le=64, description="OpenEvolve islands per task.")
+    population: int = Field(50, ge=2, le=100000, description="OpenEvolve population size per task.")
+    seed: int = Field(0, ge=0, description="OpenEvolve's random seed (selection and every request).")
+    temperature: float = Field(0.8, ge=0, le=2)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(2048, ge=16, le=131072, description="Tokens per answer.")
+    parallel: int = Field(1, ge=1, le=64, description="OpenEvolve's parallel iterations (worker processes) per task.")
+    checkpoint_interval: int = Field(
+        1, ge=1, le=100000, description="Iterations between checkpoints: the resume granularity."
+    )
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    output: OutputSpec
+    s3: S3Spec = Field(default_factory=S3Spec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+
+    @model_validator(mode="after")
+    def _unique_tasks(self) -> RecordingSpec:
+        dupes = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
+        if dupes:
+            raise ValueError(f"tasks must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+
+class RecordingProgress(Model):
+    done: int = Field(0, ge=0, description="Iterations finished, over all tasks.")
+    total: int = Field(0, ge=0)
+    percent: float = Field(0, ge=0, le=100)
+    text: str = Field("", description="done/total, for display.")
+
+
+class TrajectoryRecordingStatus(Model):
+    """kstatus-style status: Ready, Reconciling, Stalled conditions; the trajectory's URI once Ready."""
+
+    model_config = ConfigDict(extra="allow")
+
+    observed_generation: int | None = None
+    phase: str | None = Field(None, description="Pending, Running, Succeeded, Failed (display only).")
+    conditions: list[Condition] = Field(default_factory=list)
+    progress: RecordingProgress | None = None
+    trajectory_uri: str | None = Field(None, description="The recorded trajectory, for spec.trajectory.uri.")
+    programs: int | None = Field(None, description="Programs in the recorded trajectory.")
+    job_name: str | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    message: str | None = None
+
+
+class TrajectoryRecording(BaseModel):
+    """A whole TrajectoryRecording object, as applied to the cluster or recorded locally."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    api_version: Literal["cudanalyst.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["TrajectoryRecording"]
+    metadata: Metadata
+    spec: RecordingSpec
+    status: TrajectoryRecordingStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def trajectory_uri(recording: TrajectoryRecording) -> str:
+    """Where the recording's trajectory lands: `<output.uri>/<name>/trajectory/`."""
+    base = recording.spec.output.uri
+    return f"{base.rstrip('/')}/{recording.name}/{TRAJECTORY_FOLDER}"
+
+
+def parse_recording(data: Any, source: str = "<input>") -> TrajectoryRecording:
+    return parse_model(data, source, TrajectoryRecording, RECORDING_KIND)
+
+
+def load_recording(path: str | Path) -> TrajectoryRecording:
+    """Read one TrajectoryRecording from a YAML or JSON file (SpecError names the field)."""
+    return parse_recording(read_document(path), str(Path(path)))
