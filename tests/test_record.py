@@ -1,0 +1,171 @@
+"""`cudanalyst record` without a model server: bad input (exit 2, the field named, nothing written), the
+evaluator that OpenEvolve calls, and OpenEvolve's configuration. The real recordings are in
+tests/vllm/test_record_vllm.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cudanalyst.api.recording import load_recording, parse_recording
+from cudanalyst.store import open_store
+
+
+def spec(tmp_path: Path, **edits: object) -> dict:
+    data = {
+        "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "TrajectoryRecording", "metadata": {"name": "rec"},
+        "spec": {"tasks": ["conv2d"], "model": {"model": "tiny-llama", "serve": "local", "maxModelLen": 4096},
+                 "iterations": 2, "output": {"uri": str(tmp_path / "out")}},
+    }
+    data["spec"].update(edits)
+    return data
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "rec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def record(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cudanalyst", "record", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_example_is_a_valid_recording() -> None:
+    rec = load_recording(Path(__file__).parents[1] / "examples" / "recording-quick.yaml")
+    assert rec.spec.tasks == ["conv2d"] and rec.spec.iterations == 2
+
+
+def test_an_invalid_field_is_named_with_exit_2(tmp_path: Path) -> None:
+    p = record(str(write(tmp_path, spec(tmp_path, iterations=0, tasks=["gemm", "gemm"]))))
+    assert p.returncode == 2
+    assert "spec.iterations" in p.stderr and "invalid TrajectoryRecording" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_repeated_task_is_refused() -> None:
+    with pytest.raises(ValueError, match="tasks must be unique; repeated: gemm"):
+        parse_recording(spec(Path("/x"), tasks=["gemm", "gemm"]))
+
+
+def test_an_unknown_task_is_named_with_exit_2_and_nothing_written(tmp_path: Path) -> None:
+    p = record(str(write(tmp_path, spec(tmp_path, tasks=["conv2d", "no-such-task"]))))
+    assert p.returncode == 2
+    assert "spec.tasks[1]" in p.stderr and "no-such-task" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_that_cannot_be_served_is_named_with_exit_2(tmp_path: Path) -> None:
+    p = record(str(write(tmp_path, spec(tmp_path, model={"model": str(tmp_path / "nowhere"), "serve": "local"}))))
+    assert p.returncode == 2
+    assert "spec.model.model" in p.stderr and "nowhere" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_completion_model_is_refused_because_openevolve_speaks_chat(tmp_path: Path) -> None:
+    p = record(str(write(tmp_path, spec(tmp_path, model={"model": "tiny-llama-base", "api": "completion"}))))
+    assert p.returncode == 2 and "spec.model.api" in p.stderr
+
+
+def test_an_unreachable_store_is_named_with_exit_2(tmp_path: Path) -> None:
+    from cudanalyst.runner.llm.serving import free_port
+
+    data = spec(tmp_path, output={"uri": "s3://bucket/recordings/"},
+                s3={"endpoint": f"http://127.0.0.1:{free_port()}", "region": "us-east-1"})
+    p = subprocess.run([sys.executable, "-m", "cudanalyst", "record", str(write(tmp_path, data))],
+                       capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"})
+    assert p.returncode == 2
+    assert "spec.output.uri" in p.stderr
+
+
+def test_a_folder_of_another_recording_is_refused(tmp_path: Path) -> None:
+    from cudanalyst.recording import RecordInputError, prepare_store
+
+    prepare_store(parse_recording(spec(tmp_path)))
+    with pytest.raises(RecordInputError, match=r"another spec \(differs in spec.iterations\)"):
+        prepare_store(parse_recording(spec(tmp_path, iterations=3)))
+    # resources may change between passes (a pod's size is not what is recorded)
+    prepare_store(parse_recording(spec(tmp_path, resources={"gpusPerShard": 0})))
+
+
+def _nvcc_missing() -> str | None:
+    from cudanalyst.runner.kernels.toolchain import find_toolchain
+
+    try:
+        find_toolchain()
+    except Exception as exc:  # noqa: BLE001 - any reason is the skip reason
+        return str(exc)
+    return None
+
+
+@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc to compile with: {_nvcc_missing()}")
+def test_the_evaluator_returns_metrics_and_the_three_reports(tmp_path: Path) -> None:
+    from cudanalyst.runner.record.evaluator import evaluate
+    from cudanalyst.tasks import get_task
+
+    program = tmp_path / "p.cu"
+    program.write_text(get_task("conv2d").baseline_source)
+    good = evaluate(str(program), task="conv2d", gpu=False)
+    assert good.metrics["compiled"] == 1.0 and good.metrics["contract"] == 1.0
+    assert good.metrics["gpu_evaluated"] == 0.0 and "correct" not in good.metrics and "speedup" not in good.metrics
+    assert good.metrics["combined_score"] > 0
+    assert set(good.artifacts) == {"debugger", "analyzer", "profiler"}
+    assert "Status: compiled" in good.artifacts["debugger"]
+    assert "registers/thread" in good.artifacts["analyzer"]
+    assert "no GPU" in good.artifacts["profiler"]
+
+    program.write_text("this is not CUDA")
+    bad = evaluate(str(program), task="conv2d", gpu=False)
+    assert bad.metrics["compiled"] == 0.0 and bad.metrics["combined_score"] == 0.0
+    assert "FAILED to compile" in bad.artifacts["debugger"]
+
+
+def test_the_fitness_orders_fail_built_correct_and_faster() -> None:
+    from cudanalyst.runner.record.evaluator import combined_score
+
+    scores = [combined_score(False, None, None), combined_score(True, None, None), combined_score(True, False, 3.0),
+              combined_score(True, True, 0.5), combined_score(True, True, 1.0), combined_score(True, True, 4.0)]
+    assert scores[1] == scores[2]  # built but not shown correct, with or without a GPU to tell
+    assert scores[0] < scores[1] < scores[3] < scores[4] < scores[5] < 1.0
+
+
+def test_openevolve_gets_the_reports_unfiltered_in_prompts_and_the_task_in_the_system_message(tmp_path) -> None:
+    from openevolve.config import Config
+
+    from cudanalyst.runner.record.evolve import openevolve_config
+
+    rec = parse_recording(spec(tmp_path, islands=2, population=12, seed=7, parallel=2))
+    raw = openevolve_config(rec, "conv2d", "http://127.0.0.1:9/v1", "tiny", gpu=False)
+    config = Config.from_dict(raw)  # OpenEvolve itself accepts it
+    assert config.prompt.include_artifacts and not config.prompt.artifact_security_filter
+    assert config.database.num_islands == 2 and config.database.population_size == 12
+    assert config.random_seed == 7 and config.evaluator.parallel_evaluations == 2
+    assert config.evaluator.evaluator_args["task"] == "conv2d" and config.evaluator.evaluator_args["gpu"] is False
+    assert config.llm.models[0].name == "tiny" and config.llm.api_base == "http://127.0.0.1:9/v1"
+    assert "conv2d" in config.prompt.system_message and "```cuda" in config.prompt.system_message
+    assert not config.diff_based_evolution and not config.evaluator.cascade_evaluation
+
+
+def test_checkpoints_past_the_last_complete_one_are_dropped_before_resuming(tmp_path: Path) -> None:
+    from cudanalyst.runner.record.evolve import download_checkpoint, drop_checkpoints_after, upload_checkpoint
+
+    local = tmp_path / "checkpoints"
+    for n in (1, 2):
+        (local / f"checkpoint_{n}" / "programs").mkdir(parents=True)
+        (local / f"checkpoint_{n}" / "programs" / f"p{n}.json").write_text(json.dumps({"id": f"p{n}"}))
+        (local / f"checkpoint_{n}" / "metadata.json").write_text("{}")
+    store = open_store(tmp_path / "store")
+    assert upload_checkpoint(local, store, 1) == 1 and upload_checkpoint(local, store, 2) == 1
+    drop_checkpoints_after(store, 1)
+    assert sorted(store.list()) == ["checkpoints/checkpoint_1/metadata.json", "checkpoints/checkpoint_1/programs/p1.json"]
+    shutil.rmtree(local)
+    folder = download_checkpoint(store, 1, tmp_path / "resume")
+    assert json.loads((folder / "programs" / "p1.json").read_text()) == {"id": "p1"}
