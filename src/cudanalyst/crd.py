@@ -25,6 +25,9 @@ from cudanalyst.api import (
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
 MANIFEST_PATH = Path("manifests/crd.yaml")
 CHART_PATH = Path("charts/cudanalyst/templates/crd.yaml")
+# The second kind (issue 14): its own files, so that every reader of crd.yaml keeps one document.
+RECORDING_MANIFEST_PATH = Path("manifests/crd-trajectoryrecording.yaml")
+RECORDING_CHART_PATH = Path("charts/cudanalyst/templates/crd-trajectoryrecording.yaml")
 
 # JSON-Schema keys that a structural OpenAPI v3 schema of a CRD does not accept.
 _DROP = {"title", "additionalProperties", "$defs", "discriminator", "examples", "const"}
@@ -135,25 +138,27 @@ def openapi_schema() -> dict[str, Any]:
          "fieldPath": ".feedback.modes"},
         {"rule": "self.trajectory.generations.all(g, self.trajectory.generations.exists_one(h, h == g))",
          "message": "spec.trajectory.generations must be unique", "fieldPath": ".trajectory.generations"},
+        {"rule": "has(self.trajectory.uri) != has(self.trajectory.recording)",
+         "message": "spec.trajectory: give exactly one of uri and recording", "fieldPath": ".trajectory"},
     ]
     schema["x-kubernetes-validations"] = [_immutability_rule()]
     return schema
 
 
-def build_crd() -> dict[str, Any]:
-    """The whole CustomResourceDefinition object."""
+def _crd(kind: str, plural: str, short_names: list[str], columns: list[dict[str, Any]],
+         schema: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/name": "cudanalyst"}},
+        "metadata": {"name": f"{plural}.{API_GROUP}", "labels": {"app.kubernetes.io/name": "cudanalyst"}},
         "spec": {
             "group": API_GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": SHORT_NAMES,
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
                 "categories": ["cudanalyst"],
             },
             "scope": "Namespaced",
@@ -163,32 +168,87 @@ def build_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
 
 
+def build_crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition object."""
+    return _crd(KIND, PLURAL, SHORT_NAMES, PRINTER_COLUMNS, openapi_schema())
+
+
+RECORDING_COLUMNS = [
+    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Progress", "type": "string", "jsonPath": ".status.progress.text"},
+    {"name": "Programs", "type": "integer", "jsonPath": ".status.programs"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Trajectory", "type": "string", "priority": 1, "jsonPath": ".status.trajectoryUri"},
+]
+
+
+def recording_schema() -> dict[str, Any]:
+    """The TrajectoryRecording's openAPIV3Schema: like AttributionRun's, spec immutable once started."""
+    from cudanalyst.api.recording import RecordingSpec, TrajectoryRecording
+
+    raw = TrajectoryRecording.model_json_schema(by_alias=True, mode="validation")
+    schema = _structural(raw, raw.get("$defs", {}))
+    schema["properties"]["metadata"] = {"type": "object"}
+    for key in ("apiVersion", "kind"):
+        schema["properties"][key] = {"type": "string"}
+    schema["required"] = ["spec"]
+    spec = schema["properties"]["spec"]
+    _default_nested_objects(spec)
+    spec["x-kubernetes-validations"] = [
+        {"rule": "self.tasks.all(t, self.tasks.exists_one(u, u == t))", "message": "spec.tasks must be unique",
+         "fieldPath": ".tasks"},
+    ]
+    names = [f.alias for f in RecordingSpec.model_fields.values()]
+    checks = [f"(has(self.spec.{n}) == has(oldSelf.spec.{n}) && (!has(self.spec.{n}) || "
+              f"self.spec.{n} == oldSelf.spec.{n}))" for n in names]
+    schema["x-kubernetes-validations"] = [{
+        "rule": f"!(has(oldSelf.status) && has(oldSelf.status.startTime)) || ({' && '.join(checks)})",
+        "message": "spec is immutable once the recording has started (status.startTime is set)",
+        "reason": "FieldValueForbidden",
+    }]
+    return schema
+
+
+def build_recording_crd() -> dict[str, Any]:
+    from cudanalyst.api.recording import RECORDING_KIND, RECORDING_PLURAL, RECORDING_SHORT_NAMES
+
+    return _crd(RECORDING_KIND, RECORDING_PLURAL, RECORDING_SHORT_NAMES, RECORDING_COLUMNS, recording_schema())
+
+
 HEADER = "# Generated by `cudanalyst crd --write` from the pydantic models in src/cudanalyst/api. Do not edit.\n"
 
 
-def render_manifest() -> str:
-    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+def render_manifest(crd: dict[str, Any] | None = None) -> str:
+    return HEADER + yaml.safe_dump(crd or build_crd(), sort_keys=False, width=120)
 
 
-def render_chart_template() -> str:
+def render_chart_template(crd: dict[str, Any] | None = None) -> str:
     """The chart's copy: kept on uninstall, and optional through `.Values.crds.install`."""
-    crd = build_crd()
+    crd = crd or build_crd()
     crd["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
     body = yaml.safe_dump(crd, sort_keys=False, width=120)
     return HEADER + "{{- if .Values.crds.install }}\n" + body + "{{- end }}\n"
 
 
+def generated_files() -> list[tuple[Path, str]]:
+    """Every generated file (relative path, text): both kinds, plain manifest and chart copy."""
+    return [(MANIFEST_PATH, render_manifest()), (CHART_PATH, render_chart_template()),
+            (RECORDING_MANIFEST_PATH, render_manifest(build_recording_crd())),
+            (RECORDING_CHART_PATH, render_chart_template(build_recording_crd()))]
+
+
 def write_files(root: Path) -> list[Path]:
     written = []
-    for rel, text in ((MANIFEST_PATH, render_manifest()), (CHART_PATH, render_chart_template())):
+    for rel, text in generated_files():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

@@ -37,6 +37,11 @@ def s3_settings(run: AttributionRun) -> S3Settings:
 def plan_run(run: AttributionRun) -> Plan:
     """Load the trajectory, freeze its programs (seeded) and build the plan."""
     spec = run.spec
+    if spec.trajectory.uri is None:
+        # Only the operator resolves a recording's name (to the trajectory URI in its status).
+        raise PlanError(f"spec.trajectory.recording: {spec.trajectory.recording!r} names a TrajectoryRecording, "
+                        "which only the operator resolves; here give spec.trajectory.uri (the recording's "
+                        "trajectory: <its output.uri>/<its name>/trajectory/)")
     try:
         tasks = spec.trajectory.tasks
         trajectory = load_trajectory(spec.trajectory.uri, s3_settings(run), spec.trajectory.format,

@@ -50,7 +50,15 @@ Uri = Annotated[str, Field(min_length=1, max_length=2048, pattern=URI_PATTERN), 
 class TrajectorySpec(Model):
     """Where the recorded agent trajectory lives and which frozen programs to replay."""
 
-    uri: Uri = Field(description="Folder (s3://, file:// or a path) holding trajectory.json and programs.jsonl.")
+    uri: Uri | None = Field(
+        None, description="Folder (s3://, file:// or a path) holding trajectory.json and programs.jsonl. "
+        "Exactly one of uri and recording."
+    )
+    recording: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$", max_length=52,
+        description="Name of a TrajectoryRecording in the run's namespace: the run waits until it is Ready and "
+        "replays its trajectory (cluster only). Exactly one of uri and recording.",
+    )
     format: Literal["cudanalyst", "openevolve", "llm4ad"] = Field(
         "cudanalyst",
         description="cudanalyst reads the folder as is; openevolve/llm4ad are converted on the fly "
@@ -70,6 +78,8 @@ class TrajectorySpec(Model):
     def _unique_generations(self) -> TrajectorySpec:
         if len(set(self.generations)) != len(self.generations):
             raise ValueError("generations must be unique")
+        if (self.uri is None) == (self.recording is None):
+            raise ValueError("give exactly one of uri and recording")
         return self
 
 

@@ -12,7 +12,7 @@ from cudanalyst import crd
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("crd", help="print or write the generated CRD", description=__doc__)
     p.add_argument("--write", action="store_true",
-                   help=f"write {crd.MANIFEST_PATH} and {crd.CHART_PATH} under --root")
+                   help="write the CRDs of both kinds under manifests/ and charts/cudanalyst/templates/ (below --root)")
     p.add_argument("--check", action="store_true", help="exit 1 if the files under --root differ from the models")
     p.add_argument("--root", default=".", help="repository root (default: .)")
     p.set_defaults(handler=run)
@@ -21,8 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     root = Path(args.root)
     if args.check:
-        stale = [str(rel) for rel, text in ((crd.MANIFEST_PATH, crd.render_manifest()),
-                                            (crd.CHART_PATH, crd.render_chart_template()))
+        stale = [str(rel) for rel, text in crd.generated_files()
                  if not (root / rel).is_file() or (root / rel).read_text() != text]
         if stale:
             print(f"out of date: {', '.join(stale)}; run `cudanalyst crd --write`", file=sys.stderr)
