@@ -42,7 +42,9 @@ from cudanalyst.store import ObjectStore, StoreError
 log = logging.getLogger("cudanalyst.operator")
 
 # Stalled reasons that something outside the spec may cure (a trajectory uploaded later, a store back up).
-RETRYABLE = ("PlanFailed", "StoreUnavailable")
+PLAN_FAILED = "PlanFailed"
+STORE_UNAVAILABLE = "StoreUnavailable"
+RETRYABLE = (PLAN_FAILED, STORE_UNAVAILABLE)
 
 
 def utc_now() -> datetime:
@@ -142,10 +144,10 @@ class Operations:
         except PlanError as exc:
             # Permanent for this handler, so that an edit of the spec is handled at once; the trajectory
             # may still be uploaded later, which the retry timer (handlers.py) picks up.
-            self._stall(body, patch, RETRYABLE[0], f"cannot plan the run: {exc}")
+            self._stall(body, patch, PLAN_FAILED, f"cannot plan the run: {exc}")
             raise kopf.PermanentError(f"cannot plan the run: {exc}") from None
         except StoreError as exc:
-            self._stall(body, patch, RETRYABLE[1], f"cannot write to spec.output.uri: {exc}")
+            self._stall(body, patch, STORE_UNAVAILABLE, f"cannot write to spec.output.uri: {exc}")
             raise kopf.PermanentError(str(exc)) from None
         try:
             job, created = self.ensure_children(body, run)

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cudanalyst.cache import cache_root
+
 RELEASE = "cudanalyst"
 NAMESPACE = "cudanalyst-system"
 INSTALL = Path("manifests/install.yaml")
@@ -45,8 +47,7 @@ class HelmNotFound(RuntimeError):
 
 def find_helm() -> str:
     candidates = [os.environ.get("HELM", ""), shutil.which("helm") or ""]
-    cache = os.environ.get("CUDANALYST_CACHE", os.path.expanduser("~/.cache/cudanalyst"))
-    candidates += sorted(glob.glob(os.path.join(cache, "control-plane", "*", "bin", "helm")), reverse=True)
+    candidates += sorted(glob.glob(str(cache_root() / "control-plane" / "*" / "bin" / "helm")), reverse=True)
     for path in candidates:
         if path and os.access(path, os.X_OK):
             return path

@@ -15,6 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from cudanalyst.cache import cache_root
 from cudanalyst.store import ObjectStore, S3Settings, open_store
 
 SYNC_MARKER = ".cudanalyst-sync.json"
@@ -22,10 +23,6 @@ SYNC_MARKER = ".cudanalyst-sync.json"
 
 class WeightsError(ValueError):
     """The model's weights cannot be found or fetched; the message names the path or URI."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("CUDANALYST_CACHE", Path.home() / ".cache" / "cudanalyst"))
 
 
 def resolve_model_path(model: str, s3: S3Settings | None = None, cache: Path | None = None) -> str:

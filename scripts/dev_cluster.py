@@ -55,6 +55,7 @@ from cp_harness import PodHarness  # noqa: E402
 from cp_process import ComponentError, free_port  # noqa: E402
 
 from cudanalyst import lifeline  # noqa: E402
+from cudanalyst.cache import cache_root  # noqa: E402
 
 RELEASE, NAMESPACE = "cudanalyst", "cudanalyst"
 OPERATOR_SA = "cudanalyst-operator"  # the chart's <release>-operator
@@ -70,7 +71,7 @@ POLL_S = 1.0
 
 
 def state_root() -> Path:
-    return Path(os.environ.get("CUDANALYST_CACHE") or Path.home() / ".cache" / "cudanalyst") / "dev-cluster"
+    return cache_root() / "dev-cluster"
 
 
 def say(message: str) -> None:

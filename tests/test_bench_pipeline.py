@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -44,7 +43,9 @@ def _tiny_base_model() -> str:
     sys.path.insert(0, str(ROOT / "scripts"))
     import build_tiny_model
 
-    root = Path(os.environ.get("CUDANALYST_CACHE", Path.home() / ".cache" / "cudanalyst")) / "models"
+    from cudanalyst.cache import models_cache
+
+    root = models_cache()
     return Path(build_tiny_model.build(root)["tiny-llama-base"]).name
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from cudanalyst.cache import compile_cache_dir
 from cudanalyst.runner.kernels.ptxas_report import (
     Diagnostic,
     KernelResources,
@@ -139,14 +140,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cudanalyst" / "compile"
-
-
 def shared_cache() -> CompileCache:
-    """The on-disk cache every compile of this machine shares ($CUDANALYST_COMPILE_CACHE, else ~/.cache)."""
-    return CompileCache(os.environ.get("CUDANALYST_COMPILE_CACHE") or default_cache_dir())
+    """The on-disk cache every compile of this machine shares (cudanalyst.cache.compile_cache_dir)."""
+    return CompileCache(compile_cache_dir())
 
 
 def _scrubbed_env() -> dict[str, str]:

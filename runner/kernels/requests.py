@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pydantic import ConfigDict
+
+from cudanalyst.api.spec import EvaluationSpec
 from cudanalyst.runner.kernels.checker import checker_cubin
 from cudanalyst.tasks import Task
 
@@ -80,27 +83,19 @@ class CompareRequest:
                    extra=dict(request.get("extra") or {}))
 
 
-@dataclass(frozen=True)
-class EvalSettings:
-    """The fields of the spec's `evaluation` the stage reads (any object with these attributes will do)."""
+class EvalSettings(EvaluationSpec):
+    """The spec's `evaluation` as the stage reads it: the same fields, defaults and bounds, kept in one place."""
 
-    correctness_trials: int = 5
-    rtol: float = 1e-4
-    atol: float = 1e-4
-    warmup: int = 3
-    trials: int = 30
-    fast_tolerance: float = 0.12
-    timeout_seconds: float = 60.0
-    compile_workers: int = 4
-    gpu_workers: int = 2
+    model_config = ConfigDict(frozen=True)
 
     @classmethod
     def of(cls, settings: Any) -> EvalSettings:
+        """From the spec's `evaluation`, a dict of its snake_case fields (others ignored) or None (defaults)."""
         if settings is None:
             return cls()
         if isinstance(settings, dict):
-            return cls(**{k: v for k, v in settings.items() if k in cls.__dataclass_fields__})
-        return cls(**{k: getattr(settings, k) for k in cls.__dataclass_fields__ if hasattr(settings, k)})
+            return cls(**{k: v for k, v in settings.items() if k in cls.model_fields})
+        return cls(**{k: getattr(settings, k) for k in cls.model_fields if hasattr(settings, k)})
 
 
 def correctness_seeds(cfg: EvalSettings) -> list[int]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst.api import AttributionRun
+from cudanalyst.cache import models_cache
 from cudanalyst.plan import Plan, make_plan
 from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, StoreError, open_store
 from cudanalyst.trajectory import TrajectoryError, freeze, load_trajectory
@@ -78,10 +79,6 @@ def model_problems(run: AttributionRun, local_paths: bool) -> list[str]:
             if not (path / "config.json").is_file() and not ("/" not in name and (cached / "config.json").is_file()):
                 problems.append(f"{where}: {name!r} is neither a model folder nor a model in {models_cache()}")
     return problems
-
-
-def models_cache() -> Path:
-    return Path(os.environ.get("CUDANALYST_CACHE", Path.home() / ".cache" / "cudanalyst")) / "models"
 
 
 def check_models(run: AttributionRun, local_paths: bool) -> None:

@@ -48,8 +48,9 @@ def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
 def bin_dir(versions: dict[str, str] | None = None) -> Path:
     """Where the build script puts the binaries (same rule as the script's cache_root)."""
     k8s = (versions or read_versions())["K8S_VERSION"]
-    root = Path(os.environ.get("CUDANALYST_CACHE") or Path.home() / ".cache" / "cudanalyst")
-    return root / "control-plane" / k8s / "bin"
+    from cudanalyst.cache import cache_root
+
+    return cache_root() / "control-plane" / k8s / "bin"
 
 
 def missing_binaries(folder: Path) -> list[str]:

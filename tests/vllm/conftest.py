@@ -64,7 +64,9 @@ def tiny_models() -> dict[str, Path]:
     sys.path.insert(0, str(ROOT / "scripts"))
     import build_tiny_model
 
-    root = Path(os.environ.get("CUDANALYST_CACHE", Path.home() / ".cache" / "cudanalyst")) / "models"
+    from cudanalyst.cache import models_cache
+
+    root = models_cache()
     return build_tiny_model.build(root)
 
 
