@@ -1,25 +1,30 @@
 #!/usr/bin/env python
-"""Programs per hour: the local pipeline against a serial pipeline of the same steps, in one run.
+"""Programs per hour: the local pipeline on 1, 2, ... GPUs against a serial pipeline of the same steps, in one run.
 
-  python bench/pipeline.py --spec SPEC [--serial-units K] [--units M] [--model NAME]
-                           [--max-model-len N] [--max-tokens N] [--json FILE]
+  python bench/pipeline.py --spec SPEC [--gpus 1,2] [--serial-units K] [--units M] [--rollouts R]
+                           [--model NAME] [--max-model-len N] [--max-tokens N] [--json FILE] [--against FILE]
 
-One vLLM server per local model is started (and warmed up) once and shared by both sides; its
-start-up time is printed apart and is not what is compared:
-- pipeline: what `cudanalyst run SPEC --no-report` does (src/cudanalyst/local.py): the kernel stage of
-  every shard in one process (CPU compile pool, persistent GPU workers), started beside every shard's
-  LLM stage (subprocesses, all prompts in flight); it compiles and verifies candidates as they are
-  stored and, once the LLM stage is over, times the correct ones with the GPU alone (here the idle
-  server keeps its memory but runs nothing; `cudanalyst run` stops it). M units: the whole spec, or
-  --units M rounded up to whole frozen programs. Its time runs from the kernel stage's start to its end.
+One vLLM server per local model and GPU is started (and warmed up) once, every GPU's at the same time, and
+shared by every side; its start-up time is printed apart and is not what is compared:
+- pipeline on G GPUs (one side per entry of --gpus; default: every visible GPU, or one unpinned lane
+  without a GPU): what `cudanalyst run SPEC --no-report --gpus G` does (src/cudanalyst/local.py): one lane
+  per GPU, each with its server, its share of the shards' LLM stage (subprocesses, all prompts in flight)
+  and its own kernel-stage process (CPU compile pool, persistent GPU workers), which compiles and verifies
+  candidates as they are stored and, once its lane's LLM stage is over, times the correct ones with its GPU
+  alone (here the idle server keeps its memory but runs nothing; `cudanalyst run` stops it). M units: the
+  whole spec, or --units M rounded up to whole frozen programs. Its time runs from the kernel stages' start
+  to their end. The sides run one after the other, each from nothing (own folder and nvcc cache).
 - serial: K units spread over the plan, one at a time, each through the same building blocks: its
   prompts (runner/llm/stage.py, prompts.py), the plan of its group (one planner request, reused by
   the group's later samples as the pipeline does), one coder request with n = 1, extraction, then
-  compile, verify and time it alone (kernels/stage.py, one persistent GPU worker reused across units).
-The serial side runs after the pipeline, on the same server, so any prefix-cache warmth favours the
-serial side (the ratio is conservative). Each side writes to its own fresh output folder and compile
-cache, so nothing is skipped as already done. A "program" is a candidate kernel taken end to end to
-its outcome record. Without a GPU kernels are compiled only, and the output says so.
+  compile, verify and time it alone (kernels/stage.py, one persistent GPU worker reused across units), on
+  the first GPU. Its rate is measured on those K units (a sample: the serial pipeline's rate does not
+  depend on how many units there are) and set beside every pipeline side's.
+The serial side runs after the pipelines, on the same server, so any prefix-cache warmth favours the
+serial side (the ratio is conservative). A "program" is a candidate kernel taken end to end to its outcome
+record. Without a GPU kernels are compiled only, and the output says so. `--json FILE` is rewritten after
+each side, so a run stopped by a time limit keeps the sides it finished; `--against FILE` also prints the
+ratios against the sides of an earlier run's JSON of the same units (another call on the same machine).
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst.api import AttributionRun, load_run
-from cudanalyst.local import kernel_stage_alongside, prepare, run_stage, shared_servers, write_spec_file
+from cudanalyst.local import KernelStages, LaneServers, lanes_for, llm_stage_in_lanes, prepare
+from cudanalyst.local_gpus import Lane, visible_gpus
 from cudanalyst.outcomes import CandidateRecord, OutcomeRecord, unit_identity
-from cudanalyst.plan import Unit
+from cudanalyst.plan import Unit, plan_digest
 from cudanalyst.runs import plan_run, run_store
 from cudanalyst.store import ObjectStore
 from cudanalyst.trajectory import dump_programs
@@ -60,6 +66,7 @@ class Side:
     labels: dict[str, int] = field(default_factory=dict)
     failures: int = 0
     notes: list[str] = field(default_factory=list)  # the runner's per-stage summaries
+    gpus: int = 0  # GPUs the side used (0: no GPU, or the serial side)
 
     @property
     def per_hour(self) -> float:
@@ -78,7 +85,7 @@ def with_output(run: AttributionRun, uri: str) -> AttributionRun:
 
 
 def derive(run: AttributionRun, *, model: str | None, max_model_len: int | None,
-           max_tokens: int | None) -> AttributionRun:
+           max_tokens: int | None, rollouts: int | None = None) -> AttributionRun:
     """The spec with the bench's overrides (a smaller model, context or completion length)."""
     data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
     for role, spec in data["spec"]["models"].items():
@@ -90,6 +97,8 @@ def derive(run: AttributionRun, *, model: str | None, max_model_len: int | None,
         data["spec"]["models"][role] = spec
     if max_tokens:
         data["spec"]["sampling"]["maxTokens"] = max_tokens
+    if rollouts:
+        data["spec"]["sampling"]["rollouts"] = rollouts
     return AttributionRun.model_validate(data)
 
 
@@ -169,18 +178,18 @@ def runner_lines(folder: str, stage: str) -> list[str]:
     return lines
 
 
-def run_pipeline(run: AttributionRun, served: AttributionRun, folder: str, side: Side) -> None:
-    """What `cudanalyst run` does: the kernel stage (every shard in one process) started beside every
-    shard's LLM stage, compiling and verifying as candidates come, timing once the LLM stage is over.
-    `llm` is the LLM stage's time; `kernels` what the kernel stage took after it (its tail)."""
-    shards = list(range(served.spec.resources.shards))
+def run_pipeline(run: AttributionRun, lanes: list[Lane], served: dict[int, AttributionRun], folder: str,
+                 side: Side) -> None:
+    """What `cudanalyst run --gpus G` does: per lane (GPU), the kernel stage of its shards in one process,
+    started beside the lane's shards' LLM stage, compiling and verifying as candidates come, timing once the
+    lane's LLM stage is over. `llm` is the LLM stage's time (every lane); `kernels` what the kernel stages
+    took after it (the tail)."""
     t0 = time.perf_counter()
-    with kernel_stage_alongside(run, shards, folder, lambda: None) as kernels_after_llm:
-        spec_path = write_spec_file(served, folder)
-        codes = run_stage(spec_path, shards, len(shards), "llm", folder, True, lambda: None)
+    with KernelStages(run, lanes, folder, lambda: None) as kernels:
+        # A lane's server is idle from its lane's end on (no requests), so its kernel stage times with the GPU alone.
+        codes = llm_stage_in_lanes(lanes, served, folder, lambda: None, (), lambda lane: kernels.release(lane.index))
         t_llm = time.perf_counter()
-        # The server is idle from here on (no requests), so the kernel stage times with the GPU alone.
-        codes_k = kernels_after_llm()
+        codes_k = kernels.finish()
     side.stage_seconds = {"llm": t_llm - t0, "kernels": time.perf_counter() - t_llm}
     side.failures += sum(1 for c in (*codes.values(), *codes_k.values()) if c != 0)
 
@@ -288,44 +297,95 @@ class SerialPipeline:
 
 
 # ----------------------------------------------------------------------------------------- output
-def table(pipeline: Side, serial: Side, server_start_s: float, gpu: bool) -> str:
+def ratio(a: Side | dict[str, Any], b: Side | dict[str, Any]) -> float | None:
+    """a's rate over b's (sides, or sides as the JSON holds them); None when b has no rate."""
+    rate_a = a.per_hour if isinstance(a, Side) else float(a.get("perHour") or 0.0)
+    rate_b = b.per_hour if isinstance(b, Side) else float(b.get("perHour") or 0.0)
+    return rate_a / rate_b if rate_b > 0 else None
+
+
+def table(pipelines: list[Side], serial: Side | None, server_start_s: float, gpu: bool) -> str:
     rows = [("side", "units", "seconds", "units/hour", "gen tok/s", "LLM share", "kernel share", "labels")]
-    for s in (serial, pipeline):
+    for s in ([serial] if serial else []) + pipelines:
         total = sum(s.stage_seconds.values()) or 1.0
         rows.append((s.name, str(s.units), f"{s.seconds:.1f}", f"{s.per_hour:,.0f}", f"{s.tokens_per_s:,.0f}",
                      f"{s.stage_seconds.get('llm', 0) / total:.0%}", f"{s.stage_seconds.get('kernels', 0) / total:.0%}",
                      " ".join(f"{k}={v}" for k, v in sorted(s.labels.items()))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    ratio = pipeline.per_hour / serial.per_hour if serial.per_hour else float("nan")
-    lines.append(f"ratio pipeline/serial: {ratio:.1f}x   (model server start-up, not compared: {server_start_s:.1f} s)")
+    for p in pipelines:
+        if serial is not None:
+            r = ratio(p, serial)
+            lines.append(f"ratio {p.name}/serial: {r:.1f}x" if r else f"ratio {p.name}/serial: n/a")
+    for p in pipelines[1:]:
+        r = ratio(p, pipelines[0])
+        lines.append(f"ratio {p.name}/{pipelines[0].name}: {r:.2f}x" if r else f"ratio {p.name}/{pipelines[0].name}: n/a")
+    lines.append(f"(model server start-up, every GPU's at once, not compared: {server_start_s:.1f} s)")
+    if serial is not None:
+        lines.append(f"serial: measured on {serial.units} units spread over the plan, one at a time; its rate "
+                     "(units/hour) is set beside the pipelines' as measured, not run at their size")
     if not gpu:
-        lines.append("no GPU here: kernels were compiled only (pass and fast not evaluated), on both sides")
+        lines.append("no GPU here: kernels were compiled only (pass and fast not evaluated), on every side")
     return "\n".join(lines)
 
 
 def side_json(s: Side) -> dict[str, Any]:
     return {"units": s.units, "seconds": s.seconds, "stageSeconds": s.stage_seconds, "perHour": s.per_hour,
             "completionTokens": s.completion_tokens, "tokensPerSecond": s.tokens_per_s, "labels": s.labels,
-            "failures": s.failures, "notes": s.notes}
+            "failures": s.failures, "notes": s.notes, "gpus": s.gpus}
+
+
+def gpu_list(text: str) -> list[int]:
+    """--gpus: GPU counts, one pipeline side each, in the order given ("1,2")."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 for c in counts) or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct GPU counts of at least 1, e.g. 1,2")
+    return counts
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--spec", required=True, help="AttributionRun YAML or JSON")
-    p.add_argument("--serial-units", type=int, default=8, help="units the serial side runs (default %(default)s)")
+    p.add_argument("--gpus", type=gpu_list, default=None,
+                   help="pipeline sides by GPU count, run one after the other, e.g. 1,2 (default: every visible GPU)")
+    p.add_argument("--serial-units", type=int, default=8,
+                   help="units the serial side runs (default %(default)s; 0: no serial side)")
     p.add_argument("--units", type=int, default=None,
                    help="pipeline units (rounded up to whole frozen programs; default: the whole spec)")
+    p.add_argument("--rollouts", type=int, help="override sampling.rollouts (e.g. 2: the 2,640-unit example at 5,280)")
     p.add_argument("--model", help="serve this model instead: a name in the models cache (e.g. tiny-llama-base)")
     p.add_argument("--max-model-len", type=int, help="override models.*.maxModelLen")
     p.add_argument("--max-tokens", type=int, help="override sampling.maxTokens")
     p.add_argument("--health-timeout", type=float, default=900.0, help="seconds for the server to get healthy")
-    p.add_argument("--workdir", help="folder for the two run folders and logs (default: a new temp folder)")
-    p.add_argument("--json", dest="json_out", help="also write the figures to this JSON file")
+    p.add_argument("--workdir", help="folder for the run folders and logs (default: a new temp folder)")
+    p.add_argument("--json", dest="json_out", help="also write the figures to this JSON file (after each side)")
+    p.add_argument("--against", help="an earlier run's --json of the same units: print the ratios against its sides")
     args = p.parse_args(argv)
-    if args.serial_units < 1 or (args.units is not None and args.units < 1):
-        p.error("--serial-units and --units must be at least 1")
+    if args.serial_units < 0 or (args.units is not None and args.units < 1) or (args.rollouts or 1) < 1:
+        p.error("--serial-units must be at least 0, --units and --rollouts at least 1")
     return args
+
+
+def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
+    """Ratios of this run's pipeline sides against an earlier run's (same units, by the plan's digest)."""
+    try:
+        earlier = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        return [f"--against {path}: not readable ({exc})"]
+    if earlier.get("planDigest") != digest:
+        return [f"--against {path}: another plan (digest {earlier.get('planDigest')} here {digest}): no ratio"]
+    lines = []
+    for name, side in (earlier.get("sides") or {}).items():
+        if name == "serial":
+            continue
+        for p in pipelines:
+            r = ratio(p, side)
+            if r and p.name != name:
+                lines.append(f"ratio {p.name} (this run) / {name} ({path}): {r:.2f}x")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -337,52 +397,85 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A bench starts from nothing: an earlier bench's compile cache, verdicts or run folders would be found.
         print(f"bench/pipeline: --workdir {work} is not empty; give an empty or new folder", file=sys.stderr)
         return 2
+    visible = visible_gpus()
+    counts: list[int | None] = list(args.gpus) if args.gpus else [len(visible) or None]
+    if any(c is not None and c > len(visible) for c in counts):
+        print(f"bench/pipeline: --gpus {args.gpus}: {len(visible)} GPU(s) visible here", file=sys.stderr)
+        return 2
     work.mkdir(parents=True, exist_ok=True)
     base = derive(load_run(args.spec), model=args.model, max_model_len=args.max_model_len,
-                  max_tokens=args.max_tokens)
+                  max_tokens=args.max_tokens, rollouts=args.rollouts)
     if args.units is not None:
         base = trimmed(base, args.units, work / "trajectory")
-    pipe_run = with_output(base, str(work / "pipeline"))
-    serial_run = with_output(base, str(work / "serial"))
-    plan, pipe_store = prepare(pipe_run)
-    serial_units = spread(plan.units, args.serial_units)
     gpu = gpu_available()
+    widest, lanes_all = lanes_for(base, max((c or 0) for c in counts) or None)
+    plan = plan_run(base)
+    serial_units = spread(plan.units, args.serial_units) if args.serial_units else []
     print(f"{base.metadata.name}: pipeline {len(plan.units)} units over {len(plan.programs)} programs, "
-          f"{base.spec.resources.shards} shard(s); serial {len(serial_units)} units; "
+          f"sides on {', '.join(f'{c} GPU(s)' if c else 'no GPU' for c in counts)}; serial {len(serial_units)} units; "
           f"{'GPU: kernels compiled, verified and timed' if gpu else 'no GPU: kernels compiled only'}; "
           f"work folder {work}", flush=True)
 
-    pipeline, serial = Side("pipeline"), Side("serial")
-    logs = str(work / "logs")
-    Path(logs).mkdir(exist_ok=True)
-    t0 = time.perf_counter()
-    with shared_servers(pipe_run, logs, args.health_timeout) as served:
-        server_start_s = time.perf_counter() - t0
-        print(f"model server healthy after {server_start_s:.1f} s", flush=True)
-        with compile_cache(work / "cache-pipeline"):
-            run_pipeline(pipe_run, served, logs, pipeline)
-        pipeline.notes += runner_lines(logs, "llm") + runner_lines(logs, "kernels")
-        print(f"pipeline: LLM stage {pipeline.stage_seconds['llm']:.1f} s, then the kernel stage's tail "
-              f"{pipeline.stage_seconds['kernels']:.1f} s", *pipeline.notes, sep="\n  ", flush=True)
-        with compile_cache(work / "cache-serial"):
-            SerialPipeline(with_output(served, serial_run.spec.output.uri), serial_units, gpu).run_all(serial)
-        print(f"serial: {serial.units} units in {serial.seconds:.1f} s", flush=True)
-    pipeline.seconds = sum(pipeline.stage_seconds.values())
-    pipeline.units = len(keys_under(pipe_store, "outcomes/"))
-    pipeline.labels = label_counts(pipe_store)
-    pipeline.completion_tokens = completion_tokens(pipe_store)
-    serial_store = run_store(serial_run)
-    serial.labels = label_counts(serial_store)
+    figures: dict[str, Any] = {"spec": base.metadata.name, "gpu": gpu, "units": len(plan.units),
+                               "planDigest": plan_digest(plan), "sides": {}, "workdir": str(work)}
 
-    print(table(pipeline, serial, server_start_s, gpu))
-    if pipeline.failures or serial.failures:
-        print(f"unfinished: pipeline shards failed {pipeline.failures}, serial units failed {serial.failures} "
-              f"(logs in {logs})")
-    if args.json_out:
-        figures = {"spec": base.metadata.name, "gpu": gpu, "serverStartSeconds": server_start_s,
-                   "ratio": pipeline.per_hour / serial.per_hour if serial.per_hour else None,
-                   "sides": {s.name: side_json(s) for s in (pipeline, serial)}, "workdir": str(work)}
-        Path(args.json_out).write_text(json.dumps(figures, indent=2))
+    def save() -> None:
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(figures, indent=2))
+
+    pipelines: list[Side] = []
+    serial: Side | None = None
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    with LaneServers(widest, lanes_all, str(logs), args.health_timeout) as servers:
+        server_start_s = time.perf_counter() - t0
+        figures["serverStartSeconds"] = server_start_s
+        print(f"model server(s) healthy after {server_start_s:.1f} s ({len(lanes_all)} GPU lane(s))", flush=True)
+        for count in counts:
+            name = f"pipeline {count} GPU" + ("s" if count and count > 1 else "") if count else "pipeline"
+            side = Side(name, gpus=count or 0)
+            local, lanes = lanes_for(base, count)
+            side_run = with_output(local, str(work / f"pipeline-{count or 0}gpu"))
+            _, store = prepare(with_output(base, side_run.spec.output.uri))
+            folder = logs / f"pipeline-{count or 0}gpu"
+            folder.mkdir()
+            served = {lane.index: with_output(servers.served[lane.index], side_run.spec.output.uri) for lane in lanes}
+            served = {i: r.model_copy(update={"spec": r.spec.model_copy(update={"resources": local.spec.resources})})
+                      for i, r in served.items()}
+            with compile_cache(work / f"cache-pipeline-{count or 0}gpu"):
+                run_pipeline(side_run, lanes, served, str(folder), side)
+            side.notes += runner_lines(str(folder), "llm") + runner_lines(str(folder), "kernels")
+            side.seconds = sum(side.stage_seconds.values())
+            side.units = len(keys_under(store, "outcomes/"))
+            side.labels = label_counts(store)
+            side.completion_tokens = completion_tokens(store)
+            print(f"{name}: {side.units} units in {side.seconds:.1f} s ({side.per_hour:,.0f} units/h): LLM stage "
+                  f"{side.stage_seconds['llm']:.1f} s, then the kernel stages' tail {side.stage_seconds['kernels']:.1f} s",
+                  *side.notes, sep="\n  ", flush=True)
+            pipelines.append(side)
+            figures["sides"][name] = side_json(side)
+            save()
+        if serial_units:
+            serial = Side("serial")
+            serial_run = with_output(base, str(work / "serial"))
+            with compile_cache(work / "cache-serial"):
+                SerialPipeline(with_output(servers.served[lanes_all[0].index], serial_run.spec.output.uri),
+                               serial_units, gpu).run_all(serial)
+            serial.labels = label_counts(run_store(serial_run))
+            print(f"serial: {serial.units} units in {serial.seconds:.1f} s", flush=True)
+            figures["sides"]["serial"] = side_json(serial)
+
+    figures["ratio"] = ratio(pipelines[0], serial) if serial else None
+    figures["ratios"] = {p.name: {"serial": ratio(p, serial) if serial else None,
+                                  pipelines[0].name: ratio(p, pipelines[0])} for p in pipelines}
+    save()
+    print(table(pipelines, serial, server_start_s, gpu))
+    if args.against:
+        print(*against_lines(args.against, figures["planDigest"], pipelines), sep="\n")
+    failures = sum(s.failures for s in pipelines) + (serial.failures if serial else 0)
+    if failures:
+        print(f"unfinished: {failures} failed shards or serial units (logs in {logs})")
     return 0
 
 

@@ -53,8 +53,13 @@ def _outcomes(folder: Path) -> list[dict[str, object]]:
     return [json.loads(p.read_text()) for p in sorted((folder / "quickstart" / "outcomes").glob("*.json"))]
 
 
-def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path,
+def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The bench's tiny form: the 1-GPU and 2-GPU sides and the serial side, in one run. This machine has no
+    GPU; CUDA_VISIBLE_DEVICES names two, so the lanes are made and pinned as on a two-GPU machine (vLLM's CPU
+    build ignores the variable: two servers, one per lane, on the CPU) and kernels are compiled only."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("CUDANALYST_GPUS", raising=False)
     bench = _bench()
     figures = tmp_path / "figures.json"
     # The quickstart's spec for the tiny base model (no chat template), with explicit planning, a control and
@@ -67,33 +72,55 @@ def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path,
     spec.update(planning="explicit", controls=["noFeedback"], resources={"shards": 2, "gpusPerShard": 0})
     spec["sampling"]["samplesPerCoalition"] = 2
     (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(data))
-    code = bench.main(["--spec", str(tmp_path / "quickstart.yaml"), "--units", "1",
+    code = bench.main(["--spec", str(tmp_path / "quickstart.yaml"), "--units", "1", "--gpus", "1,2",
                        "--serial-units", "18", "--model", _tiny_base_model(), "--max-model-len", "2048",
                        "--max-tokens", "16", "--workdir", str(tmp_path / "work"), "--json", str(figures)])
     assert code == 0
     out = capsys.readouterr().out
-    assert "ratio pipeline/serial" in out
+    assert "ratio pipeline 1 GPU/serial" in out and "ratio pipeline 2 GPUs/pipeline 1 GPU" in out
     assert "kernels were compiled only" in out  # no GPU on this machine
 
-    pipeline, serial = _outcomes(tmp_path / "work" / "pipeline"), _outcomes(tmp_path / "work" / "serial")
-    assert len(pipeline) == len(serial) == 18
+    work = tmp_path / "work"
+    serial = _outcomes(work / "serial")
+    one, two = _outcomes(work / "pipeline-1gpu"), _outcomes(work / "pipeline-2gpu")
+    assert len(one) == len(two) == len(serial) == 18
     # The same units, each finished end to end once on each side.
-    assert {r["key"] for r in pipeline} == {r["key"] for r in serial}
+    assert {r["key"] for r in one} == {r["key"] for r in two} == {r["key"] for r in serial}
     data = json.loads(figures.read_text())
-    assert data["sides"]["pipeline"]["units"] == data["sides"]["serial"]["units"] == 18
-    assert data["sides"]["serial"]["failures"] == 0 and data["sides"]["pipeline"]["failures"] == 0
-    assert data["ratio"] > 0
-    # Where the time went, as each runner summed it up (quickstart: 2 shards, and the kernel stage of both
-    # beside them). With 16 tokens no kernel is written: the LLM stage records those outcomes itself.
-    notes = {n.split(":")[0]: n for n in data["sides"]["pipeline"]["notes"]}
-    assert sorted(notes) == ["shard-0-1-kernels", "shard-0-llm", "shard-1-llm"]
-    assert all("candidates in" in notes[s] and "tokens generated" in notes[s] for s in ("shard-0-llm", "shard-1-llm"))
+    sides = data["sides"]
+    assert sides["pipeline 1 GPU"]["units"] == sides["pipeline 2 GPUs"]["units"] == sides["serial"]["units"] == 18
+    assert all(side["failures"] == 0 for side in sides.values())
+    assert data["ratio"] > 0 and data["ratios"]["pipeline 2 GPUs"]["pipeline 1 GPU"] > 0
+    # Where the time went, as each runner summed it up: on one GPU both shards' kernel stage in one process;
+    # on two, one kernel-stage process per GPU, each seeing its GPU alone, beside the shards' LLM stages.
+    notes1 = {n.split(":")[0]: n for n in sides["pipeline 1 GPU"]["notes"]}
+    notes2 = {n.split(":")[0]: n for n in sides["pipeline 2 GPUs"]["notes"]}
+    assert sorted(notes1) == ["shard-0-1-kernels", "shard-0-llm", "shard-1-llm"]
+    assert sorted(notes2) == ["shard-0-kernels", "shard-0-llm", "shard-1-kernels", "shard-1-llm"]
+    assert notes1["shard-0-1-kernels"].endswith("CUDA_VISIBLE_DEVICES=0)")
+    assert notes2["shard-0-kernels"].endswith("CUDA_VISIBLE_DEVICES=0)")
+    assert notes2["shard-1-kernels"].endswith("CUDA_VISIBLE_DEVICES=1)")
+    assert all("candidates in" in notes1[s] and "tokens generated" in notes1[s] for s in ("shard-0-llm", "shard-1-llm"))
     # The tiny model writes no kernel: the kernel stage settles every unit, a completion without code too.
-    assert "18 of 18 candidates" in notes["shard-0-1-kernels"]
+    assert "18 of 18 candidates" in notes1["shard-0-1-kernels"]
+    assert sum(int(notes2[s].split(" of ")[0].split()[-1]) for s in ("shard-0-kernels", "shard-1-kernels")) == 18
+    # Two servers, one per lane, each with its own log folder.
+    assert sorted(p.parent.name for p in (work / "logs").glob("gpu*/vllm-*.log")) == ["gpu0", "gpu1"]
     # The serial side's request count is n = 1 per unit: one coder completion per candidate record.
-    candidates = list((tmp_path / "work" / "serial" / "quickstart" / "candidates").glob("*.json"))
+    candidates = list((work / "serial" / "quickstart" / "candidates").glob("*.json"))
     assert len(candidates) == 18
     assert all(json.loads(p.read_text())["tokens"]["coderCompletion"] <= 16 for p in candidates)
+
+
+def test_against_an_earlier_run_needs_the_same_units(tmp_path: Path) -> None:
+    bench = _bench()
+    one = bench.Side("pipeline 2 GPUs", units=100, seconds=3600.0)
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"planDigest": "abc", "sides": {"pipeline 1 GPU": {"perHour": 50.0},
+                                                                     "serial": {"perHour": 5.0}}}))
+    assert bench.against_lines(str(earlier), "abc", [one]) == [
+        f"ratio pipeline 2 GPUs (this run) / pipeline 1 GPU ({earlier}): 2.00x"]
+    assert "another plan" in bench.against_lines(str(earlier), "xyz", [one])[0]
 
 
 def test_a_bench_refuses_a_folder_an_earlier_bench_left(tmp_path: Path, capsys) -> None:

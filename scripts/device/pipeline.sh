@@ -8,6 +8,11 @@
 #   scripts/device/pipeline.sh [SPEC] [--prepare|--bench|--bench-only] [bench/pipeline.py options]
 # --prepare stops after the installs, the model and the kernel stage's GPU tests (so the run itself fits
 # in a later call's time limit); --bench runs bench/pipeline.py after the run, --bench-only instead of it.
+# Every GPU of the machine is used (one lane each, src/cudanalyst/local.py); `--gpus 1,2` among the bench
+# options measures 1 against 2 GPUs in one bench run. RUN_TIMEOUT / BENCH_TIMEOUT (seconds) bound the run and
+# the bench with SIGINT, so what they finished still comes back (the bench's JSON is rewritten after each
+# side). The bench's JSON is also kept in /tmp; the next bench call on the same machine prints its ratios
+# against it (--against), so two calls of 1 and 2 GPUs still give their ratio.
 set -uo pipefail
 spec="${1:-examples/h200-pipeline.yaml}"
 stash=/tmp/cudanalyst-stash
@@ -25,7 +30,8 @@ if ! PYTHONPATH="$PYTHONPATH:/tmp/vllm-site" $py -c "import vllm" 2>/dev/null; t
 fi
 # Our own wheels first (pydantic etc. as carried), then vLLM's, then the image's.
 export PYTHONPATH="$pkgs:$site:/tmp/vllm-site"
-export VLLM_USE_FLASHINFER_SAMPLER=0 CUDANALYST_CACHE=/tmp/cudanalyst-cache
+# vLLM's compile cache in /tmp too: a later call on the same machine starts its servers sooner.
+export VLLM_USE_FLASHINFER_SAMPLER=0 CUDANALYST_CACHE=/tmp/cudanalyst-cache VLLM_CACHE_ROOT=/tmp/vllm-cache
 $py -c "import vllm, pydantic; print('vllm', vllm.__version__, 'pydantic', pydantic.__version__)" || exit 1
 
 # Every local model the spec names, from its stashed GGUF parts to a Hugging Face folder.
@@ -70,10 +76,17 @@ fi
 
 if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
   step "bench/pipeline.py"
-  $py bench/pipeline.py --spec "$spec" --workdir /tmp/bench-pipeline --json "$out/bench-pipeline.json" "${@:3}" 2>&1 \
-    | tee "$out/bench-pipeline.log"
+  work="/tmp/bench-pipeline-$(date +%H%M%S)"   # a bench starts from an empty folder, every call its own
+  previous=/tmp/cudanalyst-bench-previous.json
+  against=(); [ -s "$previous" ] && against=(--against "$previous")
+  timeout --signal=INT "${BENCH_TIMEOUT:-0}" $py bench/pipeline.py --spec "$spec" --workdir "$work" \
+    --json "$out/bench-pipeline.json" "${against[@]}" "${@:3}" 2>&1 | tee "$out/bench-pipeline.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-  mkdir -p "$out/bench-logs" && cp /tmp/bench-pipeline/logs/shard-*.log "$out/bench-logs/" 2>/dev/null
-  tail -n 200 /tmp/bench-pipeline/logs/*vllm*.log > "$out/bench-logs/server-tail.log" 2>/dev/null
+  [ -s "$out/bench-pipeline.json" ] && cp "$out/bench-pipeline.json" "$previous"
+  mkdir -p "$out/bench-logs"
+  (cd "$work/logs" && find . -name 'shard-*.log' -exec cp --parents {} "$out/bench-logs/" \;) 2>/dev/null
+  for log in "$work"/logs/vllm-*.log "$work"/logs/gpu*/vllm-*.log; do
+    [ -f "$log" ] && tail -n 200 "$log" > "$out/bench-logs/server-$(basename "$(dirname "$log")")-$(basename "$log")"
+  done
 fi
 exit "$rc"

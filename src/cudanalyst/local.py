@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,20 +331,21 @@ def kernel_stage_alongside(run: AttributionRun, shards: list[int], log_dir: str,
         yield stages.finish
 
 
-def llm_stage_in_lanes(lanes: Sequence[Lane], servers: LaneServers, log_dir: str, tick: Callable[[], None],
-                       extra: Sequence[str] = (),
+def llm_stage_in_lanes(lanes: Sequence[Lane], served: Mapping[int, AttributionRun], log_dir: str,
+                       tick: Callable[[], None], extra: Sequence[str] = (),
                        lane_over: Callable[[Lane], None] = lambda lane: None) -> dict[int, int]:
-    """Every lane's shards' LLM stage, each shard a process against its lane's servers, all at once. When a
-    lane's shards have all exited, its servers are stopped and `lane_over(lane)` is called (release its
-    kernel stage), while other lanes go on. Returns each shard's exit status."""
+    """Every lane's shards' LLM stage, each shard a process against its lane's servers (`served[lane.index]`,
+    the run with those servers as endpoints), all at once. When a lane's shards have all exited,
+    `lane_over(lane)` is called (stop its servers, release its kernel stage) while other lanes go on.
+    Returns each shard's exit status."""
     of = sum(len(lane.shards) for lane in lanes)
     procs: dict[int, Procs] = {}
     for lane in lanes:
-        spec_path = write_spec_file(servers.served[lane.index], log_dir, f"spec-llm-{lane.name}.json")
+        spec_path = write_spec_file(served[lane.index], log_dir, f"spec-llm-{lane.name}.json")
         procs[lane.index] = start_stage(spec_path, lane.shards, of, "llm", log_dir, True, extra, lane.env())
 
     def over(lane: Lane) -> Callable[[], None]:
-        return lambda: (servers.stop(lane.index), lane_over(lane))
+        return lambda: lane_over(lane)
 
     every = {g: p for lane_procs in procs.values() for g, p in lane_procs.items()}
     return wait_stage(every, tick, [(procs[lane.index], over(lane)) for lane in lanes])
@@ -360,9 +361,13 @@ def run_lanes(run: AttributionRun, lanes: Sequence[Lane], log_dir: str, tick: Ca
     LLM stage is over and its servers are stopped. Returns {stage: {shard: exit status}}."""
     codes: dict[str, dict[int, int]] = {}
     with KernelStages(run, lanes, log_dir, tick) as kernels, servers() as served:
+
+        def lane_over(lane: Lane) -> None:
+            served.stop(lane.index)  # the lane's GPU is quiet from here on: its kernel stage may time
+            kernels.release(lane.index)
+
         on_llm_start()
-        codes["llm"] = llm_stage_in_lanes(lanes, served, log_dir, tick, extra,
-                                          lambda lane: kernels.release(lane.index))
+        codes["llm"] = llm_stage_in_lanes(lanes, served.served, log_dir, tick, extra, lane_over)
         served.close()
         on_llm_over()
         codes["kernels"] = kernels.finish()

@@ -184,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
             elif args.stage == "llm":
                 with servers() as served:
                     now.llm_started = True
-                    codes["llm"] = llm_stage_in_lanes(lanes, served, folder, tick, LOCAL_LLM_ARGS)
+                    codes["llm"] = llm_stage_in_lanes(lanes, served.served, folder, tick, LOCAL_LLM_ARGS,
+                                                      lambda lane: served.stop(lane.index))
             else:
                 spec_path = write_spec_file(local, folder)
                 # Per lane, its shards in one process: one set of workers per GPU; timing holds its GPU alone.
