@@ -106,7 +106,11 @@ def record(args: argparse.Namespace) -> int:
     try:
         with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
             now = Reporter(console, progress)
-            if any(t.done < t.total for t in read_progress(rec, store)):
+            tasks = read_progress(rec, store)
+            for t in tasks:
+                if 0 < t.done < t.total:
+                    now.say(f"{t.task}: resuming after iteration {t.done} (its last complete checkpoint)")
+            if any(t.done < t.total for t in tasks):
                 with served_model(rec, str(folder), args.health_timeout, now.say) as (endpoint, served):
                     now.say("evolving: every task at once against one model server")
                     codes = run_tasks(rec, endpoint, served, gpu, folder, now.tick)

@@ -1,0 +1,175 @@
+"""`cudanalyst record` for real: OpenEvolve (the PyPI package) against vLLM's CPU build serving the tiny test
+model, our evaluator compiling every program (no GPU here), checkpoints in a real S3 endpoint (moto on
+loopback) or a folder, the import, and a killed recording resumed.
+
+The tiny model writes no CUDA, so its programs fail to compile: what is asserted is the plumbing, which does
+not depend on the model being good (programs evolved, reports made and carried into the next prompts,
+checkpoints stored, the trajectory usable by an AttributionRun)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_killed_run import descendants, running, wait_for
+
+from cudanalyst.store import S3Settings, open_store
+from cudanalyst.trajectory import load_trajectory
+
+PLAYERS = {"debugger", "analyzer", "profiler"}
+# OpenEvolve's prompt holds the task's contract, the parent and its reports: about 2,700 tokens of the tiny
+# tokenizer, more than the session server's 2,048.
+CONTEXT = 4096
+
+
+def recording(tmp_path: Path, name: str, model: dict[str, Any], output: str, iterations: int,
+              **spec: Any) -> Path:
+    data = {"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "TrajectoryRecording", "metadata": {"name": name},
+            "spec": {"tasks": ["conv2d"], "model": model, "iterations": iterations, "islands": 1, "population": 8,
+                     "seed": 3, "maxTokens": 64, "output": {"uri": output}, **spec}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def record(path: Path, work: Path, env: dict[str, str] | None = None,
+           **popen: Any) -> subprocess.Popen[str]:
+    work.mkdir(exist_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "cudanalyst", "record", str(path)], text=True,
+                            env={**os.environ, "TMPDIR": str(work), **(env or {})}, **popen)
+
+
+def raw_report(feedback: str, player: str) -> str:
+    """The importer keeps an artifact as '[name]\\ntext'; the prompt shows the text."""
+    return feedback.removeprefix(f"[{player}]\n")
+
+
+def check_trajectory(uri: str, s3: S3Settings | None, iterations: int) -> list[Any]:
+    programs = load_trajectory(uri, s3).programs
+    assert len(programs) >= iterations + 1  # the baseline and one child per iteration
+    by_id = {p.program_id: p for p in programs}
+    children = [p for p in programs if p.parent_id]
+    assert len(children) >= iterations
+    for p in programs:
+        assert set(p.feedback) == PLAYERS, p.program_id
+        assert "Debugger report" in p.feedback["debugger"]
+        assert "Analyzer report" in p.feedback["analyzer"]
+        assert "no GPU" in p.feedback["profiler"]  # said plainly: compiled only
+        assert p.metrics["gpu_evaluated"] == 0.0 and "correct" not in p.metrics
+    for child in children:
+        # What the agent saw: each report of the parent, verbatim, in the prompt that produced the child.
+        parent = by_id[child.parent_id]
+        for player in PLAYERS:
+            assert f"### {player}" in child.context.prompt
+            assert raw_report(parent.feedback[player], player) in child.context.prompt, (child.program_id, player)
+    assert [p.metrics["compiled"] for p in programs if not p.parent_id] == [1.0]  # one root: the baseline
+    return programs
+
+
+def test_a_recording_of_two_iterations_lands_in_s3_and_an_attribution_run_plans_over_it(
+        tmp_path: Path, tiny_models: dict[str, Path], s3_endpoint: Any, s3_bucket: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model = {"model": str(tiny_models["tiny-llama"]), "serve": "local", "maxModelLen": CONTEXT, "dtype": "float32",
+             "gpuMemoryUtilization": 0.1, "extraArgs": ["--distributed-executor-backend", "uni"]}
+    path = recording(tmp_path, "rec-s3", model, f"s3://{s3_bucket}/recordings/", 2,
+                     s3={"endpoint": s3_endpoint.url, "region": s3_endpoint.region})
+    keys = {"AWS_ACCESS_KEY_ID": s3_endpoint.access_key_id, "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret_access_key}
+    work = tmp_path / "work"
+    proc = record(path, work, keys, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = proc.communicate(timeout=1800)
+    assert proc.returncode == 0, out
+    assert "compiled only" in out and "conv2d: iteration 2/2 checkpointed" in out
+
+    client = s3_endpoint.client()
+    stored = [o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket, Prefix="recordings/rec-s3/")["Contents"]]
+    for n in (1, 2):
+        assert any(k.startswith(f"recordings/rec-s3/openevolve/conv2d/checkpoints/checkpoint_{n}/programs/")
+                   for k in stored), n
+    progress = json.loads(client.get_object(Bucket=s3_bucket, Key="recordings/rec-s3/progress/conv2d.json")["Body"]
+                          .read())
+    assert progress["checkpoint"] == 2 and progress["iterations"] == 2
+
+    for k, v in keys.items():
+        monkeypatch.setenv(k, v)
+    s3 = S3Settings(endpoint=s3_endpoint.url, region=s3_endpoint.region)
+    uri = f"s3://{s3_bucket}/recordings/rec-s3/trajectory/"
+    assert f"-> {uri}" in out.replace("\n", "")
+    check_trajectory(uri, s3, 2)
+    assert not list(work.glob("cudanalyst-record-*"))  # a recording that succeeds leaves no folder behind
+
+    # Ready as an AttributionRun's spec.trajectory.uri.
+    from cudanalyst.api import parse_run
+    from cudanalyst.runs import plan_run
+
+    run = parse_run({
+        "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": "over-rec"},
+        "spec": {"trajectory": {"uri": uri, "generations": [1], "programsPerGeneration": 2},
+                 "players": ["debugger", "analyzer", "profiler"], "models": {"planner": {"model": "x"}},
+                 "sampling": {"rollouts": 1, "samplesPerCoalition": 1}, "output": {"uri": str(tmp_path / "runs")},
+                 "s3": {"endpoint": s3_endpoint.url, "region": s3_endpoint.region}}})
+    plan = plan_run(run)
+    assert len(plan.programs) == 2 and len(plan.units) == 2 * 8
+
+
+@pytest.fixture(scope="module")
+def chat_server(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The tiny chat model with room for OpenEvolve's prompts, as a remote endpoint would be."""
+    from cudanalyst.api import ModelSpec
+    from cudanalyst.runner.llm.serving import start_local_server
+
+    spec = ModelSpec(model=str(tiny_models["tiny-llama"]), serve="local", max_model_len=CONTEXT, dtype="float32",
+                     extra_args=["--enforce-eager", "--no-enable-chunked-prefill",
+                                 "--max-num-batched-tokens", str(CONTEXT)])
+    with start_local_server(str(tiny_models["tiny-llama"]), spec, served_name="tiny", health_timeout_s=900,
+                            log_dir=str(tmp_path_factory.mktemp("vllm-record-log"))) as server:
+        yield server
+
+
+def test_a_killed_recording_resumes_from_its_last_complete_checkpoint(tmp_path: Path, chat_server: Any) -> None:
+    model = {"serve": "endpoint", "endpoint": chat_server.endpoint.base_url, "model": "tiny"}
+    out = tmp_path / "recordings"
+    total = 6
+    path = recording(tmp_path, "rec-kill", model, str(out), total)
+    progress_file = out / "rec-kill" / "progress" / "conv2d.json"
+
+    def checkpoint() -> int:
+        try:
+            return int(json.loads(progress_file.read_text())["checkpoint"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    first = record(path, tmp_path / "work", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: checkpoint() >= 1, 900, 0.1), f"no checkpoint; exit status {first.poll()}"
+        tree = descendants(first.pid)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    # The task process hears of its parent's death (SIGTERM) and stops: no writer is left behind.
+    assert wait_for(lambda: not any(running(p) for p in tree), 300), [p for p in tree if running(p)]
+    stopped_at = checkpoint()
+    assert 1 <= stopped_at < total, "the recording finished before it was killed: nothing to resume"
+    before = {p.name for p in (out / "rec-kill" / "openevolve" / "conv2d" / "checkpoints" /
+                               f"checkpoint_{stopped_at}" / "programs").glob("*.json")}
+    assert not (out / "rec-kill" / "done.json").exists()
+
+    second = record(path, tmp_path / "work", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log, _ = second.communicate(timeout=1800)
+    assert second.returncode == 0, log
+    assert f"conv2d: resuming after iteration {stopped_at}" in log
+    assert checkpoint() == total
+    programs = check_trajectory((out / "rec-kill" / "trajectory").as_uri() + "/", None, total)
+    # The programs of the last checkpoint before the kill are kept, under the same ids, not evolved anew.
+    assert {f"{p.program_id}.json" for p in programs} >= before
+    after = open_store(out / "rec-kill").get_json("done.json")
+    assert after["programs"] == len(programs)
