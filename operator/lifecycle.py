@@ -34,8 +34,9 @@ from cudanalyst.operator.jobs import owner_view, runner_job, spec_configmap
 from cudanalyst.operator.kube import Kube, api_message
 from cudanalyst.operator.metrics import Metrics
 from cudanalyst.operator.pods import job_summary
-from cudanalyst.operator.progress import read_shards, summarize
+from cudanalyst.operator.progress import read_shards, run_progress
 from cudanalyst.plan import Plan
+from cudanalyst.runfolder import write_start
 from cudanalyst.runs import PlanError, check_models, plan_run, run_store
 from cudanalyst.store import ObjectStore, StoreError
 
@@ -139,8 +140,7 @@ class Operations:
             plan = self.s.plan(run)
             check_models(run, local_paths=False)  # an s3:// model prefix is checked; pod paths cannot be
             store = self.s.store(run)
-            store.put_json("spec.json", {k: v for k, v in run.to_dict().items() if k != "status"})
-            store.put_json("plan.json", plan.summary())
+            write_start(store, run, plan.summary())
         except PlanError as exc:
             # Permanent for this handler, so that an edit of the spec is handled at once; the trajectory
             # may still be uploaded later, which the retry timer (handlers.py) picks up.
@@ -169,7 +169,7 @@ class Operations:
         }
         progress = dict(status.get("progress") or {})
         if progress.get("total") != total:
-            extra["progress"], _ = summarize([], total, None, self.s.clock())
+            extra["progress"] = run_progress([], total, None, self.s.clock())[0].model_dump(by_alias=True, mode="json")
         if queued and not status.get("queue"):
             extra["queue"] = kueue.queue_status(run.spec.resources.queue_name, None)
         if queued and status.get("phase") and job is not None and not created:
@@ -235,11 +235,11 @@ class Operations:
         extra: dict[str, Any] = {}
         store = self.s.store(run)
         try:
-            progress, gpu_seconds = summarize(read_shards(store, run.spec.resources.shards), total,
-                                              status.get("startTime"), now)
-            extra["progress"] = progress
+            progress, gpu_seconds = run_progress(read_shards(store, run.spec.resources.shards), total,
+                                                 status.get("startTime"), now)
+            extra["progress"] = progress.model_dump(by_alias=True, mode="json")  # the boundary: status is JSON
             extra["gpuSeconds"] = gpu_seconds
-            done = progress["done"]
+            done = progress.done
         except StoreError as exc:
             log.warning("%s/%s: progress unavailable: %s", meta.get("namespace"), meta.get("name"), exc)
             done = int((status.get("progress") or {}).get("done") or 0)
@@ -267,7 +267,7 @@ class Operations:
             return judge(obs)
         except ValueError as exc:  # unusable outcome records: retrying reads the same objects
             return Verdict("Failed", "AggregationFailed", f"cannot compute the attribution: {exc}", stalled=True)
-        extra["results"] = results
+        extra["results"] = results.model_dump(by_alias=True, mode="json")
         extra["reportUri"] = report_uri
         obs.aggregated = True
         return judge(obs)

@@ -75,6 +75,20 @@ def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     assert {p.name: p.stat().st_mtime_ns for p in (folder / "candidates").glob("*.json")} == stamps
 
 
+def ours(work: Path, *patterns: str) -> list[tuple[str, str]]:
+    """(pattern, pid) of the running processes matching a pattern whose environment has TMPDIR=work."""
+    found = []
+    for pattern in patterns:
+        for pid in subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split():
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:  # gone meanwhile
+                continue
+            if f"TMPDIR={work}".encode() in environ:
+                found.append((pattern, pid))
+    return found
+
+
 def test_ctrl_c_stops_everything_and_a_rerun_finishes(tmp_path, tiny_models):
     spec = write_spec(tmp_path, tiny_models)
     out = tmp_path / "runs"
@@ -88,11 +102,14 @@ def test_ctrl_c_stops_everything_and_a_rerun_finishes(tmp_path, tiny_models):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "resume" in err
-    time.sleep(2)
     model = str(tiny_models["tiny-llama-base"])
-    for pattern in (str(work), f"api_server --model {model} "):  # no shard, no model server left behind
-        left = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
-        assert left == [], (pattern, left)
+    # No shard, no model server of this run left behind. "Of this run": its processes inherit TMPDIR=work, so a
+    # tiny-model server of another test running on the same machine is not taken for ours. A server gets SIGTERM
+    # and shuts its engine down, so it may take a few seconds to go.
+    deadline = time.monotonic() + 60
+    while (left := ours(work, str(work), f"api_server --model {model} ")) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert left == [], left
     done = cudanalyst("run", str(spec), "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(list((out / "quickstart" / "outcomes").glob("*.json"))) == 10
