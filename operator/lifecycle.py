@@ -36,6 +36,7 @@ from cudanalyst.operator.metrics import Metrics
 from cudanalyst.operator.pods import job_summary
 from cudanalyst.operator.progress import read_shards, run_progress
 from cudanalyst.plan import Plan
+from cudanalyst.api.status import Results
 from cudanalyst.runfolder import write_start
 from cudanalyst.runs import PlanError, check_models, plan_run, run_store
 from cudanalyst.store import ObjectStore, StoreError
@@ -65,7 +66,7 @@ class Services:
     kube_factory: Callable[[], Kube] = Kube.from_environment
     plan: Callable[[AttributionRun], Plan] = plan_run
     store: Callable[[AttributionRun], ObjectStore] = run_store
-    aggregate: Callable[[AttributionRun, ObjectStore], tuple[dict[str, Any], str]] = aggregate_outcomes
+    aggregate: Callable[[AttributionRun, ObjectStore], tuple[Results, str]] = aggregate_outcomes
     clock: Callable[[], datetime] = utc_now
     _kube: Kube | None = None
 

@@ -96,14 +96,16 @@ def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path, monk
     notes1 = {n.split(":")[0]: n for n in sides["pipeline 1 GPU"]["notes"]}
     notes2 = {n.split(":")[0]: n for n in sides["pipeline 2 GPUs"]["notes"]}
     assert sorted(notes1) == ["shard-0-1-kernels", "shard-0-llm", "shard-1-llm"]
-    assert sorted(notes2) == ["shard-0-kernels", "shard-0-llm", "shard-1-kernels", "shard-1-llm"]
+    # Every GPU gets the spec's 2 shards: 4 on two GPUs, dealt round-robin.
+    assert sorted(notes2) == ["shard-0-2-kernels", "shard-0-llm", "shard-1-3-kernels", "shard-1-llm", "shard-2-llm",
+                              "shard-3-llm"]
     assert notes1["shard-0-1-kernels"].endswith("CUDA_VISIBLE_DEVICES=0)")
-    assert notes2["shard-0-kernels"].endswith("CUDA_VISIBLE_DEVICES=0)")
-    assert notes2["shard-1-kernels"].endswith("CUDA_VISIBLE_DEVICES=1)")
+    assert notes2["shard-0-2-kernels"].endswith("CUDA_VISIBLE_DEVICES=0)")
+    assert notes2["shard-1-3-kernels"].endswith("CUDA_VISIBLE_DEVICES=1)")
     assert all("candidates in" in notes1[s] and "tokens generated" in notes1[s] for s in ("shard-0-llm", "shard-1-llm"))
     # The tiny model writes no kernel: the kernel stage settles every unit, a completion without code too.
     assert "18 of 18 candidates" in notes1["shard-0-1-kernels"]
-    assert sum(int(notes2[s].split(" of ")[0].split()[-1]) for s in ("shard-0-kernels", "shard-1-kernels")) == 18
+    assert sum(int(notes2[s].split(" of ")[0].split()[-1]) for s in ("shard-0-2-kernels", "shard-1-3-kernels")) == 18
     # Two servers, one per lane, each with its own log folder.
     assert sorted(p.parent.name for p in (work / "logs").glob("gpu*/vllm-*.log")) == ["gpu0", "gpu1"]
     # The serial side's request count is n = 1 per unit: one coder completion per candidate record.

@@ -72,9 +72,9 @@ def test_choose_gpus_takes_the_first_ones_or_says_what_is_visible():
 
 
 @pytest.mark.parametrize(("shards", "gpus", "local"), [
-    (4, 0, 4), (4, 1, 4), (4, 2, 4), (4, 3, 6), (1, 2, 2), (3, 2, 4), (1, 8, 8), (8, 8, 8), (9, 8, 16),
+    (4, 0, 4), (4, 1, 4), (4, 2, 8), (4, 3, 12), (1, 2, 2), (3, 2, 6), (1, 8, 8), (8, 8, 64),
 ])
-def test_local_shard_count_is_a_multiple_of_the_gpus_and_never_fewer_than_asked(shards, gpus, local):
+def test_every_gpu_gets_the_spec_s_shard_count(shards, gpus, local):
     assert local_shard_count(shards, gpus) == local
 
 
@@ -104,7 +104,8 @@ def test_a_run_spread_over_two_gpus_keeps_every_unit_once(tmp_path, monkeypatch)
     run = load_run(kernels_only_spec(tmp_path, programs=4, shards=3))
     local, lanes = lanes_for(run)
     assert [lane.gpu for lane in lanes] == ["3", "5"]
-    assert local.spec.resources.shards == 4 and run.spec.resources.shards == 3  # the user's spec is not changed
+    assert local.spec.resources.shards == 6 and run.spec.resources.shards == 3  # the user's spec is not changed
+    assert [lane.shards for lane in lanes] == [(0, 2, 4), (1, 3, 5)]
     plan, theirs = plan_run(local), plan_run(run)
     assert sorted(u.key for s in plan.shards for u in s) == sorted(u.key for u in theirs.units)
     per_lane = [sum(len(plan.shards[s]) for s in lane.shards) for lane in lanes]
@@ -153,4 +154,5 @@ def test_one_gpu_asked_for_keeps_one_lane(tmp_path):
                               "TMPDIR": str(tmp_path)})
     assert res.returncode == 0, res.stderr[-3000:]
     assert {s: gpu for s, (_, _, gpu) in kernel_summaries(res.stderr).items()} == {"0-1": "0"}
+    assert "2 shard(s) ->" in res.stderr  # the spec's own count, on one GPU
 

@@ -8,7 +8,6 @@ one GPU holds that GPU alone while the other lanes go on. A machine without a GP
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
@@ -98,10 +97,11 @@ def choose_gpus(requested: int | None, visible: list[str]) -> list[str]:
 
 
 def local_shard_count(shards: int, gpus: int) -> int:
-    """The shards a local run uses (pure): the spec's, raised to a multiple of the GPU count, so that every
-    GPU gets the same number (on a cluster spec.resources.shards stays the pod count)."""
-    lanes = max(1, gpus)
-    return max(lanes, math.ceil(shards / lanes) * lanes)
+    """The shards a local run uses (pure): the spec's count on every GPU. Each GPU's server then sees as many
+    requests in flight as the one GPU of a single-GPU run of the same spec (a shard's client keeps a fixed
+    number in flight), so adding GPUs adds work in parallel, never thins it out. On a cluster
+    spec.resources.shards stays the pod count."""
+    return max(1, shards) * max(1, gpus)
 
 
 def make_lanes(shards: int, gpus: list[str]) -> list[Lane]:

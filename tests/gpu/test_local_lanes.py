@@ -30,9 +30,9 @@ def test_each_gpu_verifies_and_times_its_own_lane(tmp_path):
                          capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == 0, res.stderr[-4000:]
     summaries = kernel_summaries(res.stderr)
-    # One process per GPU, with its own shard and that GPU alone in its environment.
-    assert {s: gpu for s, (_, _, gpu) in summaries.items()} == {"0": GPUS[0], "1": GPUS[1]}, res.stderr[-4000:]
-    assert [summaries[s][:2] for s in ("0", "1")] == [(units // 2, units // 2)] * 2
+    # One process per GPU, with its own shards (the spec's 2 on each) and that GPU alone in its environment.
+    assert {s: gpu for s, (_, _, gpu) in summaries.items()} == {"0-2": GPUS[0], "1-3": GPUS[1]}, res.stderr[-4000:]
+    assert [summaries[s][:2] for s in ("0-2", "1-3")] == [(units // 2, units // 2)] * 2
     # Each lane timed its correct candidates on its GPU ("timing N correct ones" in its summary).
     for line in res.stderr.splitlines():
         if "kernel stage:" in line:
