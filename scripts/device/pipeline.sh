@@ -79,7 +79,7 @@ if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
   work="/tmp/bench-pipeline-$(date +%H%M%S)"   # a bench starts from an empty folder, every call its own
   previous=/tmp/cudanalyst-bench-previous.json
   against=(); [ -s "$previous" ] && against=(--against "$previous")
-  timeout --signal=INT "${BENCH_TIMEOUT:-0}" $py bench/pipeline.py --spec "$spec" --workdir "$work" \
+  timeout --signal=INT --kill-after=30 "${BENCH_TIMEOUT:-0}" $py bench/pipeline.py --spec "$spec" --workdir "$work" \
     --json "$out/bench-pipeline.json" "${against[@]}" "${@:3}" 2>&1 | tee "$out/bench-pipeline.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   [ -s "$out/bench-pipeline.json" ] && cp "$out/bench-pipeline.json" "$previous"
