@@ -27,6 +27,7 @@ from cudanalyst.operator.follow import (
 )
 from cudanalyst.operator.lifecycle import RETRYABLE, Operations, Services
 from cudanalyst.operator.pods import job_summary, pod_summary
+from cudanalyst.operator.recording import RECORDING_LABEL, RECORDING_RESOURCE, RecordingOperations
 
 RUN = c.RUN_RESOURCE
 
@@ -220,4 +221,30 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
         elif _running(dict(status)):
             await follower.started(key, refresher(key, runner_jobs, runner_pods, kwargs))
 
+    register_recordings(registry, services)
     return registry
+
+
+def register_recordings(registry: kopf.OperatorRegistry, services: Services) -> None:
+    """TrajectoryRecordings: start (ConfigMap and recorder Job), then follow the Job's events and the store."""
+    ops = RecordingOperations(services)
+    metrics = services.metrics
+    interval = services.config.status_interval
+
+    @kopf.on.resume(*RECORDING_RESOURCE, id="recording_start", registry=registry)
+    @kopf.on.create(*RECORDING_RESOURCE, id="recording_start", registry=registry)
+    def recording_start(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        with metrics.reconcile("recording_start"):
+            ops.start(dict(body), patch)
+
+    @kopf.timer(*RECORDING_RESOURCE, interval=interval, initial_delay=interval, when=_running,
+                id="recording_follow", registry=registry)
+    def recording_follow(meta: kopf.Meta, **_: Any) -> None:
+        with metrics.reconcile("recording_follow"):
+            ops.refresh(meta.get("namespace", ""), meta.get("name", ""))
+
+    @kopf.on.event("batch", "v1", "jobs", labels={RECORDING_LABEL: kopf.PRESENT}, id="recorder_job_changed",
+                   registry=registry)
+    async def recorder_job_changed(body: kopf.Body, **_: Any) -> None:
+        meta = body.get("metadata") or {}
+        await asyncio.to_thread(ops.refresh, meta.get("namespace", ""), (meta.get("labels") or {})[RECORDING_LABEL])

@@ -137,6 +137,8 @@ class Operations:
                     "does not follow Kueue (install the chart with kueue.enabled=true, or set CUDANALYST_KUEUE=true)")
             self._stall(body, patch, "KueueNotEnabled", text)
             raise kopf.PermanentError(text)
+        if run.spec.trajectory.recording:
+            run = self._trajectory_of_recording(body, patch, run)
         try:
             plan = self.s.plan(run)
             check_models(run, local_paths=False)  # an s3:// model prefix is checked; pod paths cannot be
@@ -181,6 +183,21 @@ class Operations:
             return
         self._apply(body, patch, judge(obs), extra)
         self.s.metrics.set_progress(run.metadata.namespace or "", run.metadata.name, 0, total)
+
+    def _trajectory_of_recording(self, body: dict[str, Any], patch: kopf.Patch, run: AttributionRun) -> AttributionRun:
+        """The run with its recording's trajectory URI; waits (Reconciling, WaitingForTrajectory) until the
+        recording is Ready, and stalls with the recording's reason when it failed (operator/recording.py)."""
+        from cudanalyst.operator.recording import WAITING, get_recording, resolve, with_trajectory
+
+        name = str(run.spec.trajectory.recording)
+        found = resolve(get_recording(self.s.kube, body["metadata"]["namespace"], name), name)
+        if found.stalled:
+            self._stall(body, patch, *found.stalled)
+            raise kopf.PermanentError(found.stalled[1])
+        if found.waiting:
+            self._apply(body, patch, Verdict("Pending", WAITING, found.waiting), {})
+            raise kopf.TemporaryError(found.waiting, delay=self.s.config.retry_interval)
+        return with_trajectory(run, str(found.uri))
 
     def ensure_children(self, body: dict[str, Any], run: AttributionRun) -> tuple[dict[str, Any] | None, bool]:
         """Create the spec ConfigMap and the Indexed Job if absent; returns the Job manifest and whether it was
@@ -252,7 +269,7 @@ class Operations:
         if obs.queued:
             obs.workload = self._follow_workload(run, workloads or [], extra)
         verdict = judge(obs)
-        if verdict.phase == "Pending":
+        if verdict.phase == "Pending" and not run.spec.trajectory.recording:
             self.ensure_children(body, run)  # the Job was deleted before finishing: make it again
         if verdict.phase == "Aggregating":
             verdict = self._aggregate(run, store, obs, extra)

@@ -1,4 +1,5 @@
--- Argo CD health check for cudanalyst.dev/AttributionRun, from its kstatus conditions.
+-- Argo CD health check for cudanalyst.dev/AttributionRun and cudanalyst.dev/TrajectoryRecording, from their
+-- kstatus conditions (both kinds write the same ones).
 -- Ready -> Healthy; Stalled or Failed -> Degraded; Suspended -> Suspended; otherwise Progressing.
 local hs = {status = "Progressing", message = "Waiting for the operator"}
 if obj.status == nil or obj.status.conditions == nil then

@@ -1,0 +1,318 @@
+"""TrajectoryRecordings: one Job that runs `cudanalyst record`, its status, and runs that wait for them.
+
+Plain functions over plain data, as lifecycle.py is for runs; handlers.py only unpacks kopf's arguments.
+The recorder pod reads the recording from a ConfigMap, serves the model on its GPU, runs OpenEvolve and
+writes the trajectory; its progress is read from the store (`progress/<task>.json`), and the trajectory's
+URI from `done.json` once the Job completes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from cudanalyst.api import SpecError
+from cudanalyst.api.recording import (
+    RECORDING_KIND,
+    RECORDING_PLURAL,
+    TrajectoryRecording,
+    parse_recording,
+)
+from cudanalyst.api.spec import API_GROUP, API_VERSION
+from cudanalyst.operator import constants as c
+from cudanalyst.operator.conditions import Verdict, invalid, status_for, transition_event
+from cudanalyst.operator.config import OperatorConfig
+from cudanalyst.operator.jobs import _env, _resources, _volumes, passthrough_labels
+from cudanalyst.operator.pods import job_condition, job_summary
+from cudanalyst.recording import DONE, read_progress, recording_store
+from cudanalyst.store import ObjectNotFound, StoreError
+
+log = logging.getLogger("cudanalyst.operator.recording")
+
+RECORDING_LABEL = f"{c.PREFIX}/recording"  # not the run label: a run and a recording may share a name
+RECORDING_RESOURCE = (API_GROUP, API_VERSION, RECORDING_PLURAL)
+WAITING = "WaitingForTrajectory"
+
+
+def job_name(recording: str) -> str:
+    return f"{recording}-recorder"
+
+
+def configmap_name(recording: str) -> str:
+    return f"{recording}-recording"
+
+
+def parse_body(body: dict[str, Any]) -> TrajectoryRecording:
+    meta = body.get("metadata") or {}
+    doc = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+           "metadata": {k: meta.get(k) for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
+           "spec": body.get("spec")}
+    return parse_recording(doc, source=f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+# ---- the children (pure) -------------------------------------------------------------------------------
+
+
+def child_labels(rec: TrajectoryRecording) -> dict[str, str]:
+    labels = passthrough_labels(rec.metadata.labels)
+    labels[RECORDING_LABEL] = rec.name
+    labels[c.MANAGED_BY_LABEL] = c.MANAGED_BY
+    if rec.spec.resources.queue_name:
+        labels[c.KUEUE_QUEUE_LABEL] = rec.spec.resources.queue_name
+    return labels
+
+
+def recording_configmap(rec: TrajectoryRecording) -> dict[str, Any]:
+    doc = rec.to_dict()
+    doc.pop("status", None)
+    doc["metadata"] = {k: v for k, v in doc["metadata"].items() if k in ("name", "namespace", "labels") and v}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": configmap_name(rec.name), "labels": child_labels(rec)},
+            "data": {c.SPEC_FILE: json.dumps(doc, indent=2, sort_keys=True)}}
+
+
+class _AsRun:
+    """The fields jobs.py's pod pieces read (name, s3, resources), under the names they read them by."""
+
+    def __init__(self, rec: TrajectoryRecording) -> None:
+        self.metadata, self.spec = rec.metadata, rec.spec
+
+
+def recorder_job(rec: TrajectoryRecording, config: OperatorConfig) -> dict[str, Any]:
+    """One pod that runs `cudanalyst record` on the recording (a retry resumes from the last checkpoint)."""
+    like_run = _AsRun(rec)
+    volumes, mounts = _volumes(like_run)  # type: ignore[arg-type]
+    volumes[0] = {"name": "spec", "configMap": {"name": configmap_name(rec.name)}}
+    res = rec.spec.resources
+    container: dict[str, Any] = {
+        "name": c.RUNNER_CONTAINER, "image": res.image, "imagePullPolicy": config.image_pull_policy,
+        "command": ["cudanalyst", "record", f"{c.SPEC_MOUNT}/{c.SPEC_FILE}"],
+        "env": _env(like_run), "volumeMounts": mounts, "resources": _resources(like_run),  # type: ignore[arg-type]
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True},
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never", "serviceAccountName": config.runner_service_account,
+        "automountServiceAccountToken": False, "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container], "volumes": volumes,
+    }
+    if res.node_selector:
+        pod_spec["nodeSelector"] = dict(res.node_selector)
+    if res.tolerations:
+        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in res.tolerations]
+    if res.priority_class_name:
+        pod_spec["priorityClassName"] = res.priority_class_name
+    labels = child_labels(rec)
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job_name(rec.name), "labels": labels},
+        "spec": {
+            "completions": 1, "parallelism": 1, "backoffLimit": config.backoff_limit_per_index,
+            # Exit 2 is invalid input: a retry reads the same input.
+            "podFailurePolicy": {"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob", "onExitCodes": {"containerName": c.RUNNER_CONTAINER, "operator": "In",
+                                                      "values": [c.RUNNER_INVALID_INPUT_EXIT]}}]},
+            "template": {"metadata": {"labels": {**labels, **config.runner_pod_labels,
+                                                 c.COMPONENT_LABEL: "recorder"}}, "spec": pod_spec},
+        },
+    }
+
+
+# ---- status (pure) -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RecordingObservation:
+    job: dict[str, Any] | None
+    done: int = 0
+    total: int = 0
+    trajectory_uri: str | None = None  # from done.json: the import is written
+
+
+def judge_recording(obs: RecordingObservation) -> Verdict:
+    text = f"{obs.done}/{obs.total} iterations"
+    if obs.trajectory_uri:
+        return Verdict("Succeeded", "Succeeded", f"trajectory recorded ({text}): {obs.trajectory_uri}")
+    job = obs.job
+    if job is None:
+        return Verdict("Pending", "CreatingJob", "creating the recorder Job")
+    failed = job_condition(job, "Failed") or job_condition(job, "FailureTarget")
+    if failed:
+        return Verdict("Failed", failed.get("reason") or "JobFailed",
+                       f"{failed.get('message') or 'the recorder Job failed'}; finished checkpoints are kept "
+                       f"in the store ({text})", stalled=True)
+    if job_condition(job, "Complete") or job_condition(job, "SuccessCriteriaMet"):
+        return Verdict("Failed", "NoTrajectory", f"the recorder Job completed but wrote no done.json ({text})",
+                       stalled=True)
+    if not job.get("active"):
+        return Verdict("Running", "PodStarting", f"waiting for the recorder pod ({text})")
+    return Verdict("Running", "Recording", f"recording: {text}")
+
+
+def progress_status(done: int, total: int) -> dict[str, Any]:
+    return {"done": done, "total": total, "percent": round(100.0 * done / total, 1) if total else 0.0,
+            "text": f"{done}/{total}"}
+
+
+# ---- runs that name a recording ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a run naming a recording can do now: go (with the URI), wait, or stall (with the reason)."""
+
+    uri: str | None = None
+    waiting: str | None = None
+    stalled: tuple[str, str] | None = None  # (reason, message)
+
+
+def resolve(body: dict[str, Any] | None, name: str) -> Resolution:
+    """From the recording as the API server holds it (None: absent), pure."""
+    if body is None:
+        return Resolution(waiting=f"waiting for TrajectoryRecording {name}, which does not exist (yet)")
+    status = body.get("status") or {}
+    conds = {cond.get("type"): cond for cond in status.get("conditions") or []}
+    ready = conds.get("Ready") or {}
+    if ready.get("status") == "True" and status.get("trajectoryUri"):
+        return Resolution(uri=str(status["trajectoryUri"]))
+    stalled = conds.get("Stalled") or {}
+    if stalled.get("status") == "True":
+        reason = str(stalled.get("reason") or "RecordingFailed")
+        return Resolution(stalled=(reason, f"TrajectoryRecording {name} failed ({reason}): {stalled.get('message', '')}"))
+    progress = (status.get("progress") or {}).get("text") or "not started"
+    return Resolution(waiting=f"waiting for TrajectoryRecording {name} to be Ready ({progress} iterations)")
+
+
+def with_trajectory(run: Any, uri: str) -> Any:
+    """The AttributionRun as its runner sees it: the recording's trajectory URI in place of its name."""
+    trajectory = run.spec.trajectory.model_copy(update={"uri": uri, "recording": None})
+    return run.model_copy(update={"spec": run.spec.model_copy(update={"trajectory": trajectory})})
+
+
+# ---- what the handlers call ----------------------------------------------------------------------------
+
+
+class RecordingOperations:
+    def __init__(self, services: Any) -> None:
+        self.s = services
+
+    def _apply(self, body: dict[str, Any], patch: kopf.Patch, verdict: Verdict, extra: dict[str, Any]) -> None:
+        from cudanalyst.operator.lifecycle import _changed, rfc3339
+
+        current = dict(body.get("status") or {})
+        generation = int((body.get("metadata") or {}).get("generation") or 1)
+        new = status_for(verdict, current, generation, rfc3339(self.s.clock()))
+        new.update(extra)
+        for key, value in _changed(current, new).items():
+            patch.status[key] = value
+        event = transition_event(current, verdict)
+        if event is not None:
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+    def start(self, body: dict[str, Any], patch: kopf.Patch) -> None:
+        from cudanalyst.operator.lifecycle import rfc3339
+
+        status = body.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return
+        try:
+            rec = parse_body(body)
+        except SpecError as exc:
+            text = "; ".join(f"{path or '<root>'}: {msg}" for path, msg in exc.problems)
+            self._apply(body, patch, invalid("InvalidSpec", f"invalid spec: {text}"), {})
+            raise kopf.PermanentError(f"invalid spec: {text}") from None
+        try:
+            recording_store(rec).put_json("recording.json", {k: v for k, v in rec.to_dict().items() if k != "status"})
+        except StoreError as exc:
+            self._apply(body, patch, invalid("StoreUnavailable", f"cannot write to spec.output.uri: {exc}"), {})
+            raise kopf.PermanentError(str(exc)) from None
+        configmap, job = recording_configmap(rec), recorder_job(rec, self.s.config)
+        kopf.adopt([configmap, job], owner=_owner(body))
+        namespace = body["metadata"]["namespace"]
+        self.s.kube.create_configmap(namespace, configmap)
+        if self.s.kube.create_job(namespace, job):
+            kopf.event(body, type="Normal", reason="JobCreated", message=f"created recorder Job {job_name(rec.name)}")
+        total = rec.spec.iterations * len(rec.spec.tasks)
+        extra = {"startTime": status.get("startTime") or rfc3339(self.s.clock()), "jobName": job_name(rec.name),
+                 "progress": status.get("progress") or progress_status(0, total)}
+        self._apply(body, patch, judge_recording(RecordingObservation(job_summary(job), 0, total)), extra)
+
+    def observe(self, body: dict[str, Any], patch: kopf.Patch, job: dict[str, Any] | None) -> None:
+        status = body.get("status") or {}
+        if not status.get("startTime") or status.get("phase") in ("Succeeded", "Failed"):
+            return
+        try:
+            rec = parse_body(body)
+        except SpecError:
+            return
+        store = recording_store(rec)
+        total = rec.spec.iterations * len(rec.spec.tasks)
+        extra: dict[str, Any] = {}
+        obs = RecordingObservation(job, total=total)
+        try:
+            obs.done = sum(min(t.done, t.total) for t in read_progress(rec, store))
+            done = store.get_json(DONE) if job is not None and job_condition(job, "Complete") else None
+            if done:
+                obs.trajectory_uri = str(done["trajectoryUri"])
+                extra["trajectoryUri"], extra["programs"] = obs.trajectory_uri, int(done.get("programs") or 0)
+        except ObjectNotFound:
+            pass
+        except StoreError as exc:
+            log.warning("%s: progress unavailable: %s", rec.name, exc)
+            obs.done = int((status.get("progress") or {}).get("done") or 0)
+        extra["progress"] = progress_status(obs.done, total)
+        self._apply(body, patch, judge_recording(obs), extra)
+
+    def refresh(self, namespace: str, name: str) -> None:
+        """After an event of the recorder Job: read the recording and its Job fresh, write what changed."""
+        kube = self.s.kube
+        body = get_recording(kube, namespace, name)
+        if body is None:
+            return
+        try:
+            job = job_summary(json.loads(kube.batch.read_namespaced_job(job_name(name), namespace,
+                                                                        _preload_content=False).data))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            job = None
+        patch = kopf.Patch()
+        self.observe(body, patch, job)
+        if patch.status:
+            _patch_status(kube, namespace, name, dict(patch.status))
+
+
+def _owner(body: dict[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata", {})
+    return {"apiVersion": body.get("apiVersion", c.RUN_API_VERSION), "kind": body.get("kind", RECORDING_KIND),
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                         "labels": passthrough_labels(meta.get("labels") or {})}}
+
+
+def get_recording(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(kube.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, RECORDING_PLURAL,
+                                                             name))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _patch_status(kube: Any, namespace: str, name: str, status: dict[str, Any]) -> None:
+    try:
+        kube.custom.patch_namespaced_custom_object_status(
+            API_GROUP, API_VERSION, namespace, RECORDING_PLURAL, name, {"status": status},
+            _content_type="application/merge-patch+json")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
