@@ -179,8 +179,9 @@ def runs(cluster: Cluster, namespace: str) -> Iterator[Runs]:
         yield runs
 
 
-# vLLM on a small CPU machine (as tests/vllm/llm_support.py): whole prefills, no graph capture.
-MAX_MODEL_LEN = 2048
+# vLLM on a small CPU machine (as tests/vllm/llm_support.py): whole prefills, no graph capture. 4096: a recording's
+# OpenEvolve prompt (the task's contract, the parent, its three reports) is about 2,700 tokens of the tiny tokenizer.
+MAX_MODEL_LEN = 4096
 VLLM_CPU_ARGS = ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN)]
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
