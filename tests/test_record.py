@@ -38,9 +38,15 @@ def record(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
-def test_the_example_is_a_valid_recording() -> None:
+def test_the_examples_are_valid_recordings_of_known_tasks() -> None:
+    from cudanalyst.tasks import get_task
+
     rec = load_recording(Path(__file__).parents[1] / "examples" / "recording-quick.yaml")
     assert rec.spec.tasks == ["conv2d"] and rec.spec.iterations == 2
+    h200 = load_recording(Path(__file__).parents[1] / "examples" / "h200-recording.yaml")
+    assert len(h200.spec.tasks) == 8 and h200.spec.model.model == "qwen2.5-coder-1.5b-instruct"
+    for task in h200.spec.tasks:
+        get_task(task)
 
 
 def test_an_invalid_field_is_named_with_exit_2(tmp_path: Path) -> None:

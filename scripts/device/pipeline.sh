@@ -36,9 +36,12 @@ $py -c "import vllm, pydantic; print('vllm', vllm.__version__, 'pydantic', pydan
 
 # Every local model the spec names, from its stashed GGUF parts to a Hugging Face folder.
 models=$($py -c "
-import sys; from cudanalyst.api import load_run
+import sys, yaml; from cudanalyst.api import load_run; from cudanalyst.api.recording import load_recording
+if yaml.safe_load(open(sys.argv[1]))['kind'] == 'TrajectoryRecording':  # issue 14: one model, the agent's
+    m = load_recording(sys.argv[1]).spec.model; print(m.model if m.serve == 'local' else ''); sys.exit(0)
 s = load_run(sys.argv[1]).spec
 print(' '.join(sorted({m.model for m in (s.models.planner, s.coder, s.summarizer) if m.serve == 'local'})))" "$spec") || exit 1
+command=run; [ "$(sed -n 's/^kind: *//p' "$spec")" = TrajectoryRecording ] && command=record
 for name in $models; do
   step "model $name: GGUF parts -> Hugging Face folder"
   parts="$stash/models/$name"
@@ -64,9 +67,9 @@ fi
 
 rc=0
 if [ "${2:-}" != "--bench-only" ]; then
-  step "the pipeline: cudanalyst run $spec"
+  step "the pipeline: cudanalyst $command $spec"
   t0=$SECONDS
-  timeout --signal=INT "${RUN_TIMEOUT:-0}" $py -m cudanalyst run "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
+  timeout --signal=INT "${RUN_TIMEOUT:-0}" $py -m cudanalyst "$command" "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
   rc=${PIPESTATUS[0]}
   echo "pipeline wall time $((SECONDS - t0)) s, exit $rc"
   name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")

@@ -13,7 +13,10 @@ plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platfo
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${plat[@]}" -d "$dest/wheels" \
   "pytools==2025.2.5" "platformdirs==4.5.1" "mako==1.3.10" "siphash24==1.8" \
-  "pydantic==2.13.4" "pydantic-core==2.46.4" "annotated-types==0.7.0" "typing-inspection==0.4.2"
+  "pydantic==2.13.4" "pydantic-core==2.46.4" "annotated-types==0.7.0" "typing-inspection==0.4.2" \
+  "openevolve==0.4.1" "dacite==1.9.2"
+# openevolve and dacite: `cudanalyst record` (issue 14); OpenEvolve's other needs (openai, pyyaml, numpy) come
+# with vLLM's wheelhouse.
 # pycuda is built from its source release on the GPU machine (about 90 s against CUDA 13).
 python3 -m pip download -q --no-deps --no-binary=pycuda -d "$dest/src" "pycuda==2026.1"
 ls -la "$dest/wheels" "$dest/src"

@@ -16,6 +16,7 @@ import signal
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -63,6 +64,17 @@ class Reporter:
                 self.seen[t.task] = t.done
                 best = "" if t.best is None else f", best combined_score {t.best:.3f}"
                 self.say(f"{t.task}: iteration {t.done}/{t.total} checkpointed, {t.programs} programs{best}")
+
+
+def per_generation(store: Any) -> str:
+    """`generation: programs` over the imported trajectory, what an AttributionRun's generations can pick from."""
+    from collections import Counter
+
+    from cudanalyst.trajectory import parse_programs
+
+    folder = store.child("trajectory/")
+    counts = Counter(p.generation for p in parse_programs(folder.get_text("programs.jsonl"), folder.uri))
+    return ", ".join(f"{g}: {n}" for g, n in sorted(counts.items()))
 
 
 def record(args: argparse.Namespace) -> int:
@@ -136,5 +148,6 @@ def record(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     shutil.rmtree(folder, ignore_errors=True)
     console.print(f"trajectory: {programs} programs with their debugger, analyzer and profiler reports -> {uri}")
+    console.print(f"programs per generation (OpenEvolve's lineage depth): {per_generation(store)}", highlight=False)
     console.print(f"use it as an AttributionRun's spec.trajectory.uri: {uri}")
     return 0
