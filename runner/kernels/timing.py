@@ -47,7 +47,7 @@ from cudanalyst.runner.kernels.verify import (
 from cudanalyst.tasks.base import Role, Task
 
 if TYPE_CHECKING:
-    from cudanalyst.runner.kernels.worker import GpuSession
+    from cudanalyst.runner.kernels.session import GpuSession
 
 EXTRA_WARMUP = 4  # up to this many more warm-up launches, drawn at random per program
 

@@ -27,7 +27,7 @@ from cudanalyst.tasks import get_task
 from cudanalyst.tasks.base import Role, Task, Tolerance
 
 if TYPE_CHECKING:
-    from cudanalyst.runner.kernels.worker import GpuSession
+    from cudanalyst.runner.kernels.session import GpuSession
 
 
 class ContractError(ValueError):

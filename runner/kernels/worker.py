@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -31,15 +30,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
 from cudanalyst import lifeline
 from cudanalyst.runner.kernels import timing, verify
 from cudanalyst.runner.kernels.compile import niced
-from cudanalyst.runner.kernels.references import FOLDER_ENV, SharedArrays, task_inputs, task_reference
+from cudanalyst.runner.kernels.references import FOLDER_ENV
 from cudanalyst.runner.kernels.requests import CompareRequest, VerifyRequest
+from cudanalyst.runner.kernels.session import GpuSession
 
 Reply = dict[str, Any]
 
@@ -220,82 +219,6 @@ _STICKY = re.compile(
     r"hardware stack error|invalid program counter|launch timed out|device-side assert|context is destroyed",
     re.IGNORECASE,
 )
-
-
-class GpuSession:
-    """The child's CUDA state: one context, loaded modules (keyed by cubin hash), and the task inputs and
-    references it verifies and times on (made once for the whole pool: references.py)."""
-
-    def __init__(self, device: int) -> None:
-        import pycuda.driver as cuda
-
-        cuda.init()
-        self._setup(cuda, cuda.Device(device))
-        self.context = self.device.make_context()
-
-    def _setup(self, cuda: Any, device: Any) -> None:
-        """Everything but the context (a subclass may bring its own)."""
-        self.cuda = cuda
-        self.device = device
-        self.modules: OrderedDict[str, Any] = OrderedDict()
-        self.shared = SharedArrays.from_environment()
-        self._pinned: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self.l2_bytes = int(self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
-        self._flush: Any = None
-
-    def inputs_for(self, task: Any, seed: int) -> Any:
-        """The task's inputs for a seed, made once: every candidate of a task is timed on the same ones,
-        and making them (a seeded numpy draw of up to tens of MB) costs more than many short kernels.
-        The host arrays are only read (Buffers copies them to the device)."""
-        return task_inputs(self.shared, task, seed)
-
-    def reference_for(self, task: Any, seed: int) -> Any:
-        """(inputs, expected outputs) of the task for a correctness seed, made once (only read)."""
-        return task_reference(self.shared, task, seed)
-
-    def pinned(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
-        """A page-locked host array lent for one read of output `name` (allocating one per read costs
-        milliseconds; every candidate of a task reads the same shapes)."""
-        key = (name, tuple(shape), str(dtype))
-        if key not in self._pinned:
-            self._pinned[key] = self.cuda.pagelocked_empty(shape, dtype=dtype)
-            while len(self._pinned) > 16:
-                self._pinned.popitem(last=False)
-        self._pinned.move_to_end(key)
-        return self._pinned[key]
-
-    def module(self, cubin: bytes) -> Any:
-        key = hashlib.sha256(cubin).hexdigest()
-        if key in self.modules:
-            self.modules.move_to_end(key)
-            return self.modules[key]
-        mod = self.cuda.module_from_buffer(cubin)
-        self.modules[key] = mod
-        while len(self.modules) > 64:  # candidates are seen once; keep the frozen/baseline ones warm
-            self.modules.popitem(last=False)
-        return mod
-
-    def flush_buffer(self) -> tuple[Any, int]:
-        """A device buffer twice the size of L2 (at least 64 MiB); writing it evicts the L2."""
-        words = max(2 * self.l2_bytes, 64 << 20) // 4
-        if self._flush is None:
-            self._flush = self.cuda.mem_alloc(words * 4)
-        return self._flush, words
-
-    def healthy(self) -> bool:
-        try:
-            self.context.synchronize()
-            probe = self.cuda.mem_alloc(4)
-            self.cuda.memset_d32(probe, 0, 1)
-            probe.free()
-            return True
-        except self.cuda.Error:
-            return False
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.context.pop()
-            self.context.detach()
 
 
 def _handle(session_box: list[GpuSession | None], device: int, request: dict[str, Any]) -> Reply:
