@@ -77,7 +77,10 @@ def test_example_is_accepted(cluster: Cluster, namespace: str, path: Path) -> No
     # Server-side dry run: schema, defaults and CEL are the API server's; the trajectories are not reachable here.
     done = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path), "-o", "yaml")
     obj = yaml.safe_load(done.stdout)
-    assert obj["kind"] == "AttributionRun" and obj["spec"]["players"], path
+    if obj["kind"] == "TrajectoryRecording":  # the second kind (issue 14)
+        assert obj["spec"]["tasks"] and obj["spec"]["population"] > 0, path
+    else:
+        assert obj["kind"] == "AttributionRun" and obj["spec"]["players"], path
     assert obj["spec"]["evaluation"]["fastTolerance"] == pytest.approx(0.12)  # defaults come from the schema
 
 
