@@ -202,7 +202,7 @@ class SerialPipeline:
         from cudanalyst.runner.llm.servers import ModelServers, StageSettings
         from cudanalyst.runner.llm.stage import LlmStage
         from cudanalyst.runner.shard import fill_feedback
-        from cudanalyst.runner.units import Progress, UnitStore
+        from cudanalyst.runner.units import ProgressTracker, UnitStore
 
         self.run = served
         self.units = list(units)
@@ -217,7 +217,7 @@ class SerialPipeline:
         self.client = ClientSettings(concurrency=1)
         self.settings = StageSettings(client=self.client)
         self.servers = ModelServers(self.settings, served.spec.sampling.seed)
-        self.progress = Progress(0, 1, len(self.units), stages=["llm", "kernels"])
+        self.progress = ProgressTracker(0, 1, len(self.units), stages=["llm", "kernels"])
         self._stage_cls = LlmStage
         self.gpu = gpu
 

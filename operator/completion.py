@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from cudanalyst.api import AttributionRun
+from cudanalyst.api.status import InteractionValue, MetricExclusion, PlayerValue, References, Results
 from cudanalyst.attribution.report import AttributionReport, Estimate
-from cudanalyst.report.build import compute_report
+from cudanalyst.report import compute
+from cudanalyst.report.build import report_object
 from cudanalyst.report.load import load_run_folder
+from cudanalyst.runfolder import REPORT_JSON
 from cudanalyst.store import ObjectStore
 
-REPORT_KEY = "report/report.json"
 MAX_PLAYER_VALUES = 512  # the CRD's bound on status.results.banzhaf
 MAX_INTERACTIONS = 32
 
@@ -27,15 +29,15 @@ def _interval(est: Estimate) -> tuple[float, float, float] | None:
     return est.value, low, high
 
 
-def summarize(report: AttributionReport, metrics: list[str], full: dict[str, Any] | None = None) -> dict[str, Any]:
+def status_results(report: AttributionReport, metrics: list[str], full: dict[str, Any] | None = None) -> Results:
     """status.results: Banzhaf values with intervals (pooled first), the strongest pairwise interactions by
     |value|, the top player on the first evaluated metric, the metrics that could not be evaluated, the
     programs left out of each metric's games and why, estimator switches, and the references `fast` was
     measured against (`full`: the report.json object, for the last two)."""
     games = sorted(report.games, key=lambda g: (not g.pooled, metrics.index(g.metric) if g.metric in metrics else 99,
                                                 g.generation if g.generation is not None else -1))
-    values: list[dict[str, Any]] = []
-    interactions: list[dict[str, Any]] = []
+    values: list[PlayerValue] = []
+    interactions: list[InteractionValue] = []
     for game in games:
         if not game.evaluated:
             continue
@@ -43,45 +45,46 @@ def summarize(report: AttributionReport, metrics: list[str], full: dict[str, Any
         for player, est in game.banzhaf.items():
             triple = _interval(est)
             if triple is not None:
-                values.append({"player": player, "metric": game.metric, "generation": generation,
-                               "value": triple[0], "low": triple[1], "high": triple[2]})
+                values.append(PlayerValue(player=player, metric=game.metric, generation=generation,
+                                          value=triple[0], low=triple[1], high=triple[2]))
         if game.pooled:
             for pair, est in game.interactions.items():
                 triple = _interval(est)
                 if triple is not None:
-                    interactions.append({"players": pair, "metric": game.metric, "generation": generation,
-                                         "value": triple[0], "low": triple[1], "high": triple[2]})
+                    interactions.append(InteractionValue(players=pair, metric=game.metric, generation=generation,
+                                                         value=triple[0], low=triple[1], high=triple[2]))
     evaluated = {g.metric for g in report.games if g.pooled and g.programs > 0}
     top_player, top_metric = "", ""
     for metric in metrics:
-        pooled = [v for v in values if v["metric"] == metric and v["generation"] == "pooled"]
+        pooled = [v for v in values if v.metric == metric and v.generation == "pooled"]
         if pooled:
-            top_player, top_metric = max(pooled, key=lambda v: v["value"])["player"], metric
+            top_player, top_metric = max(pooled, key=lambda v: v.value).player, metric
             break
-    interactions.sort(key=lambda v: -abs(v["value"]))
-    return {
-        "topPlayer": top_player,
-        "metric": top_metric,
-        "confidence": report.confidence,
-        "banzhaf": values[:MAX_PLAYER_VALUES],
-        "topInteractions": interactions[:MAX_INTERACTIONS],
-        "notEvaluated": [m for m in metrics if m not in evaluated],
-        "exclusions": [
-            {"metric": g.metric, "excluded": g.excluded_programs, "of": g.programs + g.excluded_programs,
-             "reason": "; ".join(f"{e.programs}: {e.reason}" for e in g.exclusions)[:1024]}
+    interactions.sort(key=lambda v: -abs(v.value))
+    refs = ((full or {}).get("units") or {}).get("references")
+    return Results(
+        top_player=top_player,
+        metric=top_metric,
+        confidence=report.confidence,
+        banzhaf=values[:MAX_PLAYER_VALUES],
+        top_interactions=interactions[:MAX_INTERACTIONS],
+        not_evaluated=[m for m in metrics if m not in evaluated],
+        exclusions=[
+            MetricExclusion(metric=g.metric, excluded=g.excluded_programs, of=g.programs + g.excluded_programs,
+                            reason="; ".join(f"{e.programs}: {e.reason}" for e in g.exclusions)[:1024])
             for g in games if g.pooled and g.excluded_programs
         ][:3],
-        "estimatorNotes": [n[:1024] for n in (full or {}).get("estimatorNotes", [])][:16],
-        **({"references": {"frozen": refs.get("frozen", 0), "baseline": refs.get("baseline", 0),
-                           "notTimed": refs.get("notTimed", 0)}}
-           if (refs := ((full or {}).get("units") or {}).get("references")) else {}),
-    }
+        estimator_notes=[n[:1024] for n in (full or {}).get("estimatorNotes", [])][:16],
+        references=References(frozen=refs.get("frozen", 0), baseline=refs.get("baseline", 0),
+                              not_timed=refs.get("notTimed", 0)) if refs else None,
+    )
 
 
-def aggregate(run: AttributionRun, store: ObjectStore) -> tuple[dict[str, Any], str]:
+def aggregate(run: AttributionRun, store: ObjectStore) -> tuple[Results, str]:
     """Read every outcome, compute the report, write it (overwriting is harmless: same inputs, same
     report), and return (status.results, report URI). Raises OutcomeError/ValueError for unusable outcomes."""
-    full = compute_report(load_run_folder(store))
-    store.put_json(REPORT_KEY, full)
-    report = AttributionReport.model_validate(full["attribution"])
-    return summarize(report, list(run.spec.attribution.metrics), full), store.uri_of(REPORT_KEY)
+    folder = load_run_folder(store)
+    result = compute.attribution(folder.outcomes, folder.run)
+    full = report_object(folder, result)
+    store.put_json(REPORT_JSON, full)
+    return status_results(result, list(run.spec.attribution.metrics), full), store.uri_of(REPORT_JSON)

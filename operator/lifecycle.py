@@ -17,6 +17,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from cudanalyst.api import AttributionRun, SpecError, parse_run
+from cudanalyst.api.status import Results
 from cudanalyst.operator import constants as c
 from cudanalyst.operator import kueue
 from cudanalyst.operator.completion import aggregate as aggregate_outcomes
@@ -36,7 +37,6 @@ from cudanalyst.operator.metrics import Metrics
 from cudanalyst.operator.pods import job_summary
 from cudanalyst.operator.progress import read_shards, run_progress
 from cudanalyst.plan import Plan
-from cudanalyst.api.status import Results
 from cudanalyst.runfolder import write_start
 from cudanalyst.runs import PlanError, check_models, plan_run, run_store
 from cudanalyst.store import ObjectStore, StoreError

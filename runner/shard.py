@@ -31,12 +31,13 @@ from typing import Any
 from cudanalyst.api import AttributionRun, SpecError, load_run
 from cudanalyst.outcomes import OutcomeRecord, unit_identity
 from cudanalyst.plan import Unit, shard_units
+from cudanalyst.runfolder import feedback_key
 from cudanalyst.runner.llm.client import ClientSettings
 from cudanalyst.runner.llm.servers import StageSettings
 from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
 from cudanalyst.runner.llm.stage import LlmStage
-from cudanalyst.runner.units import Failure, Progress, UnitStore
-from cudanalyst.runs import PlanError, feedback_key, plan_run, run_store, s3_settings
+from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore
+from cudanalyst.runs import PlanError, plan_run, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, StoreError
 from cudanalyst.tasks import UnknownTaskError, get_task
 from cudanalyst.trajectory import FrozenProgram
@@ -144,7 +145,7 @@ def fill_feedback(run: AttributionRun, programs: Sequence[FrozenProgram], needed
 
 
 def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], units: Sequence[Unit],
-                     store: UnitStore, progress: Progress | dict[int, Progress],
+                     store: UnitStore, progress: ProgressTracker | dict[int, ProgressTracker],
                      shard_of: dict[str, int] | None = None,
                      follow: Callable[[], bool] | None = None) -> list[Failure]:
     """The kernel stage (runner/kernels/stage.py) over the candidates of `units` that have no outcome yet.
@@ -256,12 +257,12 @@ def run_shard(args: argparse.Namespace) -> int:
     store = UnitStore(run_store(run))
     stages = ["llm", "kernels"] if args.stage == "all" else [args.stage]
     candidates, outcomes = store.finished_candidates(), store.finished_outcomes()
-    progresses: dict[int, Progress] = {}
+    progresses: dict[int, ProgressTracker] = {}
     shard_of: dict[str, int] = {}
     for s, units in units_of.items():
         keys = {u.key for u in units}
         shard_of.update(dict.fromkeys(keys, s))
-        progresses[s] = Progress(s, args.of, len(units), stages=stages)
+        progresses[s] = ProgressTracker(s, args.of, len(units), stages=stages)
         progresses[s].llm_done = len(candidates & keys)
         progresses[s].kernels_done = len(outcomes & keys)
         store.write_progress(s, progresses[s])

@@ -1,17 +1,6 @@
 """Unit records in the run's store: written once by key, skipped when present, progress per shard.
 
-Keys under the run folder (see cudanalyst.runs for the shared layout):
-  candidates/<unitKey>.json   the LLM stage's record of a finished unit (written once, never replaced)
-  outcomes/<unitKey>.json     the outcome, written by the kernel stage only (a completion without code too)
-  errors/<unitKey>.json       why an unfinished unit failed this time (server down, prompt too long...);
-                              replaced on each try and deleted once the unit finishes, so a resumed
-                              shard retries exactly the units without a candidate
-  plans/<groupKey>.json       a planner's plan, shared by the samples of one rollout (written once, so a
-                              resumed shard gives the missing samples the same plan as the finished ones)
-  feedback/summaries/<programId>/<player>.json   summarizer output, cached per program and player
-  progress/shard-<i>.json     {done, total, byStage, gpuSeconds, failures, ...}: readable without
-                              listing or reading the unit records; a process running only the kernel
-                              stage writes progress/shard-<i>.kernels.json (read together: runs.read_progress)
+The keys and the layout are `cudanalyst.runfolder`'s; this is the runner's view of them.
 """
 
 from __future__ import annotations
@@ -24,38 +13,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudanalyst.outcomes import CandidateRecord, OutcomeRecord
-from cudanalyst.runs import candidate_key, outcome_key, progress_key
+from cudanalyst.runfolder import (
+    CANDIDATES,
+    ERRORS,
+    OUTCOMES,
+    FailureNote,
+    ShardProgress,
+    StageCount,
+    candidate_key,
+    error_key,
+    keys_under,
+    outcome_key,
+    planner_text_key,
+    progress_key,
+    read_progress,
+    summary_key,
+)
 from cudanalyst.store import ObjectNotFound, ObjectStore
 
 MAX_FAILURES_IN_PROGRESS = 20
-
-
-def error_key(unit_key: str) -> str:
-    return f"errors/{unit_key}.json"
-
-
-def plan_key(group_key: str) -> str:
-    return f"plans/{group_key}.json"
-
-
-def summary_key(program_id: str, player: str) -> str:
-    return f"feedback/summaries/{program_id}/{player}.json"
 
 
 def group_key(run: str, program_id: str, coalition: Iterable[str], arm: str, rollout: int) -> str:
     """Key of the samples that share one prompt (and, in explicit planning, one plan)."""
     ident = json.dumps([run, program_id, ",".join(coalition), arm, rollout], separators=(",", ":"))
     return hashlib.sha256(ident.encode()).hexdigest()[:24]
-
-
-def _keys_under(store: ObjectStore, prefix: str) -> set[str]:
-    """Unit keys present under a prefix, from one paginated listing (no object is read)."""
-    out = set()
-    for key in store.list(prefix):
-        name = key[len(prefix):]
-        if name.endswith(".json") and "/" not in name:
-            out.add(name[: -len(".json")])
-    return out
 
 
 @dataclass
@@ -67,9 +49,9 @@ class Failure:
     reason: str
     units: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"stage": self.stage, "kind": self.kind, "reason": self.reason[:2000],
-                "units": len(self.units), "unitKeys": self.units[:10]}
+    def note(self) -> FailureNote:
+        return FailureNote(stage=self.stage, kind=self.kind, reason=self.reason[:2000], units=len(self.units),
+                           unit_keys=self.units[:10])
 
 
 class UnitStore:
@@ -80,10 +62,10 @@ class UnitStore:
 
     # ---- finished units
     def finished_candidates(self) -> set[str]:
-        return _keys_under(self.store, "candidates/")
+        return keys_under(self.store, CANDIDATES)
 
     def finished_outcomes(self) -> set[str]:
-        return _keys_under(self.store, "outcomes/")
+        return keys_under(self.store, OUTCOMES)
 
     def write_candidate(self, record: CandidateRecord) -> bool:
         """Write once; returns False when the unit was already finished (its record is kept)."""
@@ -103,7 +85,7 @@ class UnitStore:
         self.store.put_json(error_key(record.key), record.model_dump(by_alias=True, mode="json"))
 
     def error_keys(self) -> set[str]:
-        return _keys_under(self.store, "errors/")
+        return keys_under(self.store, ERRORS)
 
     def read_error(self, unit_key: str) -> CandidateRecord:
         return CandidateRecord.model_validate(self.store.get_json(error_key(unit_key)))
@@ -111,15 +93,15 @@ class UnitStore:
     # ---- shared intermediate results
     def read_plan(self, key: str) -> dict[str, Any] | None:
         try:
-            return dict(self.store.get_json(plan_key(key)))
+            return dict(self.store.get_json(planner_text_key(key)))
         except ObjectNotFound:
             return None
 
     def write_plan(self, key: str, plan: dict[str, Any]) -> dict[str, Any]:
         """Store a plan once; if another writer got there first, theirs is the plan."""
-        if self.store.put_json_if_absent(plan_key(key), plan):
+        if self.store.put_json_if_absent(planner_text_key(key), plan):
             return plan
-        return dict(self.store.get_json(plan_key(key)))
+        return dict(self.store.get_json(planner_text_key(key)))
 
     def read_summary(self, program_id: str, player: str) -> dict[str, Any] | None:
         try:
@@ -133,20 +115,17 @@ class UnitStore:
         return dict(self.store.get_json(summary_key(program_id, player)))
 
     # ---- progress
-    def read_progress(self, shard: int) -> dict[str, Any] | None:
-        try:
-            return dict(self.store.get_json(progress_key(shard)))
-        except ObjectNotFound:
-            return None
+    def read_progress(self, shard: int) -> ShardProgress | None:
+        return read_progress(self.store, shard)
 
-    def write_progress(self, shard: int, progress: Progress) -> None:
-        only_kernels = progress.stages == ["kernels"]  # a process of its own: its own object (runs.read_progress)
-        self.store.put_json(progress_key(shard, "kernels" if only_kernels else None), progress.to_json())
+    def write_progress(self, shard: int, progress: ProgressTracker) -> None:
+        only_kernels = progress.stages == ["kernels"]  # a process of its own: its own object (read_progress)
+        self.store.put_json(progress_key(shard, "kernels" if only_kernels else None), progress.snapshot().wire())
 
 
 @dataclass
-class Progress:
-    """One shard's progress object. `done` counts units with an outcome (finished end to end)."""
+class ProgressTracker:
+    """What one runner process counts of a shard as it goes; `snapshot()` is the stored `ShardProgress`."""
 
     shard: int
     of: int
@@ -159,19 +138,12 @@ class Progress:
     stages: list[str] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shard": self.shard,
-            "of": self.of,
-            "done": self.kernels_done,
-            "total": self.total,
-            "byStage": {"llm": {"done": self.llm_done, "total": self.total},
-                        "kernels": {"done": self.kernels_done, "total": self.total}},
-            "gpuSeconds": round(self.gpu_seconds, 3),
-            "failures": [f.to_json() for f in self.failures[:MAX_FAILURES_IN_PROGRESS]],
-            "failedUnits": len({k for f in self.failures for k in f.units}),
-            "state": self.state,
-            "stages": self.stages,
-            "startedAt": self.started_at,
-            "updatedAt": time.time(),
-        }
+    def snapshot(self) -> ShardProgress:
+        return ShardProgress(
+            shard=self.shard, of=self.of, done=self.kernels_done, total=self.total,
+            by_stage={"llm": StageCount(done=self.llm_done, total=self.total),
+                      "kernels": StageCount(done=self.kernels_done, total=self.total)},
+            gpu_seconds=round(self.gpu_seconds, 3),
+            failures=[f.note() for f in self.failures[:MAX_FAILURES_IN_PROGRESS]],
+            failed_units=len({k for f in self.failures for k in f.units}),
+            state=self.state, stages=self.stages, started_at=self.started_at, updated_at=time.time())

@@ -11,7 +11,7 @@ import yaml
 
 from cudanalyst import crd
 from cudanalyst.api import AttributionRunStatus, Condition, parse_run
-from cudanalyst.api.status import PlayerValue, Progress, Results
+from cudanalyst.api.status import PlayerValue, Results, RunProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yaml") if "kind: AttributionRun" in p.read_text())
@@ -74,7 +74,7 @@ def full_status() -> dict:
         conditions=[Condition(type="Ready", status="True", reason="Succeeded", message="done",
                               last_transition_time="2026-11-29T00:00:00Z", observed_generation=1)],
         observed_generation=1, start_time="2026-11-29T00:00:00Z", completion_time="2026-11-29T01:00:00Z",
-        progress=Progress(done=10, total=10, percent=100.0, text="10/10", eta_seconds=0),
+        progress=RunProgress(done=10, total=10, percent=100.0, text="10/10", eta_seconds=0),
         gpu_seconds=12.5, job_name="run-abc",
         results=Results(top_player="profiler", metric="fast",
                         banzhaf=[PlayerValue(player="profiler", metric="fast", generation="pooled",

@@ -16,7 +16,7 @@ import yaml
 from apiserver_crd import apiserver_with_crd
 
 from cudanalyst.api import API_GROUP, API_VERSION, PLURAL, AttributionRunStatus
-from cudanalyst.api.status import Condition, PlayerValue, Progress, Results
+from cudanalyst.api.status import Condition, PlayerValue, Results, RunProgress
 from cudanalyst.crd import CHART_PATH, build_crd
 
 pytestmark = pytest.mark.cluster
@@ -57,7 +57,7 @@ def test_defaults_filled_and_status_round_trips(api):
         phase="Running", observed_generation=1, start_time="2026-11-29T00:00:00Z",
         conditions=[Condition(type="Ready", status="False", reason="Running", message="3/72 units",
                               last_transition_time="2026-11-29T00:00:00Z", observed_generation=1)],
-        progress=Progress(done=3, total=72, percent=4.2, text="3/72", eta_seconds=60),
+        progress=RunProgress(done=3, total=72, percent=4.2, text="3/72", eta_seconds=60),
         results=Results(top_player="analyzer", metric="compiled",
                         banzhaf=[PlayerValue(player="analyzer", metric="compiled", generation="pooled",
                                              value=0.25, low=0.1, high=0.4)]),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cudanalyst.outcomes import CandidateRecord
-from cudanalyst.runner.units import Failure, Progress, UnitStore, group_key
+from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore, group_key
 from cudanalyst.runner.weights import WeightsError, resolve_model_path, sync_prefix
 from cudanalyst.store import ObjectStore, open_store
 
@@ -48,13 +48,14 @@ def test_plans_and_summaries_keep_the_first_writer(store: ObjectStore) -> None:
 
 def test_progress_is_one_small_object(store: ObjectStore) -> None:
     units = UnitStore(store)
-    progress = Progress(shard=2, of=4, total=10, llm_done=7, kernels_done=3, stages=["llm"])
+    progress = ProgressTracker(shard=2, of=4, total=10, llm_done=7, kernels_done=3, stages=["llm"])
     progress.failures = [Failure("llm", "coder:prompt-too-long", "too long", [f"k{i}" for i in range(30)])]
     units.write_progress(2, progress)
-    doc = units.read_progress(2)
-    assert doc is not None
+    doc = store.get_json("progress/shard-2.json")  # the wire form: camelCase, readable without the model
     assert (doc["done"], doc["total"], doc["byStage"]["llm"]["done"], doc["failedUnits"]) == (3, 10, 7, 30)
     assert doc["failures"][0]["units"] == 30 and len(doc["failures"][0]["unitKeys"]) == 10
+    read = units.read_progress(2)
+    assert read is not None and (read.done, read.stage("llm").done, read.failed_units) == (3, 7, 30)
     assert units.read_progress(3) is None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from cudanalyst.api.status import Results
 from cudanalyst.report import build_report
 from cudanalyst.report.demo import PLAYERS, demo_spec, write_demo_run
 from cudanalyst.report.table import NOT_EVALUATED, from_report, from_status, render
@@ -209,7 +210,7 @@ def test_table_from_status_results() -> None:
         ],
     }
     console = Console(record=True, width=160)
-    console.print(render(from_status(results, ["debugger", "analyzer"], ["compiled", "pass"])))
+    console.print(render(from_status(Results.model_validate(results), ["debugger", "analyzer"], ["compiled", "pass"])))
     text = console.export_text()
     assert "+0.250 [+0.100, +0.400]" in text and "-0.050 [-0.200, +0.100]" in text
     assert "+0.900" not in text  # a generation's value is not the pooled one

@@ -51,7 +51,7 @@ from cudanalyst.runner.llm.prompts import (
 from cudanalyst.runner.llm.servers import ModelServers, StageSettings, stopping
 from cudanalyst.runner.llm.serving import Endpoint, ServingError
 from cudanalyst.runner.llm.summarize import SummaryFailure, cached_summaries, summarize
-from cudanalyst.runner.units import Failure, Progress, UnitStore, group_key
+from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore, group_key
 from cudanalyst.tasks import get_task
 from cudanalyst.trajectory import FrozenProgram
 
@@ -117,7 +117,7 @@ class LlmStage:
     """Runs the LLM stage for a shard's units; records go to the store as each request finishes."""
 
     def __init__(self, run: AttributionRun, programs: Sequence[FrozenProgram], units: Sequence[Unit],
-                 store: UnitStore, progress: Progress, shard: int, settings: StageSettings) -> None:
+                 store: UnitStore, progress: ProgressTracker, shard: int, settings: StageSettings) -> None:
         self.run = run
         self.spec = run.spec
         self.name = run.metadata.name

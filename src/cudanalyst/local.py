@@ -43,7 +43,8 @@ from cudanalyst.local_gpus import (
     visible_gpus,
 )
 from cudanalyst.plan import Plan, plan_digest
-from cudanalyst.runs import check_models, plan_run, read_progress, run_store, s3_settings
+from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, read_progress, write_start
+from cudanalyst.runs import check_models, plan_run, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
 
 # Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
@@ -80,7 +81,7 @@ def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
     try:
         store = run_store(run)
         try:
-            previous = store.get_json("spec.json")
+            previous = store.get_json(SPEC)
         except ObjectNotFound:
             previous = None
         if previous is not None:
@@ -95,9 +96,7 @@ def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
                     f"{store.uri}: this run folder was made by a different spec (spec.{', spec.'.join(changed)} "
                     "differ); give the run another metadata.name or spec.output.uri, or delete the folder"
                 )
-        # The whole object, as the operator writes it: `cudanalyst report` reads it back as an AttributionRun.
-        store.put_json("spec.json", {k: v for k, v in run.to_dict().items() if k != "status"})
-        store.put_json("plan.json", plan.summary())
+        write_start(store, run, plan.summary())
     except StoreError as exc:
         raise RunInputError(f"output folder {run.spec.output.uri!r} is not usable: {exc}") from None
     return store
@@ -109,15 +108,13 @@ def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
         prog = read_progress(store, i)
         if prog is None:
             continue
-        stages = prog.get("byStage", {})
         for name in ("llm", "kernels"):
             st = getattr(snap, name)
-            st.done += int(stages.get(name, {}).get("done", 0))
-            st.total += int(stages.get(name, {}).get("total", prog.get("total", 0)))
-        failed = int(prog.get("failedUnits", 0))
-        snap.llm.failures += failed if "llm" in prog.get("stages", []) else 0
-        snap.kernels.failures += failed if prog.get("stages") == ["kernels"] else 0
-        snap.gpu_seconds += float(prog.get("gpuSeconds", 0.0))
+            st.done += prog.stage(name).done
+            st.total += prog.stage(name).total
+        snap.llm.failures += prog.failed_units if "llm" in prog.stages else 0
+        snap.kernels.failures += prog.failed_units if prog.stages == ["kernels"] else 0
+        snap.gpu_seconds += prog.gpu_seconds
     return snap
 
 
@@ -422,9 +419,9 @@ def plans_expected(run: AttributionRun, plan: Plan) -> int:
 
 
 def plans_written(store: ObjectStore) -> int:
-    """Plans stored so far (runner/units.py: plans/<groupKey>.json), from one listing."""
+    """The planner's texts stored so far (runfolder.PLANNER_TEXTS), from one listing."""
     try:
-        return sum(1 for key in store.list("plans/") if key.endswith(".json"))
+        return sum(1 for key in store.list(PLANNER_TEXTS) if key.endswith(".json"))
     except StoreError:
         return 0
 

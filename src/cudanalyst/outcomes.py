@@ -78,8 +78,22 @@ def unit_identity(unit: Any, run: str) -> dict[str, Any]:
             "rollout": unit.rollout, "sample": unit.sample}
 
 
+class ExtractionNote(BaseModel):
+    """How the kernel was taken out of the completion (runner/llm/extract.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = ""
+    blocks: int = 0
+    kernels: int = 0
+    notes: list[str] = Field(default_factory=list)
+
+
 class CandidateRecord(UnitRef):
-    """Written by the LLM stage: the prompts, the completion and the extracted kernel."""
+    """Written by the LLM stage: the prompts, the completion and the extracted kernel; every field declared
+    (an error record, errors/<unitKey>.json, is one too: no code, with `error`, `errorKind` and `phase`)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     prompt_version: str = ""
     prompts: dict[str, str] = Field(default_factory=dict, description="planner / coder prompts as sent.")
@@ -91,6 +105,14 @@ class CandidateRecord(UnitRef):
     seed: int | None = None
     tokens: dict[str, int] = Field(default_factory=dict, description="prompt / completion token counts.")
     error: str | None = Field(None, description="A runner error (server down, context too long, ...).")
+    error_kind: str | None = Field(None, description="The error's kind, e.g. prompt-too-long, server-down.")
+    phase: str | None = Field(None, description="Where the error happened: planner or coder.")
+    api: dict[str, str] = Field(default_factory=dict, description="chat or completion, per role (planner, coder).")
+    sample_index: int | None = Field(None, description="This sample's place among the completions of its request.")
+    samples_in_request: int | None = Field(None, description="Completions asked for in one request (n).")
+    finish_reason: str | None = Field(None, description="The server's finish reason: stop, length, ...")
+    planner_seed: int | None = None
+    extraction: ExtractionNote | None = None
 
 
 class OutcomeRecord(UnitRef):

@@ -1,20 +1,17 @@
 """A run's place in the world: its plan from spec + trajectory, and its folder in the object store.
 
-Layout of one run under `<spec.output.uri>/<name>/`:
-  spec.json, plan.json, feedback/<programId>.json, candidates/<unitKey>.json, outcomes/<unitKey>.json,
-  progress/shard-<i>.json, report/ (report.json, report.html, *.png)
+The folder's layout and keys are `cudanalyst.runfolder`'s.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from cudanalyst.api import AttributionRun
 from cudanalyst.cache import models_cache
 from cudanalyst.plan import Plan, make_plan
-from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, StoreError, open_store
+from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
 from cudanalyst.trajectory import TrajectoryError, freeze, load_trajectory
 
 # Where the runner pod mounts spec.s3.credentialsSecret (the operator sets this up).
@@ -90,45 +87,3 @@ def check_models(run: AttributionRun, local_paths: bool) -> None:
 def run_store(run: AttributionRun) -> ObjectStore:
     """The run's own folder: `<output.uri>/<name>/`."""
     return open_store(run.spec.output.uri, s3_settings(run)).child(f"{run.metadata.name}/")
-
-
-def candidate_key(unit_key: str) -> str:
-    return f"candidates/{unit_key}.json"
-
-
-def outcome_key(unit_key: str) -> str:
-    return f"outcomes/{unit_key}.json"
-
-
-def progress_key(shard: int, stage: str | None = None) -> str:
-    """A shard's progress object; a process that runs only the kernel stage writes its own (`stage`
-    "kernels") beside the LLM stage's, so two processes never overwrite each other's counts."""
-    return f"progress/shard-{shard}.json" if stage is None else f"progress/shard-{shard}.{stage}.json"
-
-
-def read_progress(store: ObjectStore, shard: int) -> dict[str, Any] | None:
-    """A shard's progress, with a separate kernel-stage object folded in (its counts win for that stage)."""
-    docs = []
-    for stage in (None, "kernels"):
-        try:
-            doc = store.get_json(progress_key(shard, stage))
-        except (ObjectNotFound, ValueError):
-            continue
-        if isinstance(doc, dict):
-            docs.append(doc)
-    if len(docs) < 2:
-        return docs[0] if docs else None
-    base, kernels = docs
-    by_stage = {**base.get("byStage", {}), "kernels": kernels.get("byStage", {}).get("kernels", {})}
-    states = {base.get("state"), kernels.get("state")}
-    state = "failed" if "failed" in states else "running" if "running" in states else "succeeded"
-    return {**base, "done": kernels.get("done", 0), "byStage": by_stage,
-            "gpuSeconds": float(base.get("gpuSeconds", 0.0)) + float(kernels.get("gpuSeconds", 0.0)),
-            "failures": [*base.get("failures", []), *kernels.get("failures", [])],
-            "failedUnits": int(base.get("failedUnits", 0)) + int(kernels.get("failedUnits", 0)),
-            "state": state, "stages": sorted({*base.get("stages", []), *kernels.get("stages", [])}),
-            "updatedAt": max(float(base.get("updatedAt", 0)), float(kernels.get("updatedAt", 0)))}
-
-
-def feedback_key(program_id: str) -> str:
-    return f"feedback/{program_id}.json"

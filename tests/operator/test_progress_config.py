@@ -7,37 +7,40 @@ from datetime import UTC, datetime
 import pytest
 
 from cudanalyst.operator.config import ConfigError, load_config
-from cudanalyst.operator.progress import read_shards, summarize
+from cudanalyst.operator.progress import read_shards, run_progress
+from cudanalyst.runfolder import ShardProgress
 from cudanalyst.store import open_store
 
 
 def test_summary_adds_shards_and_estimates_time_left() -> None:
-    shards = [
+    shards = [ShardProgress.model_validate(doc) if doc else None for doc in [
         {"done": 10, "total": 20, "byStage": {"llm": {"done": 20}, "kernels": {"done": 10}},
          "gpuSeconds": 30.5, "failedUnits": 1},
         None,  # shard 1 has not written anything yet
         {"done": 10, "total": 20, "byStage": {"llm": {"done": 12}, "kernels": {"done": 10}}, "gpuSeconds": 9.5,
-         "failures": [{"units": ["a"]}]},
-    ]
+         "failures": [{"units": 1, "unitKeys": ["a"]}]},  # an older writer: no failedUnits
+    ]]
     now = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
-    progress, gpu = summarize(shards, 60, "2026-01-01T00:00:00Z", now)
-    assert progress["done"] == 20 and progress["total"] == 60 and progress["text"] == "20/60"
-    assert progress["percent"] == 33.3
-    assert progress["etaSeconds"] == 1200  # 600 s for 20 units, 40 to go
-    assert progress["llm"]["done"] == 32 and progress["kernels"]["done"] == 20
-    assert progress["failures"] == 2
+    progress, gpu = run_progress(shards, 60, "2026-01-01T00:00:00Z", now)
+    doc = progress.model_dump(by_alias=True, mode="json")  # what the status patch carries
+    assert doc["done"] == 20 and doc["total"] == 60 and doc["text"] == "20/60"
+    assert doc["percent"] == 33.3
+    assert doc["etaSeconds"] == 1200  # 600 s for 20 units, 40 to go
+    assert doc["llm"] == {"done": 32, "total": 60} and doc["kernels"]["done"] == 20
+    assert doc["failures"] == 2
     assert gpu == 40.0
 
 
 def test_summary_never_exceeds_the_plan() -> None:
-    progress, _ = summarize([{"done": 99}], 10, "2026-01-01T00:00:00Z", datetime(2026, 1, 1, tzinfo=UTC))
-    assert progress["done"] == 10 and progress["percent"] == 100.0 and progress["etaSeconds"] == 0
+    progress, _ = run_progress([ShardProgress(done=99)], 10, "2026-01-01T00:00:00Z", datetime(2026, 1, 1, tzinfo=UTC))
+    assert progress.done == 10 and progress.percent == 100.0 and progress.eta_seconds == 0
 
 
 def test_read_shards_from_a_real_store(tmp_path) -> None:
     store = open_store(tmp_path.as_uri())
     store.put_json("progress/shard-1.json", {"done": 3})
-    assert read_shards(store, 3) == [None, {"done": 3}, None]
+    store.put_json("progress/shard-2.json", {"done": "many"})  # unreadable: counts as nothing done
+    assert read_shards(store, 3) == [None, ShardProgress(done=3), None]
 
 
 def test_config_from_environment() -> None:

@@ -33,7 +33,7 @@ class StageProgress(Model):
     total: int = Field(0, ge=0)
 
 
-class Progress(Model):
+class RunProgress(Model):
     """Units finished over units planned; readable without opening unit records."""
 
     done: int = Field(0, ge=0, description="Units with an outcome record.")
@@ -137,7 +137,7 @@ class AttributionRunStatus(Model):
     observed_generation: int | None = Field(None, ge=0)
     start_time: str | None = Field(None, description="RFC 3339 time the run started (spec frozen from then on).")
     completion_time: str | None = None
-    progress: Progress = Field(default_factory=Progress)
+    progress: RunProgress = Field(default_factory=RunProgress)
     gpu_seconds: float = Field(0.0, ge=0, description="GPU-seconds used by runner pods so far.")
     job_name: str | None = Field(None, max_length=253, description="The child Indexed Job.")
     shards: ShardCounts = Field(default_factory=ShardCounts)

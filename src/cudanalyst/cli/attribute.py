@@ -18,6 +18,7 @@ from cudanalyst.attribution.games import GameError, check_players, load_game_fil
 from cudanalyst.attribution.report import attribute_tables, check_order, game_indices
 from cudanalyst.attribution.values import OutcomeError, parse_records, tabulate
 from cudanalyst.outcomes import METRIC_THRESHOLD
+from cudanalyst.runfolder import OUTCOMES, SPEC
 from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
 
 EXIT_INVALID = 2
@@ -81,12 +82,12 @@ def _check_order(order: int, n: int) -> None:
 
 def _spec_of(store: ObjectStore) -> dict[str, Any]:
     """The run's spec from spec.json (a whole AttributionRun or its spec), or {} when there is none."""
-    if not store.exists("spec.json"):
+    if not store.exists(SPEC):
         return {}
-    data = store.get_json("spec.json")
+    data = store.get_json(SPEC)
     spec = data.get("spec", data) if isinstance(data, dict) else None
     if not isinstance(spec, dict):
-        raise InputError(f"{store.uri_of('spec.json')}: expected an AttributionRun or its spec (a JSON object)")
+        raise InputError(f"{store.uri_of(SPEC)}: expected an AttributionRun or its spec (a JSON object)")
     return spec
 
 
@@ -102,7 +103,7 @@ def _outcomes(args: argparse.Namespace) -> dict[str, Any]:
     store = open_store(args.outcomes, settings)
     spec = _spec_of(store)
     attribution = spec.get("attribution") or {}
-    spec_uri = store.uri_of("spec.json")
+    spec_uri = store.uri_of(SPEC)
 
     if args.players:
         players = check_players(_csv(args.players, "--players"), "--players")
@@ -123,7 +124,7 @@ def _outcomes(args: argparse.Namespace) -> dict[str, Any]:
     estimator = args.estimator or attribution.get("estimator", "auto")
     _check_order(args.order, len(players))
 
-    keys = [k for k in store.list("outcomes/") if k.endswith(".json")]
+    keys = [k for k in store.list(OUTCOMES) if k.endswith(".json")]
     if not keys:
         raise InputError(f"{store.uri}: no outcome records (outcomes/*.json)")
     # Reads are I/O bound (one GET per unit on S3): overlap them, keep the order.

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import cudanalyst
+from cudanalyst.attribution.report import AttributionReport
 from cudanalyst.report import compute
 from cudanalyst.report.load import RunFolder, load_run_folder
+from cudanalyst.runfolder import REPORT
 from cudanalyst.store import ObjectStore
 
-REPORT_PREFIX = "report/"
-REPORT_JSON = "report.json"
+REPORT_JSON = "report.json"  # in the report's own folder (runfolder.REPORT unless `--out` names another)
 REPORT_HTML = "report.html"
 SCHEMA_VERSION = 1
 
@@ -70,9 +71,13 @@ def provenance(folder: RunFolder, created_at: str) -> dict[str, Any]:
 
 def compute_report(folder: RunFolder, created_at: str | None = None) -> dict[str, Any]:
     """The report.json object of a loaded run folder."""
+    return report_object(folder, compute.attribution(folder.outcomes, folder.run), created_at)
+
+
+def report_object(folder: RunFolder, result: AttributionReport, created_at: str | None = None) -> dict[str, Any]:
+    """The report.json object of a run folder and its computed attribution (dumped here, at the boundary)."""
     created_at = created_at or datetime.now(UTC).isoformat(timespec="seconds")
     records = folder.outcomes
-    result = compute.attribution(records, folder.run)
     return {
         "schemaVersion": SCHEMA_VERSION,
         "run": folder.run.metadata.name,
@@ -135,4 +140,4 @@ def write(built: BuiltReport, target: ObjectStore) -> str:
 def build_and_write(run_store: ObjectStore, out: ObjectStore | None = None) -> tuple[BuiltReport, str]:
     """Load `run_store` (a run folder), build its report, write it to `out` (default: its report/)."""
     built = build(load_run_folder(run_store))
-    return built, write(built, out or run_store.child(REPORT_PREFIX))
+    return built, write(built, out or run_store.child(REPORT))

@@ -10,12 +10,9 @@ from typing import Any
 from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.attribution.values import OutcomeError, parse_records
 from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.runfolder import CANDIDATES, OUTCOMES, PLAN, SPEC
 from cudanalyst.store import ObjectNotFound, ObjectStore
 
-SPEC_KEY = "spec.json"
-PLAN_KEY = "plan.json"
-OUTCOMES_PREFIX = "outcomes/"
-CANDIDATES_PREFIX = "candidates/"
 # Provenance (prompt-template version, models) is read from this many candidate records: they are
 # written by one runner version per run, and reading every one of a large run over S3 costs minutes.
 PROVENANCE_SAMPLE = 64
@@ -47,9 +44,9 @@ def _get_json(store: ObjectStore, key: str) -> Any:
 def load_spec(store: ObjectStore) -> AttributionRun:
     """spec.json holds the whole AttributionRun (or, from older writers, its spec alone)."""
     try:
-        data = _get_json(store, SPEC_KEY)
+        data = _get_json(store, SPEC)
     except ObjectNotFound:
-        raise ReportError(f"{store.uri} is not a run folder: it has no {SPEC_KEY} "
+        raise ReportError(f"{store.uri} is not a run folder: it has no {SPEC} "
                           f"(give the run's own folder, <output.uri>/<name>/)") from None
     if isinstance(data, dict) and "spec" not in data and "trajectory" in data:
         name = store.uri.rstrip("/").rsplit("/", 1)[-1]
@@ -58,7 +55,7 @@ def load_spec(store: ObjectStore) -> AttributionRun:
     if isinstance(data, dict):
         data.pop("status", None)  # a snapshot of status says nothing the records do not
     try:
-        return parse_run(data, store.uri_of(SPEC_KEY))
+        return parse_run(data, store.uri_of(SPEC))
     except SpecError as exc:
         raise ReportError(str(exc)) from None
 
@@ -69,9 +66,9 @@ def _read_many(store: ObjectStore, keys: list[str]) -> list[tuple[str, Any]]:
 
 
 def load_outcomes(store: ObjectStore) -> list[OutcomeRecord]:
-    keys = [k for k in store.list(OUTCOMES_PREFIX) if k.endswith(".json")]
+    keys = [k for k in store.list(OUTCOMES) if k.endswith(".json")]
     if not keys:
-        raise ReportError(f"{store.uri.rstrip('/')}/{OUTCOMES_PREFIX}: no outcome records yet (has the kernel stage run?)")
+        raise ReportError(f"{store.uri.rstrip('/')}/{OUTCOMES}: no outcome records yet (has the kernel stage run?)")
     try:
         return parse_records(_read_many(store, keys))
     except OutcomeError as exc:
@@ -84,11 +81,11 @@ def load_run_folder(store: ObjectStore) -> RunFolder:
     Raises ReportError (bad input, naming the object) or StoreError (the store itself failed)."""
     try:
         run = load_spec(store)
-        plan = _get_json(store, PLAN_KEY) if store.exists(PLAN_KEY) else None
+        plan = _get_json(store, PLAN) if store.exists(PLAN) else None
         outcomes = load_outcomes(store)
         folder = RunFolder(store.uri, run, plan, outcomes)
         candidate_keys = []
-        for key in store.list(CANDIDATES_PREFIX):
+        for key in store.list(CANDIDATES):
             if key.endswith(".json"):
                 candidate_keys.append(key)
             if len(candidate_keys) >= PROVENANCE_SAMPLE:

@@ -9,9 +9,11 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from cudanalyst.api.status import Results
 from cudanalyst.report.table import from_report, from_status, render
 from cudanalyst.store import S3Settings, StoreError, open_store
 
@@ -53,22 +55,22 @@ def progress_lines(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def results_lines(results: Mapping[str, Any]) -> list[str]:
+def results_lines(results: Results) -> list[str]:
     """Metrics not (fully) evaluated with the records' reasons, estimator notes, and references of fast."""
     lines = []
-    reasons = {e.get("metric"): e for e in results.get("exclusions") or []}
-    for metric in results.get("notEvaluated") or []:
-        why = (reasons.get(metric) or {}).get("reason") or "no program's outcome could be established"
+    reasons = {e.metric: e for e in results.exclusions}
+    for metric in results.not_evaluated:
+        why = (reasons[metric].reason if metric in reasons else "") or "no program's outcome could be established"
         lines.append(f"not evaluated: {metric} ({why}); shown as such, not as zeros")
     for metric, item in reasons.items():
-        if metric not in (results.get("notEvaluated") or []):
-            lines.append(f"{metric}: {item.get('excluded')} of {item.get('of')} programs not evaluated, left out of "
-                         f"its games ({item.get('reason')}); attributed over the rest")
-    lines += [f"estimator: {note}" for note in results.get("estimatorNotes") or []]
-    refs = results.get("references") or {}
+        if metric not in results.not_evaluated:
+            lines.append(f"{metric}: {item.excluded} of {item.of} programs not evaluated, left out of "
+                         f"its games ({item.reason}); attributed over the rest")
+    lines += [f"estimator: {note}" for note in results.estimator_notes]
+    refs = results.references
     if refs:
-        lines.append(f"fast measured against: frozen program {refs.get('frozen', 0)} units, task baseline "
-                     f"{refs.get('baseline', 0)}, not timed {refs.get('notTimed', 0)}")
+        lines.append(f"fast measured against: frozen program {refs.frozen} units, task baseline "
+                     f"{refs.baseline}, not timed {refs.not_timed}")
     return lines
 
 
@@ -98,6 +100,17 @@ def read_report(uri: str, spec: Mapping[str, Any], s3_endpoint: str | None) -> d
     return data
 
 
+def _results(raw: Any, console: Console) -> Results | None:
+    """status.results as the model the operator wrote it from; a status this version cannot read is said so."""
+    if not raw:
+        return None
+    try:
+        return Results.model_validate(raw)
+    except ValidationError as exc:
+        console.print(f"[yellow]status.results not readable by this version[/]: {exc}", highlight=False)
+        return None
+
+
 def print_status(obj: Mapping[str, Any], console: Console, with_report: bool = True,
                  s3_endpoint: str | None = None) -> None:
     """Print everything `cudanalyst status` shows for one AttributionRun object."""
@@ -110,15 +123,15 @@ def print_status(obj: Mapping[str, Any], console: Console, with_report: bool = T
         console.print(line, highlight=False)
     if status.get("conditions"):
         console.print(conditions_table(status["conditions"]))
-    results = status.get("results")
+    results = _results(status.get("results"), console)
     if results:
         console.print(render(from_status(results, players, metrics), title="Banzhaf values from status (pooled, "
-                             f"{float(results.get('confidence', 0.95)) * 100:g}% intervals)"))
-        if results.get("topPlayer"):
-            console.print(f"top player on {results.get('metric', '')}: {results['topPlayer']}")
+                             f"{results.confidence * 100:g}% intervals)"))
+        if results.top_player:
+            console.print(f"top player on {results.metric}: {results.top_player}")
         for line in results_lines(results):
             console.print(line, highlight=False)
-    else:
+    elif not status.get("results"):
         console.print("no results yet")
     uri = status.get("reportUri")
     if not uri:

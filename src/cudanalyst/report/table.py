@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
+from cudanalyst.api.status import Results
 from cudanalyst.attribution.report import AttributionReport
 
 NOT_EVALUATED = "not evaluated"
@@ -70,22 +71,22 @@ def from_report(report: Mapping[str, Any], generation: int | None = None) -> Res
     return from_attribution(report["attribution"], generation)
 
 
-def from_status(results: Mapping[str, Any], players: Sequence[str], metrics: Sequence[str]) -> ResultTable:
-    """The table from status.results (camelCase, as the API server returns it); pooled values only."""
-    not_evaluated = set(results.get("notEvaluated") or [])
+def from_status(results: Results, players: Sequence[str], metrics: Sequence[str]) -> ResultTable:
+    """The table from status.results (`Results.model_validate` of what the API server returns); pooled values only."""
+    not_evaluated = set(results.not_evaluated)
     rows = []
     seen = set()
-    for item in results.get("banzhaf") or []:
-        if str(item.get("generation", "pooled")) != "pooled":
+    for item in results.banzhaf:
+        if item.generation != "pooled":
             continue
-        seen.add((item["player"], item["metric"]))
-        rows.append(ValueRow(item["player"], item["metric"], item.get("value"), item.get("low"), item.get("high")))
+        seen.add((item.player, item.metric))
+        rows.append(ValueRow(item.player, item.metric, item.value, item.low, item.high))
     # Metrics the status names as not evaluated keep their column, saying so (others show "-").
     for metric in metrics:
         for player in players:
             if (player, metric) not in seen and metric in not_evaluated:
                 rows.append(ValueRow(player, metric, None))
-    return ResultTable(list(players), list(metrics), rows, float(results.get("confidence", 0.95)))
+    return ResultTable(list(players), list(metrics), rows, results.confidence)
 
 
 def format_cell(row: ValueRow | None) -> str:
