@@ -7,7 +7,7 @@
 One vLLM server per local model and GPU is started (and warmed up) once, every GPU's at the same time, and
 shared by every side; its start-up time is printed apart and is not what is compared:
 - pipeline on G GPUs (one side per entry of --gpus; default: every visible GPU, or one unpinned lane
-  without a GPU): what `cudanalyst run SPEC --no-report --gpus G` does (src/cudanalyst/local.py): one lane
+  without a GPU): what `cudanalyst run SPEC --no-report --gpus G` does (runner/local/executor.py): one lane
   per GPU, each with its server, its share of the shards' LLM stage (subprocesses, all prompts in flight)
   and its own kernel-stage process (CPU compile pool, persistent GPU workers), which compiles and verifies
   candidates as they are stored and, once its lane's LLM stage is over, times the correct ones with its GPU
@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst.api import AttributionRun, load_run
-from cudanalyst.local import KernelStages, LaneServers, lanes_for, llm_stage_in_lanes, prepare
-from cudanalyst.local_gpus import Lane, visible_gpus
 from cudanalyst.outcomes import CandidateRecord, OutcomeRecord, unit_identity
 from cudanalyst.plan import Unit, plan_digest
+from cudanalyst.runner.local.executor import KernelStages, LaneServers, lanes_for, llm_stage_in_lanes, prepare
+from cudanalyst.runner.local.gpus import Lane, visible_gpus
 from cudanalyst.runs import plan_run, run_store
 from cudanalyst.store import ObjectStore
 from cudanalyst.trajectory import dump_programs

@@ -16,8 +16,8 @@ import pytest
 from lanes_support import kernel_summaries, kernels_only_spec, write_candidates
 
 from cudanalyst.api import load_run
-from cudanalyst.local import RunInputError, lanes_for
-from cudanalyst.local_gpus import (
+from cudanalyst.runner.local.executor import RunInputError, lanes_for
+from cudanalyst.runner.local.gpus import (
     GpuChoiceError,
     Lane,
     choose_gpus,

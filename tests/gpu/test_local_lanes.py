@@ -16,7 +16,7 @@ import pytest
 from gpu_support import gpu_only
 from lanes_support import kernel_summaries, kernels_only_spec, write_candidates
 
-from cudanalyst.local_gpus import visible_gpus
+from cudanalyst.runner.local.gpus import visible_gpus
 
 GPUS = visible_gpus()
 pytestmark = [*gpu_only, pytest.mark.skipif(len(GPUS) < 2, reason=f"needs two GPUs; {len(GPUS)} visible here")]

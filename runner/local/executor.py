@@ -1,8 +1,8 @@
-"""The local executor: the operator's plan, run on this machine with shards as subprocesses.
+"""The local executor's stages: the operator's plan, run on this machine with shards as subprocesses.
 
 One pass of `cudanalyst run`:
   1. check the spec, the output folder and (when resuming) that the folder belongs to this spec;
-  2. one lane per GPU (local_gpus.py; one unpinned lane without a GPU), the shards spread over the lanes;
+  2. one lane per GPU (gpus.py; one unpinned lane without a GPU), the shards spread over the lanes;
   3. per lane, the kernel stage of its shards in one process (one compile pool and one set of GPU workers),
      started first: it compiles and verifies candidates as they are stored;
   4. per lane, each `serve: local` model served once with vLLM on the lane's GPU (every lane at once), and
@@ -33,7 +33,11 @@ from pydantic import ValidationError
 
 from cudanalyst import lifeline
 from cudanalyst.api import AttributionRun, AttributionRunSpec
-from cudanalyst.local_gpus import (
+from cudanalyst.plan import Plan, plan_digest
+from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, read_progress, write_start
+from cudanalyst.runner.llm.client import warm_up
+from cudanalyst.runner.llm.serving import cpu_build, start_local_server
+from cudanalyst.runner.local.gpus import (
     GpuChoiceError,
     Lane,
     choose_gpus,
@@ -42,8 +46,7 @@ from cudanalyst.local_gpus import (
     requested_count,
     visible_gpus,
 )
-from cudanalyst.plan import Plan, plan_digest
-from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, read_progress, write_start
+from cudanalyst.runner.weights import resolve_model_path
 from cudanalyst.runs import check_models, plan_run, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
 
@@ -125,10 +128,6 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
     """Serve each distinct local model once; yield the run with those models as endpoints. `say` hears what
     is happening (a minute or more on a small machine, with nothing else to show for it). `env`: what the
     servers get in their environment besides ours (a lane's CUDA_VISIBLE_DEVICES)."""
-    from cudanalyst.runner.llm.client import warm_up
-    from cudanalyst.runner.llm.serving import cpu_build, start_local_server
-    from cudanalyst.runner.weights import resolve_model_path
-
     data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
     models = data["spec"]["models"]
     with contextlib.ExitStack() as stack:
@@ -373,7 +372,7 @@ def run_lanes(run: AttributionRun, lanes: Sequence[Lane], log_dir: str, tick: Ca
 
 def lanes_for(run: AttributionRun, gpus: int | None = None) -> tuple[AttributionRun, list[Lane]]:
     """The run as this machine executes it, and its lanes: one per GPU used (--gpus, else $CUDANALYST_GPUS,
-    else every visible GPU), the shard count raised to a multiple of the GPU count (local_gpus.py)."""
+    else every visible GPU), every GPU with the spec's shard count (gpus.py)."""
     try:
         chosen = choose_gpus(requested_count(gpus), visible_gpus())
     except GpuChoiceError as exc:
@@ -391,13 +390,11 @@ def write_spec_file(run: AttributionRun, folder: str, name: str = "spec.json") -
 
 
 def check_set_up(run: AttributionRun, stage: str) -> None:
-    """What this machine must have installed for the stage, named before any work starts: the runner
-    (the `runner` extra; a missing module is named by cudanalyst.entrypoints, exit 2) and, for models
-    served here, vLLM (installed apart from the extras)."""
-    import importlib
+    """What this machine must have installed for the stage, named before any work starts: for models served
+    here, vLLM (installed apart from the extras; the runner's own extra is named by cudanalyst.entrypoints,
+    exit 2, when this module cannot be imported without it)."""
     import importlib.util
 
-    importlib.import_module("cudanalyst.runner.shard")
     models = (run.spec.models.planner, run.spec.coder, run.spec.summarizer)
     if stage != "kernels" and any(m.serve == "local" for m in models) and importlib.util.find_spec("vllm") is None:
         raise RunInputError("vLLM is not installed, and spec.models serves a model on this machine: install it "
