@@ -187,7 +187,7 @@ class Operations:
     def _trajectory_of_recording(self, body: dict[str, Any], patch: kopf.Patch, run: AttributionRun) -> AttributionRun:
         """The run with its recording's trajectory URI; waits (Reconciling, WaitingForTrajectory) until the
         recording is Ready, and stalls with the recording's reason when it failed (operator/recording.py)."""
-        from cudanalyst.operator.recording import WAITING, get_recording, resolve, with_trajectory
+        from cudanalyst.operator.waiting import WAITING, get_recording, resolve, with_trajectory
 
         name = str(run.spec.trajectory.recording)
         found = resolve(get_recording(self.s.kube, body["metadata"]["namespace"], name), name)

@@ -28,7 +28,9 @@ from cudanalyst.operator import constants as c
 from cudanalyst.operator.conditions import Verdict, invalid, status_for, transition_event
 from cudanalyst.operator.config import OperatorConfig
 from cudanalyst.operator.jobs import _env, _resources, _volumes, passthrough_labels
+from cudanalyst.operator.lifecycle import _changed, rfc3339
 from cudanalyst.operator.pods import job_condition, job_summary
+from cudanalyst.operator.waiting import get_recording
 from cudanalyst.recording import DONE, read_progress, recording_store
 from cudanalyst.store import ObjectNotFound, StoreError
 
@@ -36,7 +38,6 @@ log = logging.getLogger("cudanalyst.operator.recording")
 
 RECORDING_LABEL = f"{c.PREFIX}/recording"  # not the run label: a run and a recording may share a name
 RECORDING_RESOURCE = (API_GROUP, API_VERSION, RECORDING_PLURAL)
-WAITING = "WaitingForTrajectory"
 
 
 def job_name(recording: str) -> str:
@@ -163,41 +164,6 @@ def progress_status(done: int, total: int) -> dict[str, Any]:
             "text": f"{done}/{total}"}
 
 
-# ---- runs that name a recording ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """What a run naming a recording can do now: go (with the URI), wait, or stall (with the reason)."""
-
-    uri: str | None = None
-    waiting: str | None = None
-    stalled: tuple[str, str] | None = None  # (reason, message)
-
-
-def resolve(body: dict[str, Any] | None, name: str) -> Resolution:
-    """From the recording as the API server holds it (None: absent), pure."""
-    if body is None:
-        return Resolution(waiting=f"waiting for TrajectoryRecording {name}, which does not exist (yet)")
-    status = body.get("status") or {}
-    conds = {cond.get("type"): cond for cond in status.get("conditions") or []}
-    ready = conds.get("Ready") or {}
-    if ready.get("status") == "True" and status.get("trajectoryUri"):
-        return Resolution(uri=str(status["trajectoryUri"]))
-    stalled = conds.get("Stalled") or {}
-    if stalled.get("status") == "True":
-        reason = str(stalled.get("reason") or "RecordingFailed")
-        return Resolution(stalled=(reason, f"TrajectoryRecording {name} failed ({reason}): {stalled.get('message', '')}"))
-    progress = (status.get("progress") or {}).get("text") or "not started"
-    return Resolution(waiting=f"waiting for TrajectoryRecording {name} to be Ready ({progress} iterations)")
-
-
-def with_trajectory(run: Any, uri: str) -> Any:
-    """The AttributionRun as its runner sees it: the recording's trajectory URI in place of its name."""
-    trajectory = run.spec.trajectory.model_copy(update={"uri": uri, "recording": None})
-    return run.model_copy(update={"spec": run.spec.model_copy(update={"trajectory": trajectory})})
-
-
 # ---- what the handlers call ----------------------------------------------------------------------------
 
 
@@ -206,8 +172,6 @@ class RecordingOperations:
         self.s = services
 
     def _apply(self, body: dict[str, Any], patch: kopf.Patch, verdict: Verdict, extra: dict[str, Any]) -> None:
-        from cudanalyst.operator.lifecycle import _changed, rfc3339
-
         current = dict(body.get("status") or {})
         generation = int((body.get("metadata") or {}).get("generation") or 1)
         new = status_for(verdict, current, generation, rfc3339(self.s.clock()))
@@ -219,8 +183,6 @@ class RecordingOperations:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
     def start(self, body: dict[str, Any], patch: kopf.Patch) -> None:
-        from cudanalyst.operator.lifecycle import rfc3339
-
         status = body.get("status") or {}
         if status.get("phase") in ("Succeeded", "Failed"):
             return
@@ -296,16 +258,6 @@ def _owner(body: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": body.get("apiVersion", c.RUN_API_VERSION), "kind": body.get("kind", RECORDING_KIND),
             "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
                          "labels": passthrough_labels(meta.get("labels") or {})}}
-
-
-def get_recording(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return dict(kube.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, RECORDING_PLURAL,
-                                                             name))
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def _patch_status(kube: Any, namespace: str, name: str, status: dict[str, Any]) -> None:

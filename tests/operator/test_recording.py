@@ -17,9 +17,8 @@ from cudanalyst.operator.recording import (
     judge_recording,
     recorder_job,
     recording_configmap,
-    resolve,
-    with_trajectory,
 )
+from cudanalyst.operator.waiting import resolve, with_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 
