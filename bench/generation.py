@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from cudanalyst.api import ModelSpec  # noqa: E402
 from cudanalyst.runner.llm.client import ClientSettings, GenerationRequest, generate  # noqa: E402
-from cudanalyst.runner.llm.prompts import ProgramView, Report, planner_prompt  # noqa: E402
+from cudanalyst.runner.llm.prompts import FeedbackReport, ProgramView, planner_prompt  # noqa: E402
 from cudanalyst.runner.llm.serving import Endpoint, start_local_server  # noqa: E402
 from cudanalyst.tasks import get_task  # noqa: E402
 
@@ -39,7 +39,7 @@ def prompts(n: int) -> list[list[dict[str, str]]]:
                        tuple(f"generation {g}: tried tiling variant {g} of the k loop" for g in range(1, 5)))
     out = []
     for i in range(n):
-        reports = [Report("profiler", f"variant {i}: kernel time {1 + i / 10:.2f} ms, memory bound, "
+        reports = [FeedbackReport("profiler", f"variant {i}: kernel time {1 + i / 10:.2f} ms, memory bound, "
                                       f"{40 + i} registers per thread")]
         out.append(planner_prompt(view, reports).chat())
     return out

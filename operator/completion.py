@@ -10,7 +10,7 @@ from typing import Any
 
 from cudanalyst.api import AttributionRun
 from cudanalyst.api.status import InteractionValue, MetricExclusion, PlayerValue, References, Results
-from cudanalyst.attribution.report import AttributionReport, Estimate
+from cudanalyst.attribution.result import AttributionResult, Estimate
 from cudanalyst.report import compute
 from cudanalyst.report.build import report_object
 from cudanalyst.report.load import load_run_folder
@@ -29,7 +29,7 @@ def _interval(est: Estimate) -> tuple[float, float, float] | None:
     return est.value, low, high
 
 
-def status_results(report: AttributionReport, metrics: list[str], full: dict[str, Any] | None = None) -> Results:
+def status_results(report: AttributionResult, metrics: list[str], full: dict[str, Any] | None = None) -> Results:
     """status.results: Banzhaf values with intervals (pooled first), the strongest pairwise interactions by
     |value|, the top player on the first evaluated metric, the metrics that could not be evaluated, the
     programs left out of each metric's games and why, estimator switches, and the references `fast` was

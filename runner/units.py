@@ -90,14 +90,14 @@ class UnitStore:
     def read_error(self, unit_key: str) -> CandidateRecord:
         return CandidateRecord.model_validate(self.store.get_json(error_key(unit_key)))
 
-    # ---- shared intermediate results
-    def read_plan(self, key: str) -> dict[str, Any] | None:
+    # ---- shared intermediate results: the planner's text per rollout, the summarizer's per program and player
+    def read_planner_text(self, key: str) -> dict[str, Any] | None:
         try:
             return dict(self.store.get_json(planner_text_key(key)))
         except ObjectNotFound:
             return None
 
-    def write_plan(self, key: str, plan: dict[str, Any]) -> dict[str, Any]:
+    def write_planner_text(self, key: str, plan: dict[str, Any]) -> dict[str, Any]:
         """Store a plan once; if another writer got there first, theirs is the plan."""
         if self.store.put_json_if_absent(planner_text_key(key), plan):
             return plan

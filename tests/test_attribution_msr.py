@@ -9,7 +9,7 @@ import pytest
 
 from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.msr import msr_interactions, sample_coalitions
-from cudanalyst.attribution.report import attribute_tables
+from cudanalyst.attribution.result import attribute_tables
 from cudanalyst.attribution.values import GAME_ARM, OutcomeColumns, tabulate
 from cudanalyst.outcomes import Label
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cudanalyst.attribution.report import attribute_tables
+from cudanalyst.attribution.result import attribute_tables
 from cudanalyst.attribution.values import parse_records, tabulate
 from cudanalyst.cli.attribute import main
 from cudanalyst.store import ObjectStore, open_store

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cudanalyst.attribution import design
-from cudanalyst.attribution.report import attribute_tables
+from cudanalyst.attribution.result import attribute_tables
 from cudanalyst.attribution.simulate import Design, simulate_columns
 from cudanalyst.attribution.values import columns_of, parse_records, tabulate
 from cudanalyst.cli import main as cli_main

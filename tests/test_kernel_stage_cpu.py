@@ -16,7 +16,7 @@ from cudanalyst.runner.kernels.pool import GpuGate
 from cudanalyst.runner.kernels.profiler import clean_ncu_output, timing_lines
 from cudanalyst.runner.kernels.sanitizer import clean_tool_output
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, label_for
-from cudanalyst.runner.kernels.timing import speedup, summarize
+from cudanalyst.runner.kernels.timing import speedup, timing_stats
 from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
 from cudanalyst.runner.kernels.worker import WorkerHandle, scrubbed_environment
 from cudanalyst.tasks import Tolerance, get_task
@@ -138,14 +138,14 @@ def test_spec_tolerance_applies_to_float32_only():
 
 # ---- timing statistics -----------------------------------------------------------------------------------
 
-def test_summarize_and_speedup():
-    stats = summarize([1.0] * 10 + [2.0] * 10 + [1.5] * 10)
+def test_timing_stats_and_speedup():
+    stats = timing_stats([1.0] * 10 + [2.0] * 10 + [1.5] * 10)
     assert stats.median_ms == 1.5 and stats.trials == 30
     assert stats.q1_ms == 1.0 and stats.q3_ms == 2.0 and stats.iqr_over_median == pytest.approx(2 / 3)
-    assert summarize([2.0] * 30).cv == 0.0
+    assert timing_stats([2.0] * 30).cv == 0.0
     assert speedup(2.0, 1.0) == 2.0 and speedup(None, 1.0) is None and speedup(1.0, 0.0) is None
     with pytest.raises(ValueError):
-        summarize([])
+        timing_stats([])
 
 
 # ---- the worker process, without touching CUDA ---------------------------------------------------------
@@ -239,8 +239,8 @@ def test_sanitizer_output_is_cleaned():
 
 def test_profiler_text():
     assert clean_ncu_output("==PROF== Connected\n  Section: Occupancy   \n\n") == ["  Section: Occupancy"]
-    stats = summarize([1.0] * 30).to_dict()
-    base = summarize([2.0] * 30).to_dict()
+    stats = timing_stats([1.0] * 30).to_dict()
+    base = timing_stats([2.0] * 30).to_dict()
     text = "\n".join(timing_lines(stats, base))
     assert "1.0000 ms" in text and "2.00x" in text
 

@@ -38,9 +38,9 @@ def test_a_finished_unit_is_written_once_and_its_error_cleared(store: ObjectStor
 def test_plans_and_summaries_keep_the_first_writer(store: ObjectStore) -> None:
     units = UnitStore(store)
     g = group_key("r", "p1", ("debugger",), "coalition", 0)
-    assert units.read_plan(g) is None
-    assert units.write_plan(g, {"plan": "A"})["plan"] == "A"
-    assert units.write_plan(g, {"plan": "B"})["plan"] == "A"  # a racing shard gets the stored plan
+    assert units.read_planner_text(g) is None
+    assert units.write_planner_text(g, {"plan": "A"})["plan"] == "A"
+    assert units.write_planner_text(g, {"plan": "B"})["plan"] == "A"  # a racing shard gets the stored plan
     assert units.write_summary("p1", "profiler", {"summary": "s1"})["summary"] == "s1"
     assert units.read_summary("p1", "profiler") == {"summary": "s1"}
     assert group_key("r", "p1", ("debugger",), "coalition", 1) != g

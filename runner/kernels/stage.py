@@ -34,8 +34,8 @@ from typing import Any
 
 from cudanalyst.outcomes import Label, OutcomeRecord
 from cudanalyst.runner.kernels.compile import CompilePool, CompileResult, shared_cache, task_translation_unit
+from cudanalyst.runner.kernels.feedback import frozen_program_reports
 from cudanalyst.runner.kernels.pool import WorkerPool
-from cudanalyst.runner.kernels.reports import frozen_program_reports
 from cudanalyst.runner.kernels.requests import (
     EvalSettings,
     TimedProgram,

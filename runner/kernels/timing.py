@@ -68,7 +68,7 @@ class TimingStats:
         return asdict(self)
 
 
-def summarize(times_ms: Sequence[float]) -> TimingStats:
+def timing_stats(times_ms: Sequence[float]) -> TimingStats:
     """Order statistics and spread of per-trial times (pure)."""
     if not times_ms:
         raise ValueError("no timings to summarize")
@@ -392,7 +392,7 @@ def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
             problems = [why for trial, result in checks[name]
                         for out, res in zip(task.outputs, result, strict=True)
                         if (why := _problem(task, out, trial, request.trials, res, tol))]
-            stats = summarize(times[name])
+            stats = timing_stats(times[name])
             replies[name] = {"ok": True, "stats": stats.to_dict(), "timesMs": times[name],
                              "checked": sorted(t + 1 for t, _ in checks[name]), "problem": problems[0] if problems else None,
                              "graph": use_graphs and program.launches > 1,

@@ -94,7 +94,7 @@ class Prompt:
 
 
 @dataclass(frozen=True)
-class Report:
+class FeedbackReport:
     """One player's feedback as shown to a model: the raw report or its summary."""
 
     player: str
@@ -127,7 +127,7 @@ def _history(program: ProgramView, version: str, shared: bool) -> Section:
     return Section("history", render("history.tmpl", version, history=lines), shared)
 
 
-def feedback_sections(reports: Sequence[Report], version: str = TEMPLATE_VERSION) -> list[Section]:
+def feedback_sections(reports: Sequence[FeedbackReport], version: str = TEMPLATE_VERSION) -> list[Section]:
     """The coalition's reports, in the order given (the spec's player order), or a 'no feedback' note."""
     if not reports:
         return [Section("feedback", render("no_feedback.tmpl", version), False)]
@@ -142,7 +142,7 @@ def feedback_sections(reports: Sequence[Report], version: str = TEMPLATE_VERSION
     ]
 
 
-def planner_prompt(program: ProgramView, reports: Sequence[Report], version: str = TEMPLATE_VERSION) -> Prompt:
+def planner_prompt(program: ProgramView, reports: Sequence[FeedbackReport], version: str = TEMPLATE_VERSION) -> Prompt:
     """Explicit planning, step one: the planner sees the coalition's reports (last) and writes a plan."""
     sections = [
         *_head(program, version),
@@ -164,7 +164,7 @@ def coder_prompt_with_plan(program: ProgramView, plan: str, version: str = TEMPL
     return Prompt(template_text("coder_system.txt", version).strip(), tuple(sections), version, opens_code=True)
 
 
-def coder_prompt_implicit(program: ProgramView, reports: Sequence[Report], version: str = TEMPLATE_VERSION) -> Prompt:
+def coder_prompt_implicit(program: ProgramView, reports: Sequence[FeedbackReport], version: str = TEMPLATE_VERSION) -> Prompt:
     """Implicit planning: the reports go straight to the coder, after everything shared."""
     sections = [
         *_head(program, version),
@@ -188,12 +188,12 @@ def dummy_plan(version: str = TEMPLATE_VERSION) -> str:
 
 def coalition_reports(
     coalition: Sequence[str], players: Sequence[str], texts: Mapping[str, str], modes: Mapping[str, str],
-) -> list[Report]:
+) -> list[FeedbackReport]:
     """Reports of the players in the coalition, in the spec's player order; players off or without a report skipped."""
     members = set(coalition)
     out = []
     for player in players:
         mode = modes.get(player, "raw")
         if player in members and mode != "off" and player in texts:
-            out.append(Report(player, texts[player], "summary" if mode == "summary" else "raw"))
+            out.append(FeedbackReport(player, texts[player], "summary" if mode == "summary" else "raw"))
     return out

@@ -40,9 +40,9 @@ from cudanalyst.runner.llm.client import (
 from cudanalyst.runner.llm.extract import extract_kernel
 from cudanalyst.runner.llm.prompts import (
     TEMPLATE_VERSION,
+    FeedbackReport,
     ProgramView,
     Prompt,
-    Report,
     coder_prompt_implicit,
     coder_prompt_with_plan,
     dummy_plan,
@@ -152,15 +152,15 @@ class LlmStage:
             return donor_program(group.program, player, self.all_programs, self.spec.sampling.seed)
         return group.program
 
-    def reports(self, group: Group, summaries: dict[tuple[str, str], str]) -> list[Report]:
+    def reports(self, group: Group, summaries: dict[tuple[str, str], str]) -> list[FeedbackReport]:
         out = []
         for player in self._shown_players(group):
             source = self._report_source(group, player)
             raw = source.feedback.get(player)
             if self.spec.mode_of(player) == "summary" and raw:
-                out.append(Report(player, summaries[(source.program_id, player)], "summary"))
+                out.append(FeedbackReport(player, summaries[(source.program_id, player)], "summary"))
             else:
-                out.append(Report(player, raw or no_report_text(player), "raw"))
+                out.append(FeedbackReport(player, raw or no_report_text(player), "raw"))
         return out
 
     # ------------------------------------------------------------------ bookkeeping
@@ -173,7 +173,7 @@ class LlmStage:
                     prompts: dict[str, str] | None = None, plan: str | None = None) -> None:
         for u in units:
             self.store.write_error(CandidateRecord(**self._ref(u), prompt_version=TEMPLATE_VERSION,
-                                                   prompts=prompts or {}, plan=plan, reason=reason,
+                                                   prompts=prompts or {}, plan_text=plan, reason=reason,
                                                    error=f"{phase}: {reason}", errorKind=kind, phase=phase))
         with self._lock:
             self.failures.append(Failure("llm", f"{phase}:{kind}", reason, [u.key for u in units]))
@@ -275,7 +275,7 @@ class LlmStage:
                 g.plan = dummy_plan()
                 g.planner_meta = {"dummy": True}
                 continue
-            stored = self.store.read_plan(g.key)
+            stored = self.store.read_planner_text(g.key)
             if stored is not None:
                 g.plan, g.planner_meta = str(stored["plan"]), stored
             else:
@@ -300,7 +300,7 @@ class LlmStage:
             return False
         self._count(res)
         self._mark("Plan")
-        meta = self.store.write_plan(g.key, {
+        meta = self.store.write_planner_text(g.key, {
             "groupKey": g.key, "plan": res.texts[0], "model": self.spec.models.planner.model, "api": endpoint.api,
             "seed": res.seed, "promptVersion": TEMPLATE_VERSION, "prompt": prompt_text,
             "finishReason": res.finish_reasons[0],
@@ -422,7 +422,7 @@ class LlmStage:
             if plan_tokens.get("completion") is not None:
                 tokens["plannerCompletion"] = int(plan_tokens["completion"])
             record = CandidateRecord(
-                **self._ref(u), prompt_version=TEMPLATE_VERSION, prompts=prompts, plan=g.plan,
+                **self._ref(u), prompt_version=TEMPLATE_VERSION, prompts=prompts, plan_text=g.plan,
                 completion=text or "", code=ex.code, reason=reason, models=models, seed=res.seed,
                 tokens=tokens,
                 api={"coder": endpoint.api, "planner": str(g.planner_meta.get("api", self.spec.models.planner.api))},

@@ -3,7 +3,7 @@
 OpenEvolve loads this file by path and calls `evaluate(program_path, **evaluator_args)` in its worker
 processes (`evaluator.evaluator_args` in the config written by `cudanalyst.runner.record.evolve` carries
 the task, the evaluation settings and whether a GPU is there). The facts and reports come from the same
-functions the replay uses (`cudanalyst.runner.kernels.reports`); the reports are returned as artifacts named
+functions the replay uses (`cudanalyst.runner.kernels.feedback`); the reports are returned as artifacts named
 after their tool, which OpenEvolve renders into the prompt of every child of this program.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from openevolve.evaluation_result import EvaluationResult
 
 from cudanalyst import players
-from cudanalyst.runner.kernels.reports import program_facts
+from cudanalyst.runner.kernels.feedback import program_facts
 from cudanalyst.runner.kernels.requests import EvalSettings
 from cudanalyst.runner.kernels.timing import speedup
 from cudanalyst.tasks import get_task

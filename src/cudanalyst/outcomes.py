@@ -97,7 +97,8 @@ class CandidateRecord(UnitRef):
 
     prompt_version: str = ""
     prompts: dict[str, str] = Field(default_factory=dict, description="planner / coder prompts as sent.")
-    plan: str | None = None
+    plan_text: str | None = Field(None, alias="plan", description="The planner model's text this kernel followed "
+                                  "(explicit planning; stored once per rollout under plans/).")
     completion: str = ""
     code: str | None = Field(None, description="Extracted CUDA source; None when no usable code was found.")
     reason: str = Field("", description="Why there is no code, or what went wrong.")

@@ -30,7 +30,7 @@ class FeedbackTool:
         return getattr(importlib.import_module(module), attr)
 
 
-_REPORTS = "cudanalyst.runner.kernels.reports"
+_REPORTS = "cudanalyst.runner.kernels.feedback"
 
 TOOLS: tuple[FeedbackTool, ...] = (
     FeedbackTool("debugger", f"{_REPORTS}:debugger_report",

@@ -64,11 +64,11 @@ def test_run_reaches_ready_with_real_pods_and_status_survives(
 
     # Round trip: what the operator computed is what the API server gives back, field for field. The
     # report in the store is the operator's own input to status.results, so nothing may be missing.
-    from cudanalyst.attribution.report import AttributionReport
+    from cudanalyst.attribution.result import AttributionResult
     from cudanalyst.operator.completion import status_results
 
     report = json.loads((out / "e2e" / "report" / "report.json").read_text())
-    expected = status_results(AttributionReport.model_validate(report["attribution"]), ["compiled", "pass", "fast"],
+    expected = status_results(AttributionResult.model_validate(report["attribution"]), ["compiled", "pass", "fast"],
                               report).model_dump(by_alias=True, mode="json", exclude_none=True)
     assert json.loads(json.dumps(results)) == json.loads(json.dumps(expected))
     for key in ("done", "total", "percent", "text", "etaSeconds", "failures", "llm", "kernels"):

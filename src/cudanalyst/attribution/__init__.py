@@ -7,5 +7,5 @@ analytic and bootstrap intervals, and the Maximum Sample Reuse estimator. See do
 - `intervals`: variance tables, the t-interval over units (MSR), Holm, the cluster bootstrap
 - `contrast`: the intervals from outcomes: each index a contrast of two mean rates, on their logit scale
 - `msr`: Maximum Sample Reuse for sampled coalitions
-- `report`: the JSON-able result (`AttributionReport`, `game_indices`)
+- `report`: the JSON-able result (`AttributionResult`, `game_indices`)
 """

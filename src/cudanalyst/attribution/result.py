@@ -131,7 +131,7 @@ class ControlResult(_Model):
     rates: dict[str, Estimate] = Field(description="Rate per coalition the arm was run with.")
 
 
-class AttributionReport(_Model):
+class AttributionResult(_Model):
     players: list[str]
     metrics: list[str]
     confidence: float
@@ -448,7 +448,7 @@ def attribute_tables(
     confidence: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
-) -> AttributionReport:
+) -> AttributionResult:
     """Every game (metric x generation and pooled) and every control arm's rates."""
     check_order(order, len(tables.players))
     games, controls = [], []
@@ -461,7 +461,7 @@ def attribute_tables(
         else:
             controls.append(_control(po, arm, tables.players, metric, generation, confidence))
     family = mark_holm(games, confidence)
-    return AttributionReport(
+    return AttributionResult(
         players=list(tables.players), metrics=list(tables.metrics), confidence=confidence,
         bootstrap=replicates, order=order, unchanged=tables.unchanged, holm_family=family, games=games,
         controls=controls,

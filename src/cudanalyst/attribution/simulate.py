@@ -18,7 +18,7 @@ import numpy as np
 
 from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.games import FloatArray
-from cudanalyst.attribution.report import attribute_tables
+from cudanalyst.attribution.result import attribute_tables
 from cudanalyst.attribution.values import GAME_ARM, OutcomeColumns, tabulate
 from cudanalyst.outcomes import Label
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cudanalyst.attribution.games import GameError, check_players, load_game_file
-from cudanalyst.attribution.report import attribute_tables, check_order, game_indices
+from cudanalyst.attribution.result import attribute_tables, check_order, game_indices
 from cudanalyst.attribution.values import OutcomeError, parse_records, tabulate
 from cudanalyst.outcomes import METRIC_THRESHOLD
 from cudanalyst.runfolder import OUTCOMES, SPEC

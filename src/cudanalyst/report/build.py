@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import cudanalyst
-from cudanalyst.attribution.report import AttributionReport
+from cudanalyst.attribution.result import AttributionResult
 from cudanalyst.report import compute
 from cudanalyst.report.load import RunFolder, load_run_folder
 from cudanalyst.runfolder import REPORT
@@ -74,7 +74,7 @@ def compute_report(folder: RunFolder, created_at: str | None = None) -> dict[str
     return report_object(folder, compute.attribution(folder.outcomes, folder.run), created_at)
 
 
-def report_object(folder: RunFolder, result: AttributionReport, created_at: str | None = None) -> dict[str, Any]:
+def report_object(folder: RunFolder, result: AttributionResult, created_at: str | None = None) -> dict[str, Any]:
     """The report.json object of a run folder and its computed attribution (dumped here, at the boundary)."""
     created_at = created_at or datetime.now(UTC).isoformat(timespec="seconds")
     records = folder.outcomes

@@ -1,7 +1,7 @@
 """The numbers of a report, computed by `cudanalyst.attribution` from parsed outcome records.
 
 Pure functions: nothing here reads the store or draws. The game's section has the same shape as
-`cudanalyst attribute --outcomes` prints (`AttributionReport`), so one reader serves both.
+`cudanalyst attribute --outcomes` prints (`AttributionResult`), so one reader serves both.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from cudanalyst.api import AttributionRun
-from cudanalyst.attribution.report import (
-    AttributionReport,
+from cudanalyst.attribution.result import (
+    AttributionResult,
     Estimator,
     GameResult,
     attribute_tables,
@@ -34,7 +34,7 @@ def estimator_of(run: AttributionRun) -> Estimator:
     return run.spec.attribution.estimator
 
 
-def attribution(records: Sequence[OutcomeRecord], run: AttributionRun) -> AttributionReport:
+def attribution(records: Sequence[OutcomeRecord], run: AttributionRun) -> AttributionResult:
     """Every game (metric x generation, and pooled) and control arm, with t-intervals over units."""
     spec = run.spec
     tables = tabulate(records, spec.players, spec.attribution.metrics, unchanged=spec.attribution.unchanged)
@@ -49,7 +49,7 @@ def attribution(records: Sequence[OutcomeRecord], run: AttributionRun) -> Attrib
     return _without_order_one_interactions(result, spec.players)
 
 
-def _without_order_one_interactions(result: AttributionReport, players: Sequence[str]) -> AttributionReport:
+def _without_order_one_interactions(result: AttributionResult, players: Sequence[str]) -> AttributionResult:
     """With one player there are no pairs: drop the order-1 "interactions" (they repeat the Banzhaf value)."""
     if interaction_order(players) == 1:
         for game in result.games:
@@ -108,13 +108,13 @@ def evaluated_up_to(records: Sequence[OutcomeRecord]) -> dict[str, int]:
     return out
 
 
-def not_evaluated_metrics(result: AttributionReport) -> list[str]:
+def not_evaluated_metrics(result: AttributionResult) -> list[str]:
     """Metrics whose pooled game has no program with an established outcome (shown as "not evaluated")."""
     pooled = {g.metric: g for g in result.games if g.pooled}
     return [m for m in result.metrics if m in pooled and pooled[m].programs == 0]
 
 
-def exclusions(result: AttributionReport) -> dict[str, dict[str, Any]]:
+def exclusions(result: AttributionResult) -> dict[str, dict[str, Any]]:
     """Per metric (pooled game): programs left out of its games, of how many, and the reasons."""
     out = {}
     for g in result.games:
@@ -124,7 +124,7 @@ def exclusions(result: AttributionReport) -> dict[str, dict[str, Any]]:
     return out
 
 
-def estimator_notes(result: AttributionReport) -> list[str]:
+def estimator_notes(result: AttributionResult) -> list[str]:
     """Games that used another estimator than the one asked for, or whose exact estimate failed."""
     notes = []
     for g in result.games:

@@ -14,7 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from cudanalyst.api.status import Results
-from cudanalyst.attribution.report import AttributionReport
+from cudanalyst.attribution.result import AttributionResult
 
 NOT_EVALUATED = "not evaluated"
 HOLM_MARK = " *"  # excludes 0 after Holm's correction
@@ -41,13 +41,13 @@ class ResultTable:
     scope: str = "pooled"
 
 
-def _as_dict(attribution: AttributionReport | Mapping[str, Any]) -> Mapping[str, Any]:
-    if isinstance(attribution, AttributionReport):
+def _as_dict(attribution: AttributionResult | Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(attribution, AttributionResult):
         return attribution.model_dump(by_alias=True, mode="json")
     return attribution
 
 
-def from_attribution(attribution: AttributionReport | Mapping[str, Any], generation: int | None = None) -> ResultTable:
+def from_attribution(attribution: AttributionResult | Mapping[str, Any], generation: int | None = None) -> ResultTable:
     """The table of one scope (pooled by default, or one generation) of an attribution result."""
     data = _as_dict(attribution)
     players, metrics = list(data["players"]), list(data["metrics"])
