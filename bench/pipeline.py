@@ -199,7 +199,7 @@ class SerialPipeline:
 
     def __init__(self, served: AttributionRun, units: Sequence[Unit], gpu: bool) -> None:
         from cudanalyst.runner.llm.client import ClientSettings
-        from cudanalyst.runner.llm.servers import ModelServers, StageSettings
+        from cudanalyst.runner.llm.model_servers import ModelServers, StageSettings
         from cudanalyst.runner.llm.stage import LlmStage
         from cudanalyst.runner.shard import fill_feedback
         from cudanalyst.runner.units import ProgressTracker, UnitStore
@@ -260,7 +260,7 @@ class SerialPipeline:
             side.stage_seconds["llm"] += time.perf_counter() - t0
             return
         sampling = self.run.spec.sampling
-        endpoint = self.servers.endpoint(self.run.spec.coder)
+        endpoint = self.servers.endpoint(self.run.spec.models.resolved_coder)
         coder = stage._coder_prompt(group, summaries)
         prompt = coder.rendered(endpoint.api)
         # n = 1 per request, so each sample gets its own seed (the pipeline's n samples share one).

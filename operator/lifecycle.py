@@ -143,7 +143,7 @@ class Operations:
             plan = self.s.plan(run)
             check_models(run, local_paths=False)  # an s3:// model prefix is checked; pod paths cannot be
             store = self.s.store(run)
-            write_start(store, run, plan.summary())
+            write_start(store, run, plan.overview())
         except PlanError as exc:
             # Permanent for this handler, so that an edit of the spec is handled at once; the trajectory
             # may still be uploaded later, which the retry timer (handlers.py) picks up.

@@ -33,7 +33,7 @@ from cudanalyst.outcomes import OutcomeRecord, unit_identity
 from cudanalyst.plan import Unit, shard_units
 from cudanalyst.runfolder import feedback_key
 from cudanalyst.runner.llm.client import ClientSettings
-from cudanalyst.runner.llm.servers import StageSettings
+from cudanalyst.runner.llm.model_servers import StageSettings
 from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
 from cudanalyst.runner.llm.stage import LlmStage
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore
@@ -285,7 +285,7 @@ def run_shard(args: argparse.Namespace) -> int:
         llm = LlmStage(run, with_feedback, pending, store, progress, args.shard, settings)
         failures += llm.run_stage()
         if pending:  # on stderr (the shard's log), as the kernel stage's line
-            print(f"cudanalyst-runner: LLM stage: {llm.summary()}", file=sys.stderr)
+            print(f"cudanalyst-runner: LLM stage: {llm.time_note()}", file=sys.stderr)
     if "kernels" in stages:
         every = [u for s in shards for u in units_of[s]]
         marker = getattr(args, "follow", None)

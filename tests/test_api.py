@@ -30,7 +30,7 @@ def test_quickstart_defaults_are_filled_in():
     run = load_run(QUICKSTART)
     spec = run.spec
     assert spec.evaluation.fast_tolerance == pytest.approx(0.12)
-    assert spec.coder is spec.models.planner  # the coder defaults to the planner
+    assert spec.models.resolved_coder is spec.models.planner  # the coder defaults to the planner
     assert spec.mode_of("profiler") == "raw"
     dumped = run.to_dict()
     assert dumped["spec"]["sampling"]["samplesPerCoalition"] == spec.sampling.samples_per_coalition  # camelCase on the wire

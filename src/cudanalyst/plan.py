@@ -49,7 +49,8 @@ class Plan:
     shard_count: int
     shards: list[list[Unit]] = field(default_factory=list)
 
-    def summary(self) -> dict[str, object]:
+    def overview(self) -> dict[str, object]:
+        """What plan.json holds: counts and the digest (the units are a pure function of spec + trajectory)."""
         arms: dict[str, int] = {}
         for u in self.units:
             arms[u.arm] = arms.get(u.arm, 0) + 1

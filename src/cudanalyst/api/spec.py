@@ -135,6 +135,15 @@ class ModelsSpec(Model):
                                     "A different coder than planner is plan transfer.")
     summarizer: ModelSpec | None = Field(None, description="Model for feedback summaries; defaults to the planner.")
 
+    # `coder` and `summarizer` are what the user wrote (None: not given); these are the models used.
+    @property
+    def resolved_coder(self) -> ModelSpec:
+        return self.coder or self.planner
+
+    @property
+    def resolved_summarizer(self) -> ModelSpec:
+        return self.summarizer or self.planner
+
 
 class SamplingSpec(Model):
     """Decoding settings, identical for every coalition."""
@@ -266,10 +275,3 @@ class AttributionRunSpec(Model):
     def mode_of(self, player: str) -> FeedbackMode:
         return self.feedback.modes.get(player, self.feedback.mode)
 
-    @property
-    def coder(self) -> ModelSpec:
-        return self.models.coder or self.models.planner
-
-    @property
-    def summarizer(self) -> ModelSpec:
-        return self.models.summarizer or self.models.planner

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         design = _design(ar, plan, args)
     except (OutcomeError, StoreError, ReportError) as exc:
         die(f"--pilot {args.pilot}: {exc}", EXIT_INVALID)
-    summary = plan.summary() | {"estimate": estimate(ar, plan), "design": design}
+    summary = plan.overview() | {"estimate": estimate(ar, plan), "design": design}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0

@@ -47,7 +47,7 @@ def git_commit() -> str | None:
 def _models_of_spec(folder: RunFolder) -> dict[str, str]:
     spec = folder.run.spec
     out = {}
-    for role, model in (("planner", spec.models.planner), ("coder", spec.coder), ("summarizer", spec.summarizer)):
+    for role, model in (("planner", spec.models.planner), ("coder", spec.models.resolved_coder), ("summarizer", spec.models.resolved_summarizer)):
         where = model.endpoint if model.serve == "endpoint" else "local vLLM"
         out[role] = f"{model.model or '(served default)'} ({model.api}, {where})"
     return out
