@@ -9,6 +9,8 @@ compute-sanitizer part.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +95,12 @@ def program_facts(task: Task, source: str, cfg: Any, *, gpu: bool, pool: Any | N
     return facts
 
 
+def reporter(tool: players.FeedbackTool) -> Callable[[ProgramFacts], str]:
+    """The function a registry entry names (`module:function`)."""
+    module, _, attr = tool.report.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, pool: Any | None = None,
                            use_ncu: bool = True) -> dict[str, str]:
     """Every registered tool's report of one frozen program, by tool name."""
@@ -102,4 +110,4 @@ def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, 
     except UnknownTaskError as exc:
         return {t.name: f"No report: {exc}" for t in tools}
     facts = program_facts(task, source, cfg, gpu=gpu, pool=pool, use_ncu=use_ncu)
-    return {t.name: t.reporter()(facts) for t in tools}
+    return {t.name: reporter(t)(facts) for t in tools}

@@ -1,18 +1,15 @@
 """The feedback tools that can be players, one entry each: adding a tool is one entry here and its function.
 
 An entry names the tool, the function that makes its report from a frozen program (a `module:function`
-path: the function lives in the runner, which the core never imports, so the runner resolves it), and the
-OpenEvolve artifact names importers read as its feedback. A spec may still name players that are not
-tools here (recorded feedback only); the runner then has no report to compute for them.
+path: the function lives in the runner, which the core never imports, so only the runner resolves it:
+runner/kernels/feedback.reporter), and the OpenEvolve artifact names importers read as its feedback. A spec
+may still name players that are not tools here (recorded feedback only); the runner has no report for them.
 """
 
 from __future__ import annotations
 
-import importlib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,10 +21,6 @@ class FeedbackTool:
     """Regex over lowercased OpenEvolve artifact names that are this tool's feedback ('' = none)."""
     artifact_order: int = 0
     """Importers try lower orders first; broad words (error, compile) go last."""
-
-    def reporter(self) -> Callable[[Any], str]:
-        module, _, attr = self.report.partition(":")
-        return getattr(importlib.import_module(module), attr)
 
 
 _REPORTS = "cudanalyst.runner.kernels.feedback"
