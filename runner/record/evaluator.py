@@ -17,7 +17,7 @@ from typing import Any
 from openevolve.evaluation_result import EvaluationResult
 
 from cudanalyst import players
-from cudanalyst.runner.kernels.feedback import program_facts
+from cudanalyst.runner.kernels.feedback import program_facts, reporter
 from cudanalyst.runner.kernels.requests import EvalSettings
 from cudanalyst.runner.kernels.timing import speedup
 from cudanalyst.tasks import get_task
@@ -57,7 +57,7 @@ def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = 
     cfg = EvalSettings.of(evaluation)
     spec = get_task(task)
     facts = program_facts(spec, source, cfg, gpu=gpu, pool=_gpu_pool() if gpu else None)
-    reports = {t.name: t.reporter()(facts) for t in players.TOOLS}
+    reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
     contract_ok = not contract_problems(spec, source)
     built = facts.compiled.ok and contract_ok
     metrics: dict[str, float] = {
