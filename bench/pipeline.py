@@ -45,6 +45,15 @@ from typing import Any
 from cudanalyst.api import AttributionRun, load_run
 from cudanalyst.outcomes import CandidateRecord, OutcomeRecord, unit_identity
 from cudanalyst.plan import Unit, plan_digest
+from cudanalyst.runfolder import (
+    CANDIDATES,
+    OUTCOMES,
+    PLANNER_TEXTS,
+    candidate_key,
+    keys_under,
+    outcome_key,
+    planner_text_key,
+)
 from cudanalyst.runner.local.executor import KernelStages, LaneServers, lanes_for, llm_stage_in_lanes, prepare
 from cudanalyst.runner.local.gpus import Lane, visible_gpus
 from cudanalyst.runs import plan_run, run_store
@@ -145,14 +154,10 @@ def compile_cache(folder: Path) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------ the records
-def keys_under(store: ObjectStore, prefix: str) -> list[str]:
-    return [k for k in store.list(prefix) if k.endswith(".json") and "/" not in k[len(prefix):]]
-
-
 def label_counts(store: ObjectStore) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for key in keys_under(store, "outcomes/"):
-        label = str(store.get_json(key).get("label"))
+    for name in keys_under(store, OUTCOMES):
+        label = str(store.get_json(outcome_key(name)).get("label"))
         counts[label] = counts.get(label, 0) + 1
     return counts
 
@@ -160,10 +165,10 @@ def label_counts(store: ObjectStore) -> dict[str, int]:
 def completion_tokens(store: ObjectStore) -> int:
     """Generated tokens of a run folder: every coder sample plus every stored (non-dummy) plan."""
     total = 0
-    for key in keys_under(store, "candidates/"):
-        total += int(store.get_json(key).get("tokens", {}).get("coderCompletion", 0) or 0)
-    for key in keys_under(store, "plans/"):
-        total += int((store.get_json(key).get("tokens") or {}).get("completion", 0) or 0)
+    for name in keys_under(store, CANDIDATES):
+        total += int(store.get_json(candidate_key(name)).get("tokens", {}).get("coderCompletion", 0) or 0)
+    for name in keys_under(store, PLANNER_TEXTS):
+        total += int((store.get_json(planner_text_key(name)).get("tokens") or {}).get("completion", 0) or 0)
     return total
 
 
@@ -447,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_pipeline(side_run, lanes, served, str(folder), side)
             side.notes += runner_lines(str(folder), "llm") + runner_lines(str(folder), "kernels")
             side.seconds = sum(side.stage_seconds.values())
-            side.units = len(keys_under(store, "outcomes/"))
+            side.units = len(keys_under(store, OUTCOMES))
             side.labels = label_counts(store)
             side.completion_tokens = completion_tokens(store)
             print(f"{name}: {side.units} units in {side.seconds:.1f} s ({side.per_hour:,.0f} units/h): LLM stage "

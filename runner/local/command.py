@@ -25,6 +25,7 @@ from rich.progress import (
 )
 
 from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, load_or_die
+from cudanalyst.runfolder import REPORT_HTML
 from cudanalyst.runner.local.executor import (
     LaneServers,
     RunInputError,
@@ -225,7 +226,7 @@ def _report(store, console: Console) -> int:  # type: ignore[no-untyped-def]
 
     for line in summary_lines(report):  # each names the cause the records give, never a guess
         console.print(f"[yellow]{line}[/]", highlight=False)
-    console.print(f"report: {report.get('htmlUri', store.uri_of('report/report.html'))}")
+    console.print(f"report: {report.get('htmlUri', store.uri_of(REPORT_HTML))}")
     Console().print("\n" + what_you_saw(report), highlight=False)
     return 0
 

@@ -1,6 +1,6 @@
-"""A run's place in the world: its plan from spec + trajectory, and its folder in the object store.
-
-The folder's layout and keys are `cudanalyst.runfolder`'s.
+"""A run against the world outside the spec: its object-store folder and S3 settings, its trajectory loaded
+and planned, its model folders checked. Everything here reads or reaches something; the pure parts live
+beside it (`cudanalyst.plan`: the schedule; `cudanalyst.runfolder`: the folder's keys and objects).
 """
 
 from __future__ import annotations

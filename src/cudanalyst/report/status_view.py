@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cudanalyst.api.status import Results
+from cudanalyst.report.build import REPORT_HTML, REPORT_JSON
 from cudanalyst.report.table import from_report, from_status, render
 from cudanalyst.store import S3Settings, StoreError, open_store
 
@@ -80,7 +81,7 @@ def _split_report_uri(uri: str) -> tuple[str, str]:
     if path.endswith(".json"):
         folder, _, key = uri.rpartition("/")
         return folder + "/", key
-    return uri.rstrip("/") + "/", "report.json"
+    return uri.rstrip("/") + "/", REPORT_JSON
 
 
 def read_report(uri: str, spec: Mapping[str, Any], s3_endpoint: str | None) -> dict[str, Any]:
@@ -147,4 +148,4 @@ def print_status(obj: Mapping[str, Any], console: Console, with_report: bool = T
     for gen in report.get("generations", []):
         console.print(render(from_report(report, gen)))
     if "provenance" in report:  # a full report (cudanalyst report / run) has its page beside it
-        console.print(f"report page: {_split_report_uri(uri)[0]}report.html", highlight=False)
+        console.print(f"report page: {_split_report_uri(uri)[0]}{REPORT_HTML}", highlight=False)
