@@ -40,7 +40,7 @@ import sys, yaml; from cudanalyst.api import load_run; from cudanalyst.api.recor
 if yaml.safe_load(open(sys.argv[1]))['kind'] == 'TrajectoryRecording':  # issue 14: one model, the agent's
     m = load_recording(sys.argv[1]).spec.model; print(m.model if m.serve == 'local' else ''); sys.exit(0)
 s = load_run(sys.argv[1]).spec
-print(' '.join(sorted({m.model for m in (s.models.planner, s.coder, s.summarizer) if m.serve == 'local'})))" "$spec") || exit 1
+print(' '.join(sorted({m.model for m in (s.models.planner, s.models.resolved_coder, s.models.resolved_summarizer) if m.serve == 'local'})))" "$spec") || exit 1
 command=run; [ "$(sed -n 's/^kind: *//p' "$spec")" = TrajectoryRecording ] && command=record
 for name in $models; do
   step "model $name: GGUF parts -> Hugging Face folder"
