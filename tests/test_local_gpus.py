@@ -16,7 +16,7 @@ import pytest
 from lanes_support import kernel_summaries, kernels_only_spec, write_candidates
 
 from cudanalyst.api import load_run
-from cudanalyst.runner.local.executor import RunInputError, lanes_for
+from cudanalyst.runner.local.executor import RunInputError, lanes_for, vllm_cache
 from cudanalyst.runner.local.gpus import (
     GpuChoiceError,
     Lane,
@@ -90,6 +90,13 @@ def test_every_shard_goes_to_exactly_one_lane_and_the_lanes_are_even(gpus, asked
     assert [lane.gpu for lane in lanes] == (gpus or [None])
     for lane in lanes:  # a pinned lane's processes see its GPU alone; an unpinned one changes nothing
         assert lane.env() == ({"CUDA_VISIBLE_DEVICES": lane.gpu} if lane.gpu is not None else {})
+
+
+def test_each_lane_s_servers_have_a_vllm_cache_of_their_own():
+    lanes = make_lanes(2, ["0", "1"])
+    caches = [vllm_cache(lane, {"VLLM_CACHE_ROOT": "/c"})["VLLM_CACHE_ROOT"] for lane in lanes]
+    assert caches == ["/c/gpu0", "/c/gpu1"]
+    assert vllm_cache(lanes[1], {"XDG_CACHE_HOME": "/x"}) == {"VLLM_CACHE_ROOT": "/x/vllm/gpu1"}
 
 
 def test_uneven_shards_are_refused_rather_than_one_gpu_getting_more():

@@ -158,6 +158,14 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
         yield AttributionRun.model_validate(data)
 
 
+def vllm_cache(lane: Lane, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A lane's own vLLM cache folder (VLLM_CACHE_ROOT/<lane>): servers that start together must not write the same
+    compile-cache files, and a lane's stays warm for the next run on this machine."""
+    env = os.environ if environ is None else environ
+    root = env.get("VLLM_CACHE_ROOT") or str(Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm")
+    return {"VLLM_CACHE_ROOT": str(Path(root) / lane.name)}
+
+
 class LaneServers:
     """Every lane's model servers (shared_servers, pinned to the lane's GPU), started at once: a server's
     start-up is a minute or two, so lanes must not queue for it. `served[i]` is lane i's run with its
@@ -177,7 +185,8 @@ class LaneServers:
         folder = Path(self.log_dir) / lane.name if several else Path(self.log_dir)
         folder.mkdir(parents=True, exist_ok=True)
         say = (lambda text: self.say(f"{text} on GPU {lane.gpu}")) if several else self.say
-        return stack.enter_context(shared_servers(self.run, str(folder), self.timeout, say, env=lane.env()))
+        return stack.enter_context(shared_servers(self.run, str(folder), self.timeout, say,
+                                                  env={**lane.env(), **(vllm_cache(lane) if several else {})}))
 
     def __enter__(self) -> LaneServers:
         if len(self.lanes) == 1:
