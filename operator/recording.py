@@ -222,7 +222,9 @@ class RecordingOperations:
         obs = RecordingObservation(job, total=total)
         try:
             obs.done = sum(min(t.done, t.total) for t in read_progress(rec, store))
-            done = store.get_json(DONE) if job is not None and job_condition(job, "Complete") else None
+            # Read whatever the Job says: it may be SuccessCriteriaMet before Complete, and `record` writes
+            # done.json before it exits 0, so a succeeded Job without it is a recording that wrote nothing.
+            done = store.get_json(DONE)
             if done:
                 obs.trajectory_uri = str(done["trajectoryUri"])
                 extra["trajectoryUri"], extra["programs"] = obs.trajectory_uri, int(done.get("programs") or 0)
