@@ -249,3 +249,16 @@ def test_one_player_has_values_and_no_pairs(tmp_path: Path) -> None:
     assert game["interactions"] == {}
     assert all(t["games"][0]["interactions"] == {} for t in report["tasks"])
     assert "Pairwise interactions" not in (tmp_path / "one" / "report" / "report.html").read_text()
+
+
+def test_status_results_a_version_cannot_read_are_named_not_guessed() -> None:
+    from cudanalyst.report.status_view import print_status
+
+    console = Console(record=True, width=160)
+    obj = {"metadata": {"name": "r"}, "spec": {"players": ["debugger"]},
+           "status": {"phase": "Succeeded", "results": {"banzhaf": [
+               {"player": "debugger", "metric": "speed", "generation": "pooled", "value": 1, "low": 0, "high": 2}]}}}
+    print_status(obj, console, with_report=False)
+    text = console.export_text()
+    assert "status.results not readable by this version" in text and "banzhaf.0.metric" in text
+    assert "Banzhaf values from status" not in text and "no results yet" not in text
