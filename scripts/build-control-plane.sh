@@ -98,8 +98,11 @@ fi
 export GOFLAGS=-mod=mod
 export GOMAXPROCS="${GOMAXPROCS:-$(nproc)}"
 export CGO_ENABLED=0   # static binaries: nothing from the host's C library is needed at run time
-build_flags=(-trimpath -p "$GOMAXPROCS")
+# -dwarf=false: the linker drops debug info anyway (-s -w), so the compiler need not write it (less CPU and
+# smaller objects to link; the code is the same, hence no new stamp). Measured in docs/testing-cluster.md.
+build_flags=(-trimpath -p "$GOMAXPROCS" -gcflags=all=-dwarf=false)
 base_ldflags="-s -w"
+kube_pieces=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 # Wrapper module for k8s.io/kubernetes: it requires the release and replaces every k8s.io/* staging
 # module (which the release points at ./staging/...) with the matching published version. The list
@@ -180,7 +183,56 @@ k8s_ldflags() {
        "-X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 }
 
-# Builds one piece into a temporary file, then moves it into place, so an interrupted build
+# A module folder is prepared by one lane at a time: the download lane may be at it when the build lane comes.
+locked() { local name="$1"; shift; ( flock 8 && "$@" ) 8>"$work_dir/.$name.lock"; }
+
+# The module a `go install`ed piece comes from, unpacked in the module cache (downloads it).
+module_dir() {
+  local mod
+  case "$1" in
+    kwok) mod="sigs.k8s.io/kwok@$KWOK_VERSION" ;;
+    helm) mod="helm.sh/helm/v3@$HELM_VERSION" ;;
+    kueue) mod="sigs.k8s.io/kueue@$KUEUE_VERSION" ;;
+  esac
+  go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
+# Runs beside the build lane: fetches the modules that the pieces still to build need (network and disk) while
+# the build lane compiles (CPU). Best effort: what fails here, the build lane does again and reports.
+download_lane() {
+  local p dir
+  for p in "$@"; do
+    echo "$(date +%T) downloading for $p"
+    case "$p" in
+      etcd) locked etcd prepare_etcd_module ;;
+      kube-*|kubectl) locked kubernetes prepare_kubernetes_module ;;
+      kwok|helm|kueue)
+        # `go list -deps` in the module itself loads exactly what `go install` will build, fetching its modules.
+        dir="$(module_dir "$p")" && [[ -d "$dir" ]] \
+          && (cd "$dir" && GOFLAGS=-mod=readonly go list -deps "./cmd/$p" >/dev/null) ;;
+      *) true ;;
+    esac || echo "downloading for $p failed; its build will try again"
+  done
+  echo "$(date +%T) downloads done"
+}
+
+# The kube pieces not yet built, in one `go build`: they share most of their packages, and one invocation keeps
+# both cores compiling while a binary links. Into a temporary folder, then moved into place by the caller.
+build_kube_group() {
+  local out="$bin_dir/.kube.d" p pkgs=()
+  rm -rf "$out" && mkdir -p "$out"
+  for p in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$p"); done
+  # Every step ends in `|| return 1`: this runs under `if`, where bash ignores `set -e`.
+  locked kubernetes prepare_kubernetes_module || return 1
+  (cd "$work_dir/kubernetes" && go build "${build_flags[@]}" -ldflags="$(k8s_ldflags)" -o "$out/" "${pkgs[@]}") \
+    || return 1
+  for p in "$@"; do
+    "$out/$p" --help >/dev/null 2>&1 || "$out/$p" version >/dev/null 2>&1 \
+      || { echo "built $p does not run" >&2; return 1; }
+  done
+}
+
+# Builds one piece (not a kube one) into a temporary file, then moves it into place, so an interrupted build
 # leaves no half-written binary behind.
 build_piece() {
   local p="$1" out="$bin_dir/.$1.tmp"
@@ -188,13 +240,9 @@ build_piece() {
   # Every step ends in `|| return 1`: this runs under `if`, where bash ignores `set -e`.
   case "$p" in
     etcd)
-      prepare_etcd_module || return 1
+      locked etcd prepare_etcd_module || return 1
       (cd "$work_dir/etcd" && go build "${build_flags[@]}" -ldflags="$base_ldflags" -o "$out" .) \
         || return 1 ;;
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
-      prepare_kubernetes_module || return 1
-      (cd "$work_dir/kubernetes" && go build "${build_flags[@]}" -ldflags="$(k8s_ldflags)" \
-        -o "$out" "k8s.io/kubernetes/cmd/$p") || return 1 ;;
     kwok)
       GOBIN="$bin_dir/.kwok.d" go install "${build_flags[@]}" \
         -ldflags="$base_ldflags -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
@@ -221,24 +269,63 @@ build_piece() {
   mv "$out" "$bin_dir/$p" && stamp_of "$p" > "$stamp_dir/$p"
 }
 
+is_kube() { [[ " ${kube_pieces[*]} " == *" $1 "* ]]; }
+
 echo "control plane cache: $bin_dir"
-built_any=0
+todo=() kube_todo=()
 for p in "${pieces[@]}"; do
   if is_built "$p"; then
     echo "cached:   $p ($(origin "$p"))"
+  else
+    todo+=("$p")
+    if is_kube "$p"; then kube_todo+=("$p"); fi
+  fi
+done
+if [[ ${#todo[@]} == 0 ]]; then echo "done: nothing to build"; exit 0; fi
+
+# The download lane gets its own process group (job control on while it starts), so that a failed or
+# interrupted build ends it and the go commands under it.
+dl_pid=""
+stop_downloads() {
+  if [[ -n "$dl_pid" ]]; then kill -TERM -- "-$dl_pid" 2>/dev/null || true; wait "$dl_pid" 2>/dev/null || true; fi
+  dl_pid=""
+}
+trap stop_downloads EXIT
+if [[ ${#todo[@]} -gt 1 ]]; then
+  set -m
+  download_lane "${todo[@]:1}" >"$log_dir/downloads.log" 2>&1 &
+  dl_pid=$!
+  set +m
+fi
+
+fail() {  # piece(s), origin, log
+  echo "error: failed to build $1 from $2; the end of $3:" >&2
+  tail -n 30 "$3" >&2
+  rm -rf "$bin_dir"/.*.tmp "$bin_dir"/.*.d
+  exit 1
+}
+
+for p in "${todo[@]}"; do
+  is_built "$p" && continue   # a kube piece built with its group
+  started=$SECONDS
+  if is_kube "$p"; then
+    log="$log_dir/kubernetes.log"
+    what="k8s.io/kubernetes@$K8S_VERSION staging@$K8S_STAGING_VERSION"
+    echo "building: ${kube_todo[*]} (in one go build, $what) ..."
+    build_kube_group "${kube_todo[@]}" >"$log" 2>&1 || fail "${kube_todo[*]}" "$what" "$log"
+    for k in "${kube_todo[@]}"; do
+      mv "$bin_dir/.kube.d/$k" "$bin_dir/$k" && stamp_of "$k" > "$stamp_dir/$k"
+    done
+    rm -rf "$bin_dir/.kube.d"
+    echo "built:    ${kube_todo[*]} in $((SECONDS - started)) s," \
+         "$(cd "$bin_dir" && du -ch "${kube_todo[@]}" | tail -n1 | cut -f1)"
     continue
   fi
   echo "building: $p ($(origin "$p")) ..."
-  started=$SECONDS
   log="$log_dir/$p.log"
-  if ! build_piece "$p" >"$log" 2>&1; then
-    echo "error: failed to build $p from $(origin "$p"); the end of $log:" >&2
-    tail -n 30 "$log" >&2
-    rm -f "$bin_dir/.$p.tmp"
-    exit 1
-  fi
+  build_piece "$p" >"$log" 2>&1 || fail "$p" "$(origin "$p")" "$log"
   rm -rf "$bin_dir/.$p.d"
   echo "built:    $p in $((SECONDS - started)) s, $(du -sh "$(output_of "$p")" | cut -f1)"
-  built_any=1
 done
-[[ $built_any == 1 ]] && echo "done: all pieces built" || echo "done: nothing to build"
+stop_downloads
+echo "done: all pieces built"
