@@ -1,0 +1,55 @@
+"""`cudanalyst run` over two lanes end to end, with real vLLM (CPU build) and the tiny model.
+
+CUDA_VISIBLE_DEVICES names two GPUs; this machine has none (vLLM's CPU build ignores the variable, and kernels
+are compiled only), so what is checked is the lanes' wiring on real processes: a model server per lane, each
+lane's shards against its own server, one kernel-stage process per lane pinned to its GPU, every unit once,
+the report. The same run on two real GPUs is what bench/pipeline.py --gpus 1,2 measures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from llm_support import MAX_MODEL_LEN
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_run_over_two_lanes_takes_every_unit_once_each_lane_on_its_gpu(tmp_path, tiny_models):
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    data["spec"].update(
+        trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 2, "tasks": ["gemm"]},
+        players=["debugger", "analyzer"], planning="implicit", controls=[],
+        models={"planner": {"model": tiny_models["tiny-llama-base"].name, "serve": "local", "api": "completion",
+                            "maxModelLen": MAX_MODEL_LEN, "dtype": "float32", "gpuMemoryUtilization": 0.1}},
+        sampling={"rollouts": 1, "samplesPerCoalition": 1, "maxTokens": 16, "temperature": 0.8, "seed": 0},
+        resources={"shards": 1, "gpusPerShard": 0},
+    )
+    spec = tmp_path / "run.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    work = tmp_path / "tmp"
+    work.mkdir()
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "COLUMNS": "2000", "TMPDIR": str(work)}
+    env.pop("CUDANALYST_GPUS", None)
+    res = subprocess.run([sys.executable, "-m", "cudanalyst", "run", str(spec), "--output", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=1500, env=env)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert "2 shard(s) on 2 GPUs (0, 1)" in res.stderr  # the spec's one shard on each GPU
+    # A model server per lane, each started on its GPU (the log's notes say which).
+    assert "starting the model server (tiny-llama-base, vLLM) on GPU 0" in res.stderr
+    assert "starting the model server (tiny-llama-base, vLLM) on GPU 1" in res.stderr
+    # One kernel-stage process per lane, with its shard and its GPU alone.
+    kernel_lines = sorted(line for line in res.stderr.splitlines() if "-kernels: kernel stage:" in line)
+    assert [line.split(":")[0] for line in kernel_lines] == ["shard-0-kernels", "shard-1-kernels"], res.stderr[-4000:]
+    assert kernel_lines[0].endswith("CUDA_VISIBLE_DEVICES=0)") and kernel_lines[1].endswith("CUDA_VISIBLE_DEVICES=1)")
+    folder = tmp_path / "runs" / "quickstart"
+    units = json.loads((folder / "plan.json").read_text())["units"]
+    assert units == 2 * 4  # two programs x 2^2 coalitions x one sample
+    outcomes = list((folder / "outcomes").glob("*.json"))
+    assert len(outcomes) == units and len(list((folder / "candidates").glob("*.json"))) == units
+    assert (folder / "report" / "report.json").is_file()
