@@ -421,3 +421,59 @@ def test_a_worker_dies_with_the_runner_however_the_runner_dies(tmp_path):
             os.kill(worker, 0)
     finally:
         runner.kill()
+
+
+class _SlowVerifyPool(_StandInPool):
+    """A stand-in pool whose verifications take time (longer for some cubins) and that notes, at every timing
+    request, how many verifications were running."""
+
+    def __init__(self, slow: set[bytes]) -> None:
+        super().__init__(wrong=set(), medians={}, problems={})
+        self.slow = slow
+        self.running = 0
+        self.lock = threading.Lock()
+        self.running_at_compare: list[int] = []
+
+    def verify(self, request, timeout_s):
+        with self.lock:
+            self.running += 1
+        try:
+            time.sleep(1.5 if request.cubin in self.slow else 0.01)
+            return super().verify(request, timeout_s)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def compare(self, request, timeout_s):
+        with self.lock:
+            self.running_at_compare.append(self.running)
+        return super().compare(request, timeout_s)
+
+
+@needs_nvcc
+def test_timing_waits_for_running_verifications_instead_of_queueing_behind_them(tmp_path, monkeypatch):
+    """Timing needs the GPU alone: a group is timed only when no verification runs, even when it was settled
+    while another group's candidates were still being verified (the convoy seen on the H200)."""
+    from cudanalyst.runner.kernels.checker import checker_cubin
+    from cudanalyst.runner.kernels.compile import compile_task_source
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    launch = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
+
+    def variant(x: int, y: int) -> str:
+        return base.replace(launch, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
+
+    frozen_a, frozen_b = variant(32, 8), variant(8, 32)
+    quick, slow = variant(64, 4), variant(4, 64)
+    # Compiled beforehand (the stage finds them in the cache), so the verifications start together: b1's
+    # first, and group a is settled while b1 is still being verified.
+    cubins = {src: compile_task_source(GEMM, src).cubin for src in (frozen_a, frozen_b, quick, slow)}
+    checker_cubin()  # the timing requests' checker kernel, compiled once before the clock matters
+    pool = _SlowVerifyPool(slow={cubins[slow]})
+    jobs = [KernelJob("b1", "gemm", slow, frozen_b), KernelJob("a1", "gemm", quick, frozen_a),
+            KernelJob("a2", "gemm", quick, frozen_a)]
+    by = {r.key: r for r in evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool)}
+    assert {k: r.label for k, r in by.items()} == {"a1": "pass", "a2": "pass", "b1": "pass"}
+    assert len(pool.running_at_compare) == 2  # one request per group
+    assert pool.running_at_compare == [0, 0]
