@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from gpu_support import gpu_only
-from lanes_support import kernel_summaries, kernels_only_spec, write_candidates
+from lanes_support import SUMMARY, kernel_summaries, kernels_only_spec, write_candidates
 
 from cudanalyst.runner.local.gpus import visible_gpus
 
@@ -34,9 +34,11 @@ def test_each_gpu_verifies_and_times_its_own_lane(tmp_path):
     assert {s: gpu for s, (_, _, gpu) in summaries.items()} == {"0-2": GPUS[0], "1-3": GPUS[1]}, res.stderr[-4000:]
     assert [summaries[s][:2] for s in ("0-2", "1-3")] == [(units // 2, units // 2)] * 2
     # Each lane timed its correct candidates on its GPU ("timing N correct ones" in its summary).
-    for line in res.stderr.splitlines():
-        if "kernel stage:" in line:
-            assert f"timing {units // 2} correct ones" in line, line
+    # (The summary lines only: the console's progress lines say "kernel stage:" too.)
+    lines = [m.group(0) for m in SUMMARY.finditer(res.stderr)]
+    assert len(lines) == 2, res.stderr[-4000:]
+    for line in lines:
+        assert f"timing {units // 2} correct ones" in line, line
     records = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "quickstart" / "outcomes").glob("*.json")]
     assert len(records) == units
     assert all(r["label"] in ("pass", "fast") and r["evaluatedUpTo"] == "fast" and r["speedup"] for r in records), \
