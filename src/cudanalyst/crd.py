@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from cudanalyst.api import (
     API_GROUP,
@@ -98,31 +99,23 @@ def _default_nested_objects(schema: dict[str, Any]) -> None:
                 sub.setdefault("default", {})
 
 
-def _immutability_rule() -> dict[str, str]:
-    # Compare every spec field except `suspend`; a field may be absent on either side.
-    checks = []
-    for field in AttributionRunSpec.model_fields.values():
-        name = field.alias
-        if name == "suspend":
-            continue
-        checks.append(
-            f"(has(self.spec.{name}) == has(oldSelf.spec.{name}) && "
-            f"(!has(self.spec.{name}) || self.spec.{name} == oldSelf.spec.{name}))"
-        )
+def _immutability_rule(spec_model: type[BaseModel], noun: str, mutable: tuple[str, ...] = ()) -> dict[str, str]:
+    # Compare every spec field but the mutable ones; a field may be absent on either side.
+    names = [f.alias for f in spec_model.model_fields.values() if f.alias not in mutable]
+    checks = [f"(has(self.spec.{n}) == has(oldSelf.spec.{n}) && (!has(self.spec.{n}) || "
+              f"self.spec.{n} == oldSelf.spec.{n}))" for n in names]
     started = "has(oldSelf.status) && has(oldSelf.status.startTime)"
-    return {
-        "rule": f"!({started}) || ({' && '.join(checks)})",
-        "message": "spec is immutable once the run has started (status.startTime is set); "
-        "only spec.suspend may change",
-        "reason": "FieldValueForbidden",
-    }
+    message = f"spec is immutable once the {noun} has started (status.startTime is set)"
+    if mutable:
+        message += "; only " + ", ".join(f"spec.{n}" for n in mutable) + " may change"
+    return {"rule": f"!({started}) || ({' && '.join(checks)})", "message": message, "reason": "FieldValueForbidden"}
 
 
-def openapi_schema() -> dict[str, Any]:
-    """The CRD's openAPIV3Schema for version v1alpha1."""
-    raw = AttributionRun.model_json_schema(by_alias=True, mode="validation")
-    defs = raw.get("$defs", {})
-    schema = _structural(raw, defs)
+def _kind_schema(model: type[BaseModel], spec_rules: list[dict[str, str]],
+                 immutability: dict[str, str]) -> dict[str, Any]:
+    """One kind's openAPIV3Schema: the model made structural, its spec's CEL rules, the root's immutability."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    schema = _structural(raw, raw.get("$defs", {}))
     schema["properties"]["metadata"] = {"type": "object"}
     # apiVersion and kind are checked by the API server itself; enums here would only get in the way.
     for key in ("apiVersion", "kind"):
@@ -130,7 +123,14 @@ def openapi_schema() -> dict[str, Any]:
     schema["required"] = ["spec"]
     spec = schema["properties"]["spec"]
     _default_nested_objects(spec)
-    spec["x-kubernetes-validations"] = [
+    spec["x-kubernetes-validations"] = spec_rules
+    schema["x-kubernetes-validations"] = [immutability]
+    return schema
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The CRD's openAPIV3Schema for version v1alpha1."""
+    return _kind_schema(AttributionRun, [
         {"rule": "self.players.all(p, self.players.exists_one(q, q == p))",
          "message": "spec.players must be unique", "fieldPath": ".players"},
         {"rule": "!has(self.feedback.modes) || self.feedback.modes.all(k, k in self.players)",
@@ -140,9 +140,7 @@ def openapi_schema() -> dict[str, Any]:
          "message": "spec.trajectory.generations must be unique", "fieldPath": ".trajectory.generations"},
         {"rule": "has(self.trajectory.uri) != has(self.trajectory.recording)",
          "message": "spec.trajectory: give exactly one of uri and recording", "fieldPath": ".trajectory"},
-    ]
-    schema["x-kubernetes-validations"] = [_immutability_rule()]
-    return schema
+    ], _immutability_rule(AttributionRunSpec, "run", mutable=("suspend",)))
 
 
 def _crd(kind: str, plural: str, short_names: list[str], columns: list[dict[str, Any]],
@@ -195,27 +193,10 @@ def recording_schema() -> dict[str, Any]:
     """The TrajectoryRecording's openAPIV3Schema: like AttributionRun's, spec immutable once started."""
     from cudanalyst.api.recording import RecordingSpec, TrajectoryRecording
 
-    raw = TrajectoryRecording.model_json_schema(by_alias=True, mode="validation")
-    schema = _structural(raw, raw.get("$defs", {}))
-    schema["properties"]["metadata"] = {"type": "object"}
-    for key in ("apiVersion", "kind"):
-        schema["properties"][key] = {"type": "string"}
-    schema["required"] = ["spec"]
-    spec = schema["properties"]["spec"]
-    _default_nested_objects(spec)
-    spec["x-kubernetes-validations"] = [
+    return _kind_schema(TrajectoryRecording, [
         {"rule": "self.tasks.all(t, self.tasks.exists_one(u, u == t))", "message": "spec.tasks must be unique",
          "fieldPath": ".tasks"},
-    ]
-    names = [f.alias for f in RecordingSpec.model_fields.values()]
-    checks = [f"(has(self.spec.{n}) == has(oldSelf.spec.{n}) && (!has(self.spec.{n}) || "
-              f"self.spec.{n} == oldSelf.spec.{n}))" for n in names]
-    schema["x-kubernetes-validations"] = [{
-        "rule": f"!(has(oldSelf.status) && has(oldSelf.status.startTime)) || ({' && '.join(checks)})",
-        "message": "spec is immutable once the recording has started (status.startTime is set)",
-        "reason": "FieldValueForbidden",
-    }]
-    return schema
+    ], _immutability_rule(RecordingSpec, "recording"))
 
 
 def build_recording_crd() -> dict[str, Any]:
