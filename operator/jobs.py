@@ -110,10 +110,9 @@ def _resources(run: AttributionRun) -> dict[str, Any]:
     return out
 
 
-def _volumes(run: AttributionRun) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    name = run.metadata.name
+def _volumes(run: AttributionRun, configmap: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [
-        {"name": "spec", "configMap": {"name": c.configmap_name(name)}},
+        {"name": "spec", "configMap": {"name": configmap}},
         # vLLM's workers share tensors through /dev/shm, which is 64 MiB by default in a pod.
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
         {"name": "scratch", "emptyDir": {}},
@@ -130,14 +129,15 @@ def _volumes(run: AttributionRun) -> tuple[list[dict[str, Any]], list[dict[str, 
     return volumes, mounts
 
 
-def pod_failure_policy() -> dict[str, Any]:
+def pod_failure_policy(on_invalid: str = "FailIndex") -> dict[str, Any]:
     """Infrastructure failures (preemption, eviction, node drain) do not count against a shard's retries;
-    invalid input (exit 2) fails that shard at once, since a retry would read the same input."""
+    invalid input (exit 2) fails that shard (`FailIndex`; a recorder Job: `FailJob`) at once, since a retry
+    would read the same input."""
     return {
         "rules": [
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             {
-                "action": "FailIndex",
+                "action": on_invalid,
                 "onExitCodes": {
                     "containerName": c.RUNNER_CONTAINER,
                     "operator": "In",
@@ -148,26 +148,18 @@ def pod_failure_policy() -> dict[str, Any]:
     }
 
 
-def runner_job(run: AttributionRun, config: OperatorConfig) -> dict[str, Any]:
-    """The run's Indexed Job: one completion per shard, each pod running `cudanalyst-runner` on its index."""
-    name = run.metadata.name
+def job_pod_spec(run: AttributionRun, config: OperatorConfig, configmap: str, command: list[str],
+                 args: list[str] | None = None) -> dict[str, Any]:
+    """The pod of a runner or recorder Job: one unprivileged container reading the spec from `configmap`,
+    with the run's image, S3 settings, resources and scheduling (shared by jobs.py and recording.py)."""
     res = run.spec.resources
-    shards = res.shards
-    labels = child_labels(run)
-    pod_labels = {**labels, **config.runner_pod_labels, c.COMPONENT_LABEL: "runner"}
-    volumes, mounts = _volumes(run)
+    volumes, mounts = _volumes(run, configmap)
     container: dict[str, Any] = {
         "name": c.RUNNER_CONTAINER,
         "image": res.image,
         "imagePullPolicy": config.image_pull_policy,
-        "command": ["cudanalyst-runner"],
-        # The Job controller sets JOB_COMPLETION_INDEX in each pod; Kubernetes expands $(VAR) in args.
-        "args": [
-            "--spec", f"{c.SPEC_MOUNT}/{c.SPEC_FILE}",
-            "--shard", "$(JOB_COMPLETION_INDEX)",
-            "--of", str(shards),
-            "--stage", config.runner_stage,
-        ],
+        "command": command,
+        **({"args": args} if args is not None else {}),
         "env": _env(run),
         "volumeMounts": mounts,
         "resources": _resources(run),
@@ -201,6 +193,20 @@ def runner_job(run: AttributionRun, config: OperatorConfig) -> dict[str, Any]:
         pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in res.tolerations]
     if res.priority_class_name:
         pod_spec["priorityClassName"] = res.priority_class_name
+    return pod_spec
+
+
+def runner_job(run: AttributionRun, config: OperatorConfig) -> dict[str, Any]:
+    """The run's Indexed Job: one completion per shard, each pod running `cudanalyst-runner` on its index."""
+    name = run.metadata.name
+    res = run.spec.resources
+    shards = res.shards
+    labels = child_labels(run)
+    pod_labels = {**labels, **config.runner_pod_labels, c.COMPONENT_LABEL: "runner"}
+    # The Job controller sets JOB_COMPLETION_INDEX in each pod; Kubernetes expands $(VAR) in args.
+    args = ["--spec", f"{c.SPEC_MOUNT}/{c.SPEC_FILE}", "--shard", "$(JOB_COMPLETION_INDEX)", "--of", str(shards),
+            "--stage", config.runner_stage]
+    pod_spec = job_pod_spec(run, config, c.configmap_name(name), ["cudanalyst-runner"], args)
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": shards,

@@ -27,7 +27,7 @@ from cudanalyst.api.spec import API_GROUP, API_VERSION
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.conditions import Verdict, invalid, status_for, transition_event
 from cudanalyst.operator.config import OperatorConfig
-from cudanalyst.operator.jobs import _env, _resources, _volumes, passthrough_labels
+from cudanalyst.operator.jobs import job_pod_spec, passthrough_labels, pod_failure_policy
 from cudanalyst.operator.lifecycle import _changed, rfc3339
 from cudanalyst.operator.pods import job_condition, job_summary
 from cudanalyst.operator.waiting import get_recording
@@ -86,42 +86,15 @@ class _AsRun:
 
 def recorder_job(rec: TrajectoryRecording, config: OperatorConfig) -> dict[str, Any]:
     """One pod that runs `cudanalyst record` on the recording (a retry resumes from the last checkpoint)."""
-    like_run = _AsRun(rec)
-    volumes, mounts = _volumes(like_run)  # type: ignore[arg-type]
-    volumes[0] = {"name": "spec", "configMap": {"name": configmap_name(rec.name)}}
-    res = rec.spec.resources
-    container: dict[str, Any] = {
-        "name": c.RUNNER_CONTAINER, "image": res.image, "imagePullPolicy": config.image_pull_policy,
-        "command": ["cudanalyst", "record", f"{c.SPEC_MOUNT}/{c.SPEC_FILE}"],
-        "env": _env(like_run), "volumeMounts": mounts, "resources": _resources(like_run),  # type: ignore[arg-type]
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "runAsNonRoot": True},
-    }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never", "serviceAccountName": config.runner_service_account,
-        "automountServiceAccountToken": False, "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [container], "volumes": volumes,
-    }
-    if res.node_selector:
-        pod_spec["nodeSelector"] = dict(res.node_selector)
-    if res.tolerations:
-        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in res.tolerations]
-    if res.priority_class_name:
-        pod_spec["priorityClassName"] = res.priority_class_name
+    pod_spec = job_pod_spec(_AsRun(rec), config, configmap_name(rec.name),  # type: ignore[arg-type]
+                            ["cudanalyst", "record", f"{c.SPEC_MOUNT}/{c.SPEC_FILE}"])
     labels = child_labels(rec)
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": job_name(rec.name), "labels": labels},
         "spec": {
             "completions": 1, "parallelism": 1, "backoffLimit": config.backoff_limit_per_index,
-            # Exit 2 is invalid input: a retry reads the same input.
-            "podFailurePolicy": {"rules": [
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                {"action": "FailJob", "onExitCodes": {"containerName": c.RUNNER_CONTAINER, "operator": "In",
-                                                      "values": [c.RUNNER_INVALID_INPUT_EXIT]}}]},
+            "podFailurePolicy": pod_failure_policy(on_invalid="FailJob"),  # one pod: exit 2 ends the Job
             "template": {"metadata": {"labels": {**labels, **config.runner_pod_labels,
                                                  c.COMPONENT_LABEL: "recorder"}}, "spec": pod_spec},
         },
