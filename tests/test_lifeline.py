@@ -108,3 +108,24 @@ def test_popen_keeps_a_given_preexec_fn_and_raises_the_child_errors_on_any_threa
     t.start()
     t.join(60)
     assert len(errors) == 1 and "/no/such/program" in str(errors[0])
+
+
+def test_stop_groups_terms_each_group_and_kills_what_ignores_it():
+    # One child stops on SIGTERM; the other ignores it and holds a grandchild in its group: SIGKILL after the
+    # grace ends both, so nothing started by a stopped child is left behind.
+    polite = lifeline.popen(["sleep", "300"], start_new_session=True)
+    stubborn_code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                     "p = subprocess.Popen(['sleep', '300']); print(p.pid, flush=True); time.sleep(300)")
+    stubborn = lifeline.popen([sys.executable, "-c", stubborn_code], start_new_session=True,
+                              stdout=subprocess.PIPE, text=True)
+    assert stubborn.stdout is not None
+    grandchild = int(stubborn.stdout.readline())
+    try:
+        lifeline.stop_groups([polite, stubborn], grace_s=1.0)
+        assert polite.returncode == -signal.SIGTERM
+        assert stubborn.returncode == -signal.SIGKILL
+        assert wait_gone(grandchild), f"grandchild {grandchild} outlived its group's SIGKILL"
+    finally:
+        for p in (polite, stubborn):
+            if p.poll() is None:
+                p.kill()

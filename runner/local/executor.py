@@ -53,6 +53,7 @@ from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
 # Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
 RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
 POLL_S = 1.0
+STOP_GRACE_S = 20.0  # what a shard or server gets to stop its own children before SIGKILL
 
 
 class RunInputError(ValueError):
@@ -232,21 +233,6 @@ def _launch(spec_path: Path, shards: list[int], of: int, stage: str, log_dir: st
         )
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
 Procs = dict[tuple[int, ...], subprocess.Popen[bytes]]
 
 
@@ -272,7 +258,7 @@ def wait_stage(procs: Procs, tick: Callable[[], None],
             tick()
             time.sleep(POLL_S)
     except KeyboardInterrupt:
-        _stop(list(procs.values()))
+        lifeline.stop_groups(procs.values(), STOP_GRACE_S)
         raise
     tick()
     return {s: p.returncode for g, p in procs.items() for s in g}
@@ -318,7 +304,7 @@ class KernelStages:
 
     def close(self) -> None:
         if not self.finished:
-            _stop([p for procs in self.procs.values() for p in procs.values()])
+            lifeline.stop_groups([p for procs in self.procs.values() for p in procs.values()], STOP_GRACE_S)
 
     def __enter__(self) -> KernelStages:
         return self

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -44,6 +43,7 @@ from cudanalyst.store import StoreError
 
 LOG_EVERY_S = 10.0
 POLL_S = 1.0
+STOP_GRACE_S = 30.0  # what an OpenEvolve process gets to stop its workers before SIGKILL
 
 
 def model_problems(rec: TrajectoryRecording) -> list[str]:
@@ -97,21 +97,6 @@ def launch_task(spec_path: Path, task: str, endpoint: str, served: str, gpu: boo
             start_new_session=True)
 
 
-def stop_all(procs: dict[str, subprocess.Popen[bytes]], grace_s: float = 30.0) -> None:
-    for p in procs.values():
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for p in procs.values():
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
 def run_tasks(rec: TrajectoryRecording, endpoint: str, served: str, gpu: bool, log_dir: Path,
               tick: Callable[[list[TaskProgress]], None]) -> dict[str, int]:
     """Every unfinished task at once (one model server batches their requests); exit status per task."""
@@ -126,7 +111,7 @@ def run_tasks(rec: TrajectoryRecording, endpoint: str, served: str, gpu: bool, l
             time.sleep(POLL_S)
         tick(read_progress(rec, store))
     finally:
-        stop_all(procs)
+        lifeline.stop_groups(procs.values(), STOP_GRACE_S)
     return {task: int(p.returncode or 0) for task, p in procs.items()}
 
 

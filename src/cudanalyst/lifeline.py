@@ -20,6 +20,7 @@ Only stdlib here: the core, the runner and scripts may all import it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -27,7 +28,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
@@ -118,4 +120,22 @@ def popen(args: Any, *, death_signal: int = signal.SIGKILL, **kwargs: Any) -> su
     return _spawner.submit(lambda: subprocess.Popen(args, **kwargs))
 
 
-__all__ = ["die_with_parent", "popen", "preexec", "supported"]
+def stop_groups(procs: Iterable[subprocess.Popen[Any]], grace_s: float) -> None:
+    """End children started in sessions of their own: SIGTERM to each one's process group, then SIGKILL to
+    the groups still there after grace_s (in all, not each), so what they started themselves goes too."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+__all__ = ["die_with_parent", "popen", "preexec", "stop_groups", "supported"]
