@@ -8,14 +8,27 @@ Succeeded/Failed/Suspended/Queued say the rest. Phase is for display only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from cudanalyst.api.status import CONDITION_TYPES
+from cudanalyst.api.status import CONDITION_TYPES, Condition
 from cudanalyst.operator.kueue import waiting_message
 from cudanalyst.operator.pods import job_condition
 
 ACTIVE_PHASES = {"Pending", "Queued", "Running", "Aggregating"}
 WARNING_PHASES = {"Failed", "Stalled"}
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+class SeenStatus(Protocol):
+    """What these functions read of a status already written: AttributionRunStatus and
+    TrajectoryRecordingStatus both have it (api.status.read_status validates one from the object)."""
+
+    @property
+    def phase(self) -> str | None: ...
+    @property
+    def conditions(self) -> list[Condition]: ...
+    @property
+    def completion_time(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -120,36 +133,35 @@ def _truth(verdict: Verdict) -> dict[str, bool]:
     }
 
 
-def conditions_for(
-    verdict: Verdict, previous: list[dict[str, Any]], generation: int, now: str
-) -> list[dict[str, Any]]:
+def conditions_for(verdict: Verdict, previous: list[Condition], generation: int, now: str) -> list[dict[str, Any]]:
     """All condition types, each keeping its lastTransitionTime while its status does not change."""
-    before = {cond.get("type"): cond for cond in previous}
+    before: dict[str, Condition] = {cond.type: cond for cond in previous}
     out = []
     for kind, truth in zip(CONDITION_TYPES, (_truth(verdict)[k] for k in CONDITION_TYPES), strict=True):
         status = "True" if truth else "False"
-        old = before.get(kind, {})
-        changed = old.get("status") != status
+        old = before.get(kind)
+        kept = old is not None and old.status == status and old.last_transition_time
+        since = old.last_transition_time if kept and old is not None else now
         out.append({
             "type": kind,
             "status": status,
             "reason": verdict.reason,
             "message": verdict.message,
-            "lastTransitionTime": now if changed or not old.get("lastTransitionTime") else old["lastTransitionTime"],
+            "lastTransitionTime": since,
             "observedGeneration": generation,
         })
     return out
 
 
-def status_for(verdict: Verdict, previous: dict[str, Any], generation: int, now: str) -> dict[str, Any]:
+def status_for(verdict: Verdict, previous: SeenStatus, generation: int, now: str) -> dict[str, Any]:
     """The status fields that follow from a verdict (the caller adds progress, results and times)."""
     status: dict[str, Any] = {
         "phase": verdict.phase,
-        "conditions": conditions_for(verdict, previous.get("conditions") or [], generation, now),
+        "conditions": conditions_for(verdict, previous.conditions, generation, now),
         "observedGeneration": generation,
         "message": verdict.message,
     }
-    if verdict.phase in ("Succeeded", "Failed") and not previous.get("completionTime"):
+    if verdict.phase in FINISHED_PHASES and not previous.completion_time:
         status["completionTime"] = now
     return status
 
@@ -161,16 +173,14 @@ class Event:
     message: str
 
 
-def transition_event(previous: dict[str, Any], verdict: Verdict) -> Event | None:
+def transition_event(previous: SeenStatus, verdict: Verdict) -> Event | None:
     """An event when the phase or its reason changes; none for a mere progress update."""
-    old_reason = next(
-        (cond.get("reason") for cond in previous.get("conditions") or [] if cond.get("type") == "Ready"), None
-    )
-    if previous.get("phase") == verdict.phase and old_reason == verdict.reason:
+    old_reason = next((cond.reason for cond in previous.conditions if cond.type == "Ready"), None)
+    if previous.phase == verdict.phase and old_reason == verdict.reason:
         return None
     kind = "Warning" if verdict.phase in WARNING_PHASES or verdict.stalled else "Normal"
     return Event(kind, verdict.reason, verdict.message)
 
 
-def is_finished(status: dict[str, Any] | None) -> bool:
-    return bool(status) and status.get("phase") in ("Succeeded", "Failed")  # type: ignore[union-attr]
+def is_finished(status: SeenStatus | None) -> bool:
+    return status is not None and status.phase in FINISHED_PHASES

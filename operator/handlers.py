@@ -13,6 +13,7 @@ from typing import Any
 
 import kopf
 
+from cudanalyst.api.status import AttributionRunStatus, read_status
 from cudanalyst.operator import constants as c
 from cudanalyst.operator import kueue
 from cudanalyst.operator.conditions import is_finished
@@ -49,11 +50,12 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 
 def _running(status: dict[str, Any], **_: Any) -> bool:
-    return bool(status.get("startTime")) and not is_finished(status)
+    seen = read_status(AttributionRunStatus, status)
+    return bool(seen.start_time) and not is_finished(seen)
 
 
 def _not_started(status: dict[str, Any], **_: Any) -> bool:
-    return not status.get("startTime")
+    return not read_status(AttributionRunStatus, status).start_time
 
 
 def _retryable(status: dict[str, Any], **_: Any) -> bool:

@@ -17,12 +17,13 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from cudanalyst.api import AttributionRun, SpecError, parse_run
-from cudanalyst.api.status import Results
+from cudanalyst.api.status import AttributionRunStatus, Results, read_status
 from cudanalyst.operator import constants as c
 from cudanalyst.operator import kueue
 from cudanalyst.operator.completion import aggregate as aggregate_outcomes
 from cudanalyst.operator.conditions import (
     Observation,
+    SeenStatus,
     Verdict,
     invalid,
     is_finished,
@@ -94,8 +95,29 @@ def spec_problem_text(exc: SpecError) -> str:
 
 
 def _changed(current: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Only the status fields whose value differs, so a quiet run causes no API writes."""
+    """Only the status fields whose value differs, so a quiet run causes no API writes. Compared as JSON, the
+    form both sides have at the patch (a field that does not validate is then written over)."""
     return {k: v for k, v in new.items() if current.get(k) != v}
+
+
+def run_status(body: dict[str, Any]) -> AttributionRunStatus:
+    """The run's status, typed (partial or missing reads as defaults: api.status.read_status)."""
+    return read_status(AttributionRunStatus, body.get("status"))
+
+
+def apply_verdict(body: dict[str, Any], patch: kopf.Patch, verdict: Verdict, extra: dict[str, Any],
+                  seen: SeenStatus, now: str) -> None:
+    """Write what a verdict changes, with `extra`, into the status patch, and an event when the phase or its
+    reason changes: for runs and recordings alike (`seen` is the status read through its kind's model)."""
+    current = dict(body.get("status") or {})
+    generation = int((body.get("metadata") or {}).get("generation") or 1)
+    new = status_for(verdict, seen, generation, now)
+    new.update(extra)
+    for key, value in _changed(current, new).items():
+        patch.status[key] = value
+    event = transition_event(seen, verdict)
+    if event is not None:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
 class Operations:
@@ -106,15 +128,7 @@ class Operations:
 
     def _apply(self, body: dict[str, Any], patch: kopf.Patch, verdict: Verdict, extra: dict[str, Any]) -> None:
         meta = body.get("metadata") or {}
-        current = dict(body.get("status") or {})
-        generation = int(meta.get("generation") or 1)
-        new = status_for(verdict, current, generation, rfc3339(self.s.clock()))
-        new.update(extra)
-        for key, value in _changed(current, new).items():
-            patch.status[key] = value
-        event = transition_event(current, verdict)
-        if event is not None:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        apply_verdict(body, patch, verdict, extra, run_status(body), rfc3339(self.s.clock()))
         self.s.metrics.set_phase(meta.get("namespace", ""), meta.get("name", ""), verdict.phase)
 
     def _stall(self, body: dict[str, Any], patch: kopf.Patch, reason: str, message: str) -> None:
@@ -123,8 +137,9 @@ class Operations:
     # ---- start (create, resume, edits before the start)
 
     def start(self, body: dict[str, Any], patch: kopf.Patch) -> None:
-        status = body.get("status") or {}
-        if is_finished(status):
+        current = body.get("status") or {}  # as JSON, for the restart's patch below
+        seen = run_status(body)
+        if is_finished(seen):
             return
         try:
             run = parse_body(body)
@@ -167,18 +182,17 @@ class Operations:
         obs = Observation(int(body["metadata"].get("generation") or 1), run.spec.suspend,
                           queued, job_summary(job) if job else None, total=total)
         extra: dict[str, Any] = {
-            "startTime": status.get("startTime") or now,
+            "startTime": seen.start_time or now,
             "jobName": c.job_name(run.metadata.name),
         }
-        progress = dict(status.get("progress") or {})
-        if progress.get("total") != total:
+        if "progress" not in seen.model_fields_set or seen.progress.total != total:
             extra["progress"] = run_progress([], total, None, self.s.clock())[0].model_dump(by_alias=True, mode="json")
-        if queued and not status.get("queue"):
+        if queued and seen.queue is None:
             extra["queue"] = kueue.queue_status(run.spec.resources.queue_name, None)
-        if queued and status.get("phase") and job is not None and not created:
+        if queued and seen.phase and job is not None and not created:
             # A restart: the Job as made says nothing of what Kueue did with it since; the refresh that its
             # event brings judges from the Job and Workload as they are.
-            for key, value in _changed(status, extra).items():
+            for key, value in _changed(current, extra).items():
                 patch.status[key] = value
             return
         self._apply(body, patch, judge(obs), extra)
@@ -230,7 +244,7 @@ class Operations:
         body = self.s.kube.get_run(namespace, name)
         if body is None:
             return True
-        if not (body.get("status") or {}).get("startTime"):
+        if not run_status(body).start_time:
             return False
         patch = kopf.Patch()
         self.observe(body, patch, jobs, pods, workloads)
@@ -240,27 +254,27 @@ class Operations:
 
     def observe(self, body: dict[str, Any], patch: kopf.Patch, jobs: list[dict[str, Any]],
                 pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = None) -> None:
-        status = dict(body.get("status") or {})
-        if is_finished(status) or not status.get("startTime"):
+        seen = run_status(body)
+        if is_finished(seen) or not seen.start_time:
             return
         try:
             run = parse_body(body)
         except SpecError:
             return  # the start handler has said so already
         meta = body["metadata"]
-        total = int((status.get("progress") or {}).get("total") or 0)
+        total = seen.progress.total
         now = self.s.clock()
         extra: dict[str, Any] = {}
         store = self.s.store(run)
         try:
             progress, gpu_seconds = run_progress(read_shards(store, run.spec.resources.shards), total,
-                                                 status.get("startTime"), now)
+                                                 seen.start_time, now)
             extra["progress"] = progress.model_dump(by_alias=True, mode="json")  # the boundary: status is JSON
             extra["gpuSeconds"] = gpu_seconds
             done = progress.done
         except StoreError as exc:
             log.warning("%s/%s: progress unavailable: %s", meta.get("namespace"), meta.get("name"), exc)
-            done = int((status.get("progress") or {}).get("done") or 0)
+            done = seen.progress.done
         job = jobs[0] if jobs else None
         if job is not None:
             extra["shards"] = {"active": job["active"], "succeeded": job["succeeded"], "failed": job["failed"]}
@@ -293,8 +307,8 @@ class Operations:
     # ---- suspend
 
     def suspend(self, body: dict[str, Any], patch: kopf.Patch, suspend: bool) -> None:
-        status = body.get("status") or {}
-        if not status.get("startTime") or is_finished(status):
+        seen = run_status(body)
+        if not seen.start_time or is_finished(seen):
             return
         meta = body["metadata"]
         try:
@@ -307,10 +321,10 @@ class Operations:
         found = self.s.kube.set_job_suspend(meta["namespace"], c.job_name(meta["name"]), suspend)
         if not found:
             return
-        progress = status.get("progress") or {}
+        progress = seen.progress
         obs = Observation(int(meta.get("generation") or 1), suspend, False,
                           {"suspend": suspend, "active": 0, "conditions": []},
-                          done=int(progress.get("done") or 0), total=int(progress.get("total") or 0))
+                          done=progress.done, total=progress.total)
         self._apply(body, patch, judge(obs), {})
 
     # ---- Kueue (operator/kueue.py says why the Workload, not the Job, is what the operator switches)
@@ -349,11 +363,11 @@ class Operations:
         if workload is not None and workload["active"] == suspend:
             kueue.set_active(self.s.kube.custom, namespace, workload["name"], not suspend)
             workload = {**workload, "active": not suspend, "state": "Inactive" if suspend else "Pending"}
-        progress = (body.get("status") or {}).get("progress") or {}
+        progress = run_status(body).progress
         job = self._read_job(namespace, c.job_name(name))
         obs = Observation(int(body["metadata"].get("generation") or 1), suspend, True,
-                          job_summary(job) if job else None, done=int(progress.get("done") or 0),
-                          total=int(progress.get("total") or 0), workload=workload)
+                          job_summary(job) if job else None, done=progress.done,
+                          total=progress.total, workload=workload)
         verdict = judge(obs)
         self._apply(body, patch, verdict, {"queue": kueue.queue_status(run.spec.resources.queue_name, workload)})
 

@@ -21,14 +21,16 @@ from cudanalyst.api.recording import (
     RECORDING_KIND,
     RECORDING_PLURAL,
     TrajectoryRecording,
+    TrajectoryRecordingStatus,
     parse_recording,
 )
 from cudanalyst.api.spec import API_GROUP, API_VERSION
+from cudanalyst.api.status import read_status
 from cudanalyst.operator import constants as c
-from cudanalyst.operator.conditions import Verdict, invalid, status_for, transition_event
+from cudanalyst.operator.conditions import Verdict, invalid
 from cudanalyst.operator.config import OperatorConfig
 from cudanalyst.operator.jobs import job_pod_spec, passthrough_labels, pod_failure_policy
-from cudanalyst.operator.lifecycle import _changed, rfc3339
+from cudanalyst.operator.lifecycle import apply_verdict, rfc3339
 from cudanalyst.operator.pods import job_condition, job_summary
 from cudanalyst.operator.waiting import get_recording
 from cudanalyst.recording import DONE, read_progress, recording_store
@@ -145,15 +147,8 @@ class RecordingOperations:
         self.s = services
 
     def _apply(self, body: dict[str, Any], patch: kopf.Patch, verdict: Verdict, extra: dict[str, Any]) -> None:
-        current = dict(body.get("status") or {})
-        generation = int((body.get("metadata") or {}).get("generation") or 1)
-        new = status_for(verdict, current, generation, rfc3339(self.s.clock()))
-        new.update(extra)
-        for key, value in _changed(current, new).items():
-            patch.status[key] = value
-        event = transition_event(current, verdict)
-        if event is not None:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        seen = read_status(TrajectoryRecordingStatus, body.get("status"))
+        apply_verdict(body, patch, verdict, extra, seen, rfc3339(self.s.clock()))
 
     def start(self, body: dict[str, Any], patch: kopf.Patch) -> None:
         status = body.get("status") or {}

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from cudanalyst.api.recording import TrajectoryRecordingStatus
+from cudanalyst.api.status import AttributionRunStatus, Condition, read_status
 from cudanalyst.operator.conditions import (
     Observation,
     conditions_for,
     invalid,
+    is_finished,
     judge,
     status_for,
     transition_event,
@@ -29,6 +32,15 @@ def obs(job_state: dict[str, Any] | None, **fields: Any) -> Observation:
                               "done": 10, "total": 40}
     values.update(fields)
     return Observation(**values)
+
+
+def seen(status: dict[str, Any] | None) -> AttributionRunStatus:
+    """A status as the operator reads it back from the API server: through its model."""
+    return read_status(AttributionRunStatus, status)
+
+
+def typed(conditions: list[dict[str, Any]]) -> list[Condition]:
+    return [Condition.model_validate(c) for c in conditions]
 
 
 def truth(verdict: Any) -> dict[str, str]:
@@ -59,7 +71,7 @@ def test_failed_job_is_failed_and_stalled_with_reason_and_shards() -> None:
     assert verdict.phase == "Failed" and verdict.reason == "FailedIndexes"
     assert "failed shards: 1" in verdict.message and "ran out of memory" in verdict.message
     assert truth(verdict)["Stalled"] == "True" and truth(verdict)["Failed"] == "True"
-    status = status_for(verdict, {}, 3, NOW)
+    status = status_for(verdict, seen({}), 3, NOW)
     assert status["completionTime"] == NOW
 
 
@@ -89,10 +101,10 @@ def test_missing_job_after_all_units_done_counts_as_finished() -> None:
 
 def test_transition_time_kept_while_status_holds() -> None:
     first = conditions_for(judge(obs(job())), [], 3, NOW)
-    second = conditions_for(judge(obs(job(), done=20)), first, 3, LATER)
+    second = conditions_for(judge(obs(job(), done=20)), typed(first), 3, LATER)
     assert all(c["lastTransitionTime"] == NOW for c in second)
     done = judge(obs(job(conditions=[{"type": "Complete", "status": "True"}]), aggregated=True))
-    third = {c["type"]: c for c in conditions_for(done, second, 4, LATER)}
+    third = {c["type"]: c for c in conditions_for(done, typed(second), 4, LATER)}
     assert third["Ready"]["lastTransitionTime"] == LATER
     assert third["Failed"]["lastTransitionTime"] == NOW
     assert third["Ready"]["observedGeneration"] == 4
@@ -100,9 +112,31 @@ def test_transition_time_kept_while_status_holds() -> None:
 
 def test_events_on_transitions_only() -> None:
     running = judge(obs(job()))
-    status = status_for(running, {}, 3, NOW)
-    assert transition_event({}, running) is not None
+    status = seen(status_for(running, seen({}), 3, NOW))
+    assert transition_event(seen({}), running) is not None
     assert transition_event(status, judge(obs(job(), done=30))) is None
     stalled = invalid("InvalidSpec", "invalid spec: spec.players: must be unique")
     event = transition_event(status, stalled)
     assert event is not None and event.type == "Warning" and "spec.players" in event.message
+
+
+def test_a_status_is_read_through_its_model_missing_partial_or_stray() -> None:
+    # Before the first patch a run has no status; a recording's status has fields a run's has not.
+    assert seen(None) == AttributionRunStatus() and not is_finished(seen(None))
+    partial = seen({"phase": "Succeeded", "startTime": NOW, "progress": {"total": 40}, "notOurs": 1})
+    assert is_finished(partial) and partial.start_time == NOW
+    assert (partial.progress.total, partial.progress.done) == (40, 0)
+    assert "progress" in partial.model_fields_set and "results" not in partial.model_fields_set
+    # A field that does not validate reads as its default; the others are still read.
+    stray = seen({"phase": "Running", "startTime": NOW, "progress": {"total": -3}, "gpuSeconds": "lots"})
+    assert (stray.phase, stray.start_time, stray.progress.total, stray.gpu_seconds) == ("Running", NOW, 0, 0.0)
+    recording = read_status(TrajectoryRecordingStatus, {"phase": "Failed", "trajectoryUri": "s3://b/t/"})
+    assert is_finished(recording) and recording.trajectory_uri == "s3://b/t/"
+
+
+def test_status_for_keeps_a_completion_time_already_written() -> None:
+    failed = judge(obs(job(conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}])))
+    first = status_for(failed, seen({}), 3, NOW)
+    assert first["completionTime"] == NOW
+    again = status_for(failed, seen({**first, "startTime": NOW}), 3, LATER)
+    assert "completionTime" not in again and again["conditions"] == first["conditions"]

@@ -7,9 +7,10 @@ URI is `reportUri`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from cudanalyst.api.spec import Metric, Model
 
@@ -145,3 +146,27 @@ class AttributionRunStatus(Model):
     report_uri: str | None = Field(None, max_length=2048, description="Full report object in the store.")
     message: str = Field("", max_length=4096, description="Latest human-readable summary.")
     queue: QueueStatus | None = Field(None, description="Kueue's view of a queued run.")
+
+
+StatusModel = TypeVar("StatusModel", bound=BaseModel)
+
+
+def read_status(model: type[StatusModel], raw: Mapping[str, Any] | None) -> StatusModel:
+    """A kind's status as the API server holds it, validated into its model for reading.
+
+    Lenient where a reader must be: a missing or partial status reads as the model's defaults (a run
+    before its first patch has none), keys the model does not declare are ignored, and a top-level field
+    that does not validate reads as its default (as the dict readers' `or 0` did), so a stray value never
+    stops the operator. Which fields were present is the result's `model_fields_set`.
+    """
+    known = {field.alias or name for name, field in model.model_fields.items()}
+    data = {k: v for k, v in (raw or {}).items() if k in known}
+    while True:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            bad = {err["loc"][0] for err in exc.errors() if err["loc"]} & data.keys()
+            if not bad:
+                return model()
+            for key in bad:
+                del data[key]
