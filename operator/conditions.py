@@ -173,9 +173,20 @@ class Event:
     message: str
 
 
+def condition_of(status: SeenStatus, kind: str) -> Condition | None:
+    return next((cond for cond in status.conditions if cond.type == kind), None)
+
+
+def true_condition(status: SeenStatus, kind: str) -> Condition | None:
+    """The condition of that type when its status is True."""
+    cond = condition_of(status, kind)
+    return cond if cond is not None and cond.status == "True" else None
+
+
 def transition_event(previous: SeenStatus, verdict: Verdict) -> Event | None:
     """An event when the phase or its reason changes; none for a mere progress update."""
-    old_reason = next((cond.reason for cond in previous.conditions if cond.type == "Ready"), None)
+    ready = condition_of(previous, "Ready")
+    old_reason = ready.reason if ready is not None else None
     if previous.phase == verdict.phase and old_reason == verdict.reason:
         return None
     kind = "Warning" if verdict.phase in WARNING_PHASES or verdict.stalled else "Normal"

@@ -16,7 +16,7 @@ import kopf
 from cudanalyst.api.status import AttributionRunStatus, read_status
 from cudanalyst.operator import constants as c
 from cudanalyst.operator import kueue
-from cudanalyst.operator.conditions import is_finished
+from cudanalyst.operator.conditions import is_finished, true_condition
 from cudanalyst.operator.follow import (
     POD_QUIET,
     ChildChanges,
@@ -59,9 +59,9 @@ def _not_started(status: dict[str, Any], **_: Any) -> bool:
 
 
 def _retryable(status: dict[str, Any], **_: Any) -> bool:
-    reasons = {c.get("reason") for c in status.get("conditions") or [] if c.get("type") == "Stalled"
-               and c.get("status") == "True"}
-    return not status.get("startTime") and bool(reasons & set(RETRYABLE))
+    seen = read_status(AttributionRunStatus, status)
+    stalled = true_condition(seen, "Stalled")
+    return not seen.start_time and stalled is not None and stalled.reason in RETRYABLE
 
 
 def _delete_with_run(spec: dict[str, Any], **_: Any) -> bool:

@@ -27,7 +27,7 @@ from cudanalyst.api.recording import (
 from cudanalyst.api.spec import API_GROUP, API_VERSION
 from cudanalyst.api.status import read_status
 from cudanalyst.operator import constants as c
-from cudanalyst.operator.conditions import Verdict, invalid
+from cudanalyst.operator.conditions import Verdict, invalid, is_finished
 from cudanalyst.operator.config import OperatorConfig
 from cudanalyst.operator.jobs import job_pod_spec, passthrough_labels, pod_failure_policy
 from cudanalyst.operator.lifecycle import apply_verdict, rfc3339
@@ -134,6 +134,11 @@ def judge_recording(obs: RecordingObservation) -> Verdict:
     return Verdict("Running", "Recording", f"recording: {text}")
 
 
+def recording_status(body: dict[str, Any]) -> TrajectoryRecordingStatus:
+    """The recording's status, typed (partial or missing reads as defaults: api.status.read_status)."""
+    return read_status(TrajectoryRecordingStatus, body.get("status"))
+
+
 def progress_status(done: int, total: int) -> dict[str, Any]:
     return {"done": done, "total": total, "percent": round(100.0 * done / total, 1) if total else 0.0,
             "text": f"{done}/{total}"}
@@ -147,12 +152,11 @@ class RecordingOperations:
         self.s = services
 
     def _apply(self, body: dict[str, Any], patch: kopf.Patch, verdict: Verdict, extra: dict[str, Any]) -> None:
-        seen = read_status(TrajectoryRecordingStatus, body.get("status"))
-        apply_verdict(body, patch, verdict, extra, seen, rfc3339(self.s.clock()))
+        apply_verdict(body, patch, verdict, extra, recording_status(body), rfc3339(self.s.clock()))
 
     def start(self, body: dict[str, Any], patch: kopf.Patch) -> None:
-        status = body.get("status") or {}
-        if status.get("phase") in ("Succeeded", "Failed"):
+        seen = recording_status(body)
+        if is_finished(seen):
             return
         try:
             rec = parse_body(body)
@@ -172,13 +176,15 @@ class RecordingOperations:
         if self.s.kube.create_job(namespace, job):
             kopf.event(body, type="Normal", reason="JobCreated", message=f"created recorder Job {job_name(rec.name)}")
         total = rec.spec.iterations * len(rec.spec.tasks)
-        extra = {"startTime": status.get("startTime") or rfc3339(self.s.clock()), "jobName": job_name(rec.name),
-                 "progress": status.get("progress") or progress_status(0, total)}
+        progress = (seen.progress.model_dump(by_alias=True, mode="json") if seen.progress
+                    else progress_status(0, total))
+        extra = {"startTime": seen.start_time or rfc3339(self.s.clock()), "jobName": job_name(rec.name),
+                 "progress": progress}
         self._apply(body, patch, judge_recording(RecordingObservation(job_summary(job), 0, total)), extra)
 
     def observe(self, body: dict[str, Any], patch: kopf.Patch, job: dict[str, Any] | None) -> None:
-        status = body.get("status") or {}
-        if not status.get("startTime") or status.get("phase") in ("Succeeded", "Failed"):
+        seen = recording_status(body)
+        if not seen.start_time or is_finished(seen):
             return
         try:
             rec = parse_body(body)
@@ -200,7 +206,7 @@ class RecordingOperations:
             pass
         except StoreError as exc:
             log.warning("%s: progress unavailable: %s", rec.name, exc)
-            obs.done = int((status.get("progress") or {}).get("done") or 0)
+            obs.done = seen.progress.done if seen.progress else 0
         extra["progress"] = progress_status(obs.done, total)
         self._apply(body, patch, judge_recording(obs), extra)
 

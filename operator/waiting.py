@@ -11,8 +11,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from cudanalyst.api.recording import RECORDING_PLURAL
+from cudanalyst.api.recording import RECORDING_PLURAL, TrajectoryRecordingStatus
 from cudanalyst.api.spec import API_GROUP, API_VERSION
+from cudanalyst.api.status import read_status
+from cudanalyst.operator.conditions import true_condition
 
 WAITING = "WaitingForTrajectory"
 
@@ -30,16 +32,14 @@ def resolve(body: dict[str, Any] | None, name: str) -> Resolution:
     """From the recording as the API server holds it (None: absent), pure."""
     if body is None:
         return Resolution(waiting=f"waiting for TrajectoryRecording {name}, which does not exist (yet)")
-    status = body.get("status") or {}
-    conds = {cond.get("type"): cond for cond in status.get("conditions") or []}
-    ready = conds.get("Ready") or {}
-    if ready.get("status") == "True" and status.get("trajectoryUri"):
-        return Resolution(uri=str(status["trajectoryUri"]))
-    stalled = conds.get("Stalled") or {}
-    if stalled.get("status") == "True":
-        reason = str(stalled.get("reason") or "RecordingFailed")
-        return Resolution(stalled=(reason, f"TrajectoryRecording {name} failed ({reason}): {stalled.get('message', '')}"))
-    progress = (status.get("progress") or {}).get("text") or "not started"
+    seen = read_status(TrajectoryRecordingStatus, body.get("status"))
+    if true_condition(seen, "Ready") and seen.trajectory_uri:
+        return Resolution(uri=seen.trajectory_uri)
+    stalled = true_condition(seen, "Stalled")
+    if stalled is not None:
+        reason = stalled.reason or "RecordingFailed"
+        return Resolution(stalled=(reason, f"TrajectoryRecording {name} failed ({reason}): {stalled.message}"))
+    progress = (seen.progress.text if seen.progress else "") or "not started"
     return Resolution(waiting=f"waiting for TrajectoryRecording {name} to be Ready ({progress} iterations)")
 
 
