@@ -22,7 +22,7 @@ from cudanalyst.api.status import AttributionRunStatus, Condition
 
 __all__ = [
     "API_GROUP", "API_VERSION", "KIND", "METRICS", "PLURAL", "SHORT_NAMES",
-    "AttributionRun", "AttributionRunSpec", "AttributionRunStatus", "Condition", "ModelSpec", "Metadata",
+    "AttributionRun", "AttributionRunSpec", "AttributionRunStatus", "Condition", "KubeObject", "ModelSpec", "Metadata",
     "SpecError", "load_run", "parse_model", "parse_run", "read_document",
 ]
 
@@ -41,19 +41,30 @@ class Metadata(BaseModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-class AttributionRun(BaseModel):
-    """A whole AttributionRun object, as applied to the cluster or run locally."""
+class KubeObject(BaseModel):
+    """What every kind's whole object shares: apiVersion, kind, metadata, unknown fields refused; each kind
+    narrows `kind` and adds its spec and status."""
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
     api_version: Literal["cudanalyst.dev/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["AttributionRun"]
+    kind: str
     metadata: Metadata
-    spec: AttributionRunSpec
-    status: AttributionRunStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.name)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class AttributionRun(KubeObject):
+    """A whole AttributionRun object, as applied to the cluster or run locally."""
+
+    kind: Literal["AttributionRun"]
+    spec: AttributionRunSpec
+    status: AttributionRunStatus | None = None
 
 
 class SpecError(ValueError):

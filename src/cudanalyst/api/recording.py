@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from cudanalyst.api import Metadata, parse_model, read_document
+from cudanalyst.api import KubeObject, parse_model, read_document
 from cudanalyst.api.spec import (
     EvaluationSpec,
     Model,
@@ -85,23 +85,12 @@ class TrajectoryRecordingStatus(Model):
     message: str | None = None
 
 
-class TrajectoryRecording(BaseModel):
+class TrajectoryRecording(KubeObject):
     """A whole TrajectoryRecording object, as applied to the cluster or recorded locally."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="forbid")
-
-    api_version: Literal["cudanalyst.dev/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["TrajectoryRecording"]
-    metadata: Metadata
     spec: RecordingSpec
     status: TrajectoryRecordingStatus | None = None
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def trajectory_uri(recording: TrajectoryRecording) -> str:
