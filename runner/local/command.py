@@ -24,7 +24,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, load_or_die
+from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, ended_early, load_or_die
 from cudanalyst.runfolder import REPORT_HTML
 from cudanalyst.runner.local.executor import (
     LaneServers,
@@ -179,13 +179,8 @@ def main(args: argparse.Namespace) -> int:
                 procs = {g: p for lane in lanes for g, p in start_stage(
                     spec_path, lane.shards, len(shards), "kernels", folder, False, env=lane.env()).items()}
                 codes["kernels"] = wait_stage(procs, tick)
-    except KeyboardInterrupt:
-        console.print("[yellow]stopped[/]; finished units are kept: run the same command again to resume"
-                      f" (logs: {folder})")
-        return 130
-    except Exception as exc:  # a model server that never got healthy, a missing model, ...
-        console.print(f"[red]error:[/] {exc}\nlogs: {folder}")
-        return EXIT_FAILURE
+    except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a missing model
+        return ended_early(exc, console, folder, "finished units are kept")
     bad = {stage: [s for s, c in c_.items() if c != 0] for stage, c_ in codes.items()}
     bad = {k: v for k, v in bad.items() if v}
     if bad:

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cudanalyst import lifeline
 from cudanalyst.api import SpecError
 from cudanalyst.api.recording import TrajectoryRecording
-from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die
+from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, ended_early
 from cudanalyst.recording import (
     RecordInputError,
     TaskProgress,
@@ -200,13 +200,8 @@ def main(args: argparse.Namespace) -> int:
                     codes = run_tasks(rec, endpoint, served, gpu, folder, now.tick)
             else:
                 now.say("every task has all its iterations: importing")
-    except KeyboardInterrupt:
-        console.print("[yellow]stopped[/]; finished checkpoints are in the store: run the same command again "
-                      f"to resume (logs: {folder})")
-        return 130
-    except Exception as exc:  # a model server that never got healthy, an unreachable store, ...
-        console.print(f"[red]error:[/] {exc}\nlogs: {folder}")
-        return EXIT_FAILURE
+    except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a store away
+        return ended_early(exc, console, folder, "finished checkpoints are in the store")
     bad = {task: code for task, code in codes.items() if code != 0}
     if bad:
         for task, code in bad.items():
