@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from nvcc_mark import needs_nvcc
 
 from cudanalyst.runner.kernels.analyzer import analyze, parse_launches
 from cudanalyst.runner.kernels.occupancy import theoretical_occupancy
 from cudanalyst.runner.kernels.source_checks import run_checks
-from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
 from cudanalyst.tasks import get_task
 
 CLEAN = r"""
@@ -119,15 +119,6 @@ def test_launch_arrays_are_evaluated_with_sizes_and_source_macros() -> None:
     assert isinstance(parse_launches("__constant__ int LAUNCH_k[6] = {f(), 1, 1, 1, 1, 1};")["k"], str)
 
 
-def _nvcc_available() -> bool:
-    try:
-        find_toolchain()
-    except ToolchainNotFoundError:
-        return False
-    return True
-
-
-needs_nvcc = pytest.mark.skipif(not _nvcc_available(), reason="no nvcc (install nvidia-cuda-nvcc)")
 
 
 @needs_nvcc

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from nvcc_mark import needs_nvcc
 
 from cudanalyst.api.spec import EvaluationSpec
 from cudanalyst.runner.kernels import verify
@@ -17,20 +18,9 @@ from cudanalyst.runner.kernels.profiler import clean_ncu_output, timing_lines
 from cudanalyst.runner.kernels.sanitizer import clean_tool_output
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, label_for
 from cudanalyst.runner.kernels.timing import speedup, timing_stats
-from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
 from cudanalyst.runner.kernels.worker import WorkerHandle, scrubbed_environment
 from cudanalyst.tasks import Tolerance, get_task
 
-
-def _have_nvcc() -> bool:
-    try:
-        find_toolchain()
-        return True
-    except ToolchainNotFoundError:
-        return False
-
-
-needs_nvcc = pytest.mark.skipif(not _have_nvcc(), reason="needs nvcc (pip install nvidia-cuda-nvcc nvidia-cuda-runtime)")
 GEMM = get_task("gemm")
 
 

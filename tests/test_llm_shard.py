@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "vllm"))
 from llm_support import closed_port, program, records, write_spec, write_trajectory  # noqa: E402
+from nvcc_mark import needs_nvcc
 
 from cudanalyst.runner.shard import main  # noqa: E402
 
@@ -89,17 +90,7 @@ def test_kernel_stage_without_candidates_has_nothing_to_do(tmp_path: Path, traje
     assert not (tmp_path / "out" / RUN / "progress" / "shard-0.json").exists()
 
 
-def _nvcc_missing() -> str | None:
-    try:
-        from cudanalyst.runner.kernels.toolchain import find_toolchain
-
-        find_toolchain()
-    except Exception as exc:  # noqa: BLE001 - any reason is the skip reason
-        return str(exc)
-    return None
-
-
-@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the kernel stage: {_nvcc_missing()}")
+@needs_nvcc
 def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Path, trajectory: Path) -> None:
     from cudanalyst.api import load_run
     from cudanalyst.outcomes import CandidateRecord
@@ -138,7 +129,7 @@ def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Pat
     assert progress["done"] == 8 and progress["byStage"]["kernels"]["done"] == 8 and progress["state"] == "succeeded"
 
 
-@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the kernel stage: {_nvcc_missing()}")
+@needs_nvcc
 def test_one_kernel_stage_process_serves_several_shards_each_with_its_progress(tmp_path: Path,
                                                                                 trajectory: Path) -> None:
     from cudanalyst.api import load_run
@@ -211,7 +202,7 @@ class _KernelWriter:
         self.server.server_close()
 
 
-@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc to compile with: {_nvcc_missing()}")
+@needs_nvcc
 def test_the_llm_stage_writes_candidates_and_says_where_its_time_went(tmp_path: Path, trajectory: Path,
                                                                         monkeypatch, capsys) -> None:
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path / "nvcc-cache"))
@@ -243,7 +234,7 @@ def test_several_shards_are_checked(tmp_path: Path, trajectory: Path, capsys, sh
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
-@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the feedback tools: {_nvcc_missing()}")
+@needs_nvcc
 def test_missing_reports_are_recomputed_by_the_tools_once_and_recorded_ones_win(tmp_path: Path) -> None:
     from cudanalyst.api import load_run
     from cudanalyst.runner.shard import fill_feedback
@@ -273,7 +264,7 @@ def test_missing_reports_are_recomputed_by_the_tools_once_and_recorded_ones_win(
     assert fill_feedback(run, programs, {"p1"}, store)[0].feedback["analyzer"] == "from the store"
 
 
-@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc for the kernel stage: {_nvcc_missing()}")
+@needs_nvcc
 def test_a_kernel_stage_beside_the_llm_stage_takes_candidates_as_they_come(tmp_path: Path, trajectory: Path,
                                                                             monkeypatch, capsys) -> None:
     """--follow: outcomes appear while candidates still arrive; after the marker the rest is taken in once."""

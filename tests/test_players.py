@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import get_args
 
 import pytest
+from nvcc_mark import needs_nvcc
 
 from cudanalyst import players
 from cudanalyst.api import parse_run
@@ -15,19 +16,10 @@ from cudanalyst.outcomes import LABELS, METRIC_THRESHOLD, Label, reaches
 from cudanalyst.players import FeedbackTool
 from cudanalyst.report import compute
 from cudanalyst.report.demo import demo_spec
-from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
 from cudanalyst.store import open_store
 from cudanalyst.tasks import get_task
 from cudanalyst.trajectory import FrozenProgram
 from cudanalyst.trajectory.openevolve import player_for_artifact
-
-
-def _have_nvcc() -> bool:
-    try:
-        find_toolchain()
-        return True
-    except ToolchainNotFoundError:
-        return False
 
 
 def linter_report(facts) -> str:
@@ -60,7 +52,7 @@ def test_a_fourth_tool_is_a_default_player_of_the_demo(four_tools):
     assert run.spec.players == ["debugger", "analyzer", "profiler", "linter"]
 
 
-@pytest.mark.skipif(not _have_nvcc(), reason="needs nvcc (pip install nvidia-cuda-nvcc nvidia-cuda-runtime)")
+@needs_nvcc
 def test_a_fourth_tool_reports_on_a_frozen_program_and_reaches_the_prompt(four_tools, tmp_path, monkeypatch):
     monkeypatch.setenv("CUDANALYST_CACHE", str(tmp_path / "cache"))
     from cudanalyst.runner.shard import fill_feedback

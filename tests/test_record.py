@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from nvcc_mark import needs_nvcc
 
 from cudanalyst.api.recording import load_recording, parse_recording
 from cudanalyst.store import open_store
@@ -102,17 +103,7 @@ def test_a_folder_of_another_recording_is_refused(tmp_path: Path) -> None:
     prepare_store(parse_recording(spec(tmp_path, resources={"gpusPerShard": 0})))
 
 
-def _nvcc_missing() -> str | None:
-    from cudanalyst.runner.kernels.toolchain import find_toolchain
-
-    try:
-        find_toolchain()
-    except Exception as exc:  # noqa: BLE001 - any reason is the skip reason
-        return str(exc)
-    return None
-
-
-@pytest.mark.skipif(_nvcc_missing() is not None, reason=f"no nvcc to compile with: {_nvcc_missing()}")
+@needs_nvcc
 def test_the_evaluator_returns_metrics_and_the_three_reports(tmp_path: Path) -> None:
     from cudanalyst.runner.record.evaluator import evaluate
     from cudanalyst.tasks import get_task
