@@ -85,6 +85,20 @@ MAX_MODEL_LEN = 2048
 VLLM_CPU_ARGS = ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN)]
 
 
+def tiny_quickstart(path: Path, tiny_models: dict[str, Path], **spec: Any) -> Path:
+    """examples/quickstart.yaml on the tiny base model (a bare name, looked up in $CUDANALYST_CACHE/models/,
+    where the tiny models are built), small enough for vLLM's CPU build; `spec` replaces top-level spec
+    fields. Written to `path`, which is returned."""
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml").read_text())
+    data["spec"].update(
+        models={"planner": {"model": tiny_models["tiny-llama-base"].name, "serve": "local", "api": "completion",
+                            "maxModelLen": MAX_MODEL_LEN, "dtype": "float32", "gpuMemoryUtilization": 0.1}},
+        **spec,
+    )
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def feedback_of(pid: str) -> dict[str, str]:
     """Reports that name their program, so a prompt shows whose report it carries."""
     return {"debugger": f"debugger report of {pid}: 0 errors", "analyzer": f"analyzer report of {pid}: 24 registers"}

@@ -12,26 +12,18 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import yaml
-from llm_support import MAX_MODEL_LEN
-
-ROOT = Path(__file__).resolve().parents[2]
+from llm_support import tiny_quickstart
 
 
 def test_a_run_over_two_lanes_takes_every_unit_once_each_lane_on_its_gpu(tmp_path, tiny_models):
-    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
-    data["spec"].update(
+    spec = tiny_quickstart(
+        tmp_path / "run.yaml", tiny_models,
         trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 2, "tasks": ["gemm"]},
         players=["debugger", "analyzer"], planning="implicit", controls=[],
-        models={"planner": {"model": tiny_models["tiny-llama-base"].name, "serve": "local", "api": "completion",
-                            "maxModelLen": MAX_MODEL_LEN, "dtype": "float32", "gpuMemoryUtilization": 0.1}},
         sampling={"rollouts": 1, "samplesPerCoalition": 1, "maxTokens": 16, "temperature": 0.8, "seed": 0},
         resources={"shards": 1, "gpusPerShard": 0},
     )
-    spec = tmp_path / "run.yaml"
-    spec.write_text(yaml.safe_dump(data))
     work = tmp_path / "tmp"
     work.mkdir()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "COLUMNS": "2000", "TMPDIR": str(work)}

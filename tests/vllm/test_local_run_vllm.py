@@ -13,28 +13,19 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-from llm_support import MAX_MODEL_LEN
-
-ROOT = Path(__file__).resolve().parents[2]
+from llm_support import tiny_quickstart
 
 
 def write_spec(tmp_path: Path, tiny_models: dict[str, Path]) -> Path:
-    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
-    data["spec"].update(
+    return tiny_quickstart(
+        tmp_path / "run.yaml", tiny_models,
         trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1, "tasks": ["gemm"]},
         players=["debugger", "analyzer"],
         planning="explicit",
         controls=["noFeedback"],
-        # a bare name: looked up in $CUDANALYST_CACHE/models/, where the tiny models are built
-        models={"planner": {"model": tiny_models["tiny-llama-base"].name, "serve": "local", "api": "completion",
-                            "maxModelLen": MAX_MODEL_LEN, "dtype": "float32", "gpuMemoryUtilization": 0.1}},
         sampling={"rollouts": 1, "samplesPerCoalition": 2, "maxTokens": 32, "temperature": 0.8, "seed": 0},
         resources={"shards": 2, "gpusPerShard": 0},
     )
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def cudanalyst(*args: str, timeout: float = 900, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
