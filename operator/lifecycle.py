@@ -78,8 +78,9 @@ class Services:
         return self._kube
 
 
-def parse_body(body: dict[str, Any]) -> AttributionRun:
-    """The run as the API server holds it, validated by the same models that generated the CRD."""
+def object_document(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """What our models validate of an object as the API server holds it (its status and the server's own
+    metadata left out), and its namespace/name, for error messages. Runs and recordings alike."""
     meta = body.get("metadata") or {}
     doc = {
         "apiVersion": body.get("apiVersion"),
@@ -87,7 +88,13 @@ def parse_body(body: dict[str, Any]) -> AttributionRun:
         "metadata": {k: meta.get(k) for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
         "spec": body.get("spec"),
     }
-    return parse_run(doc, source=f"{meta.get('namespace')}/{meta.get('name')}")
+    return doc, f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def parse_body(body: dict[str, Any]) -> AttributionRun:
+    """The run as the API server holds it, validated by the same models that generated the CRD."""
+    doc, source = object_document(body)
+    return parse_run(doc, source=source)
 
 
 def spec_problem_text(exc: SpecError) -> str:

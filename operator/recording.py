@@ -30,7 +30,7 @@ from cudanalyst.operator import constants as c
 from cudanalyst.operator.conditions import Verdict, invalid, is_finished
 from cudanalyst.operator.config import OperatorConfig
 from cudanalyst.operator.jobs import job_pod_spec, passthrough_labels, pod_failure_policy
-from cudanalyst.operator.lifecycle import apply_verdict, rfc3339
+from cudanalyst.operator.lifecycle import apply_verdict, object_document, rfc3339, spec_problem_text
 from cudanalyst.operator.pods import job_condition, job_summary
 from cudanalyst.operator.waiting import get_recording
 from cudanalyst.recording import DONE, read_progress, recording_store
@@ -51,11 +51,8 @@ def configmap_name(recording: str) -> str:
 
 
 def parse_body(body: dict[str, Any]) -> TrajectoryRecording:
-    meta = body.get("metadata") or {}
-    doc = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
-           "metadata": {k: meta.get(k) for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
-           "spec": body.get("spec")}
-    return parse_recording(doc, source=f"{meta.get('namespace')}/{meta.get('name')}")
+    doc, source = object_document(body)
+    return parse_recording(doc, source=source)
 
 
 # ---- the children (pure) -------------------------------------------------------------------------------
@@ -161,7 +158,7 @@ class RecordingOperations:
         try:
             rec = parse_body(body)
         except SpecError as exc:
-            text = "; ".join(f"{path or '<root>'}: {msg}" for path, msg in exc.problems)
+            text = spec_problem_text(exc)
             self._apply(body, patch, invalid("InvalidSpec", f"invalid spec: {text}"), {})
             raise kopf.PermanentError(f"invalid spec: {text}") from None
         try:
