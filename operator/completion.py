@@ -21,12 +21,12 @@ MAX_PLAYER_VALUES = 512  # the CRD's bound on status.results.banzhaf
 MAX_INTERACTIONS = 32
 
 
-def _interval(est: Estimate) -> tuple[float, float, float] | None:
+def _interval(est: Estimate) -> tuple[float, float | None, float | None] | None:
+    """(value, low, high); low and high stay None where the design gives no interval: a zero-width interval
+    in the status would claim a certainty the run does not have."""
     if est.value is None:
         return None
-    low = est.low if est.low is not None else est.value
-    high = est.high if est.high is not None else est.value
-    return est.value, low, high
+    return est.value, est.low, est.high
 
 
 def status_results(report: AttributionResult, metrics: list[str], full: dict[str, Any] | None = None) -> Results:

@@ -262,3 +262,28 @@ def test_status_results_a_version_cannot_read_are_named_not_guessed() -> None:
     text = console.export_text()
     assert "status.results not readable by this version" in text and "banzhaf.0.metric" in text
     assert "Banzhaf values from status" not in text and "no results yet" not in text
+
+
+def test_a_value_without_an_interval_stays_without_one_in_the_status(tmp_path: Path) -> None:
+    """A game that gives no interval (one task pooled, one program) must not reach the status as a zero-width
+    interval [v, v]: that would claim a certainty the run does not have."""
+    from cudanalyst.attribution.result import AttributionResult
+    from cudanalyst.operator.completion import status_results
+
+    store = open_store(str(tmp_path)).child("demo/")
+    write_demo_run(store, demo_spec(name="demo", output_uri=str(tmp_path)))
+    attribution = build_report(store)["attribution"]
+    game = next(g for g in attribution["games"] if g["pooled"] and g["metric"] == "compiled")
+    game["banzhaf"]["debugger"].update(low=None, high=None)  # as the maths leaves it with too few units
+    for est in game["interactions"].values():
+        est.update(low=None, high=None)
+    results = status_results(AttributionResult.model_validate(attribution), ["compiled"])
+    by = {v.player: v for v in results.banzhaf if v.generation == "pooled" and v.metric == "compiled"}
+    assert (by["debugger"].low, by["debugger"].high) == (None, None)
+    assert by["analyzer"].low is not None and by["analyzer"].low <= by["analyzer"].value <= by["analyzer"].high
+    assert all((i.low, i.high) == (None, None) for i in results.top_interactions if i.metric == "compiled")
+    console = Console(record=True, width=160)
+    console.print(render(from_status(results, ["debugger", "analyzer"], ["compiled"])))
+    text = console.export_text()
+    value = f"{by['debugger'].value:+.3f}"
+    assert f"{value} (no interval)" in text and f"[{value}, {value}]" not in text

@@ -60,8 +60,9 @@ class PlayerValue(Model):
     metric: Metric
     generation: str = Field(description="A generation number, or 'pooled'.")
     value: float
-    low: float
-    high: float
+    low: float | None = Field(None, description="The interval's lower end; absent when the design gives no "
+                                                "interval (too few units of replication, e.g. one task pooled).")
+    high: float | None = Field(None, description="The interval's upper end; absent when low is.")
 
 
 class InteractionValue(Model):
@@ -71,8 +72,8 @@ class InteractionValue(Model):
     metric: Metric
     generation: str
     value: float
-    low: float
-    high: float
+    low: float | None = Field(None, description="The interval's lower end; absent when there is no interval.")
+    high: float | None = Field(None, description="The interval's upper end; absent when low is.")
 
 
 class MetricExclusion(Model):
