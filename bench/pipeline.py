@@ -54,6 +54,7 @@ from cudanalyst.runfolder import (
     outcome_key,
     planner_text_key,
 )
+from cudanalyst.runner.local.command import shard_summaries
 from cudanalyst.runner.local.executor import KernelStages, LaneServers, lanes_for, llm_stage_in_lanes, prepare
 from cudanalyst.runner.local.gpus import Lane, visible_gpus
 from cudanalyst.runs import plan_run, run_store
@@ -175,12 +176,7 @@ def completion_tokens(store: ObjectStore) -> int:
 # ------------------------------------------------------------------------------------- the sides
 def runner_lines(folder: str, stage: str) -> list[str]:
     """The runner's one-line summaries of a stage (where its time went), from the shards' logs."""
-    marker = {"llm": "LLM stage:", "kernels": "kernel stage:"}[stage]
-    lines = []
-    for log in sorted(Path(folder).glob(f"shard-*-{stage}.log")):
-        lines += [f"{log.stem}: {x.split(marker, 1)[1].strip()}" for x in log.read_text(errors="replace").splitlines()
-                  if marker in x]
-    return lines
+    return [f"{name}: {text}" for name, text in shard_summaries(Path(folder), stage)]
 
 
 def run_pipeline(run: AttributionRun, lanes: list[Lane], served: dict[int, AttributionRun], folder: str,

@@ -199,14 +199,24 @@ def main(args: argparse.Namespace) -> int:
     return _report(store, console)
 
 
+SUMMARY_MARKERS = {"llm": "cudanalyst-runner: LLM stage:", "kernels": "cudanalyst-runner: kernel stage:"}
+
+
+def shard_summaries(folder: Path, stage: str) -> list[tuple[str, str]]:
+    """(log name, summary) for each shard's one-line summary of `stage` (runner/shard.py prints it: where the
+    stage's time went), from the logs in `folder`."""
+    marker = SUMMARY_MARKERS[stage]
+    return [(log.stem, line.removeprefix(marker).strip())
+            for log in sorted(folder.glob(f"shard-*-{stage}.log"))
+            for line in log.read_text(errors="replace").splitlines() if line.startswith(marker)]
+
+
 def stage_summaries(folder: Path) -> list[str]:
-    """Each shard's one-line summary of its stage (where the time went), from the logs about to be removed."""
-    lines = []
-    for log in sorted(folder.glob("shard-*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith(("cudanalyst-runner: kernel stage:", "cudanalyst-runner: LLM stage:")):
-                lines.append(f"{log.stem}: {line.removeprefix('cudanalyst-runner: ')}")
-    return lines
+    """Each shard's one-line summary of its stage, from the logs about to be removed, in the logs' order."""
+    labels = {stage: marker.removeprefix("cudanalyst-runner: ") for stage, marker in SUMMARY_MARKERS.items()}
+    found = [(name, f"{name}: {labels[stage]} {text}") for stage in SUMMARY_MARKERS
+             for name, text in shard_summaries(folder, stage)]
+    return [line for _, line in sorted(found)]
 
 
 def _report(store, console: Console) -> int:  # type: ignore[no-untyped-def]
