@@ -15,43 +15,17 @@
 # against it (--against), so two calls of 1 and 2 GPUs still give their ratio.
 set -uo pipefail
 spec="${1:-examples/h200-pipeline.yaml}"
-stash=/tmp/cudanalyst-stash
 # shellcheck source=scripts/device/setup.sh
 source scripts/device/setup.sh || exit 1
 
-step "vLLM from the wheelhouse"
-if ! PYTHONPATH="$PYTHONPATH:/tmp/vllm-site" $py -c "import vllm" 2>/dev/null; then
-  t0=$SECONDS
-  mkdir -p /tmp/vllm-wheels /tmp/vllm-site
-  cat "$stash"/wheelhouse/part* | tar xf - -C /tmp/vllm-wheels || { echo "wheelhouse parts missing or torn"; exit 1; }
-  $py -m pip install -q --no-index --no-deps --no-compile --target /tmp/vllm-site /tmp/vllm-wheels/*.whl \
-    || { echo "vLLM install failed"; exit 1; }
-  echo "vLLM installed in $((SECONDS - t0)) s"
-fi
-# Our own wheels first (pydantic etc. as carried), then vLLM's, then the image's.
-export PYTHONPATH="$pkgs:$site:/tmp/vllm-site"
-# vLLM's compile cache in /tmp too: a later call on the same machine starts its servers sooner.
-export VLLM_USE_FLASHINFER_SAMPLER=0 CUDANALYST_CACHE=/tmp/cudanalyst-cache VLLM_CACHE_ROOT=/tmp/vllm-cache
-$py -c "import vllm, pydantic; print('vllm', vllm.__version__, 'pydantic', pydantic.__version__)" || exit 1
-
+# shellcheck source=scripts/device/models.sh
+source scripts/device/models.sh
+vllm_from_wheelhouse || exit 1
 # Every local model the spec names, from its stashed GGUF parts to a Hugging Face folder.
-models=$($py -c "
-import sys, yaml; from cudanalyst.api import load_run; from cudanalyst.api.recording import load_recording
-if yaml.safe_load(open(sys.argv[1]))['kind'] == 'TrajectoryRecording':  # issue 14: one model, the agent's
-    m = load_recording(sys.argv[1]).spec.model; print(m.model if m.serve == 'local' else ''); sys.exit(0)
-s = load_run(sys.argv[1]).spec
-print(' '.join(sorted({m.model for m in (s.models.planner, s.models.resolved_coder, s.models.resolved_summarizer) if m.serve == 'local'})))" "$spec") || exit 1
+models=$(spec_models "$spec") || exit 1
 command=run; [ "$(sed -n 's/^kind: *//p' "$spec")" = TrajectoryRecording ] && command=record
-for name in $models; do
-  step "model $name: GGUF parts -> Hugging Face folder"
-  parts="$stash/models/$name"
-  if [ ! -s "/tmp/$name.gguf" ]; then
-    ls "$parts"/*.part* >/dev/null 2>&1 || { echo "no stashed parts in $parts (scripts/device/stash.sh .models/$name/pNN)"; exit 1; }
-    cat "$parts"/*.part* > "/tmp/$name.gguf.tmp" && mv "/tmp/$name.gguf.tmp" "/tmp/$name.gguf" || exit 1
-  fi
-  $py scripts/prepare_model.py "$name" --gguf "/tmp/$name.gguf" 2>&1 | grep -v "it/s]" | tail -6
-  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
-done
+# shellcheck disable=SC2086
+prepare_models $models || exit 1
 
 if [ "${2:-}" = "--prepare" ]; then
   step "the kernel stage's GPU tests"

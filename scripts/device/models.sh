@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Sourced ON the GPU machine after scripts/device/setup.sh (uses py, step): vLLM from the stashed wheelhouse and
+# the spec's local models from their stashed GGUF parts, shared by pipeline.sh and study.sh. Defines:
+#   vllm_from_wheelhouse      install vLLM (once per machine) and export PYTHONPATH and vLLM's cache settings
+#   spec_models SPEC          the local models an AttributionRun (or TrajectoryRecording) serves, space-separated
+#   prepare_models NAME...    each model's GGUF parts -> a Hugging Face folder (scripts/prepare_model.py, cached)
+stash=/tmp/cudanalyst-stash
+
+vllm_from_wheelhouse() {
+  step "vLLM from the wheelhouse"
+  if ! PYTHONPATH="$PYTHONPATH:/tmp/vllm-site" $py -c "import vllm" 2>/dev/null; then
+    local t0=$SECONDS
+    mkdir -p /tmp/vllm-wheels /tmp/vllm-site
+    cat "$stash"/wheelhouse/part* | tar xf - -C /tmp/vllm-wheels || { echo "wheelhouse parts missing or torn"; return 1; }
+    $py -m pip install -q --no-index --no-deps --no-compile --target /tmp/vllm-site /tmp/vllm-wheels/*.whl \
+      || { echo "vLLM install failed"; return 1; }
+    echo "vLLM installed in $((SECONDS - t0)) s"
+  fi
+  # Our own wheels first (pydantic etc. as carried), then vLLM's, then the image's.
+  export PYTHONPATH="$pkgs:$site:/tmp/vllm-site"
+  # vLLM's compile cache in /tmp too: a later call on the same machine starts its servers sooner.
+  export VLLM_USE_FLASHINFER_SAMPLER=0 CUDANALYST_CACHE=/tmp/cudanalyst-cache VLLM_CACHE_ROOT=/tmp/vllm-cache
+  $py -c "import vllm, pydantic; print('vllm', vllm.__version__, 'pydantic', pydantic.__version__)"
+}
+
+spec_models() {
+  $py -c "
+import sys, yaml; from cudanalyst.api import load_run; from cudanalyst.api.recording import load_recording
+if yaml.safe_load(open(sys.argv[1]))['kind'] == 'TrajectoryRecording':  # issue 14: one model, the agent's
+    m = load_recording(sys.argv[1]).spec.model; print(m.model if m.serve == 'local' else ''); sys.exit(0)
+s = load_run(sys.argv[1]).spec
+print(' '.join(sorted({m.model for m in (s.models.planner, s.models.resolved_coder, s.models.resolved_summarizer) if m.serve == 'local'})))" "$1"
+}
+
+prepare_models() {
+  local name parts
+  for name in "$@"; do
+    step "model $name: GGUF parts -> Hugging Face folder"
+    parts="$stash/models/$name"
+    if [ ! -s "/tmp/$name.gguf" ]; then
+      ls "$parts"/*.part* >/dev/null 2>&1 || { echo "no stashed parts in $parts (scripts/device/stash.sh .models/$name/pNN)"; return 1; }
+      cat "$parts"/*.part* > "/tmp/$name.gguf.tmp" && mv "/tmp/$name.gguf.tmp" "/tmp/$name.gguf" || return 1
+    fi
+    $py scripts/prepare_model.py "$name" --gguf "/tmp/$name.gguf" 2>&1 | grep -v "it/s]" | tail -6
+    [ "${PIPESTATUS[0]}" = 0 ] || return 1
+  done
+}
