@@ -232,6 +232,7 @@ class _Units:
     programs: int
     exclusions: list[Exclusion]
     unit_trials: FloatArray  # (J, C): each unit's program-rollout outcomes per coalition
+    names: tuple[str, ...] = ()  # (J,): each unit's name (ProgramOutcomes.unit_names): runs pair by it (study.py)
 
 
 def _units(po: ProgramOutcomes, players: Sequence[str]) -> _Units:
@@ -267,7 +268,8 @@ def _units(po: ProgramOutcomes, players: Sequence[str]) -> _Units:
     unit_trials = np.zeros_like(rates)
     np.add.at(unit_trials, unit.reshape(-1), present.sum(axis=2))
     return _Units(rates, weights, present.sum(axis=(0, 2)).astype(np.float64),
-                  hits.sum(axis=(0, 2)).astype(np.float64), int(include.sum()), exclusions, unit_trials)
+                  hits.sum(axis=(0, 2)).astype(np.float64), int(include.sum()), exclusions, unit_trials,
+                  tuple(po.unit_names[int(i)] for i in unit_ids))
 
 
 def _nominal_dof(u: _Units) -> float:
