@@ -12,7 +12,7 @@ import sys
 from cudanalyst import __version__
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["validate", "crd", "plan", "run", "record", "status", "report", "attribute", "importer", "tasks"]
+COMMANDS = ["validate", "crd", "plan", "run", "record", "status", "report", "attribute", "study", "importer", "tasks"]
 
 
 def build_parser() -> argparse.ArgumentParser:

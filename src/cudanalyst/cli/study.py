@@ -1,0 +1,94 @@
+"""`cudanalyst study STUDY_DIR --runs DIR --out DIR`: the paper's four findings checked across the study's runs.
+
+STUDY_DIR holds the AttributionRun specs (examples/study/); a spec's file stem is its role (main, raw-0.5b, ...)
+and its run folder is `<runs>/<metadata.name>/` unless `--run ROLE=URI` names another (a path, file:// or s3://).
+Writes OUT/README.md (the four findings' tables, the arms with and without copies, the runs with links to their
+reports, the exact specs) and OUT/study.json (the numbers). A run that is not there makes its rows "not run",
+saying why. Exit 2 on bad input: a missing study or runs folder, specs whose paired fields differ, a run folder
+made by another spec; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID
+from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("study", help="check the paper's findings across the study's run folders", description=__doc__)
+    p.add_argument("study", help="folder of the study's AttributionRun specs (examples/study/)")
+    p.add_argument("--runs", required=True, metavar="DIR", help="folder (or store URI) holding the run folders")
+    p.add_argument("--run", action="append", default=[], metavar="ROLE=URI",
+                   help="this role's run folder instead of RUNS/<name>/ (repeatable)")
+    p.add_argument("--out", required=True, metavar="DIR", help="where README.md and study.json go")
+    p.add_argument("--date", default=dt.date.today().isoformat(), help="the date in the README's title")
+    p.add_argument("--s3-endpoint", default="", help="S3 endpoint URL for MinIO/Ceph")
+    p.set_defaults(handler=run)
+
+
+def _is_local(uri: str) -> bool:
+    return not uri.startswith("s3://")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cudanalyst.report.compute import attribution
+    from cudanalyst.study import StudyError, load_specs, readme, study, to_json
+
+    def bad(message: str) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_INVALID
+
+    settings = S3Settings(endpoint=args.s3_endpoint) if args.s3_endpoint else None
+    try:
+        specs = load_specs(args.study)
+    except StudyError as exc:
+        return bad(str(exc))
+    runs_root = args.runs.removeprefix("file://")
+    if _is_local(args.runs) and not Path(runs_root).is_dir():
+        return bad(f"--runs {args.runs}: no such folder")
+    given: dict[str, str] = {}
+    for item in args.run:
+        role, sep, uri = item.partition("=")
+        if not sep or not uri:
+            return bad(f"--run {item!r}: expected ROLE=URI")
+        if role not in specs:
+            return bad(f"--run {item!r}: no role {role!r} in {args.study} (roles: {', '.join(specs)})")
+        given[role] = uri
+    stores: dict[str, ObjectStore | None] = {}
+    try:
+        for role, (_, spec) in specs.items():
+            uri = given.get(role) or f"{args.runs.rstrip('/')}/{spec.metadata.name}/"
+            if _is_local(uri) and not Path(uri.removeprefix("file://")).is_dir():
+                if role in given:
+                    return bad(f"--run {role}={uri}: no such folder")
+                stores[role] = None  # not run yet: its rows say so
+                continue
+            stores[role] = open_store(uri, settings)
+        result = study(specs, stores, attribution)
+    except StudyError as exc:
+        return bad(str(exc))
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    out = Path(args.out)
+
+    def link(uri: str) -> str:  # relative where both are on this machine, so the README travels with the runs
+        path = uri.removeprefix("file://")
+        return os.path.relpath(path, out.resolve()) if _is_local(uri) and os.path.isabs(path) else uri
+
+    text = readme(result, specs, args.date, link)
+    data = to_json(result)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "study.json").write_text(data)
+    (out / "README.md").write_text(text)
+    counts: dict[str, int] = {}
+    for r in result["rows"] + result["finding2"].get("rows", []):
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    print(f"{out / 'README.md'}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    return 0
