@@ -1,0 +1,202 @@
+"""`cudanalyst study`: the paper's findings across run folders (src/cudanalyst/study.py).
+
+The main run is real data: the 2,640 outcomes of examples/h200-outcomes.yaml on the H200
+(docs/results/h200-outcomes-2026-11-30/), whose spec is examples/study/main.yaml under another name. The other
+runs of the study have not run yet: where a test needs them it builds SYNTHETIC run folders (a test double,
+labelled so in each test) from the main run's records with labels rewritten.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cudanalyst.api import load_run
+from cudanalyst.cli import main as cli
+from cudanalyst.report.compute import attribution
+from cudanalyst.store import open_store
+from cudanalyst.study import MARGIN, load_specs, study, verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "examples" / "study"
+PILOT = ROOT / "docs" / "results" / "h200-outcomes-2026-11-30"
+PLAYERS = ["debugger", "analyzer", "profiler"]
+RANK = {"fail": 0, "compile": 1, "pass": 2, "fast": 3}
+
+
+def pilot_records() -> list[dict]:
+    with gzip.open(PILOT / "outcomes.jsonl.gz", "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def write_run(folder: Path, spec_file: Path, records: list[dict], name: str | None = None) -> Path:
+    """A run folder as the runner leaves it: spec.json (the whole AttributionRun) and outcomes/<key>.json."""
+    run = load_run(str(spec_file))
+    data = run.to_dict()
+    if name:
+        data["metadata"]["name"] = name
+    target = folder / data["metadata"]["name"]
+    (target / "outcomes").mkdir(parents=True)
+    (target / "spec.json").write_text(json.dumps(data))
+    for r in records:
+        (target / "outcomes" / f"{r['key']}.json").write_text(json.dumps(r))
+    return target
+
+
+@pytest.fixture(scope="module")
+def pilot_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # The H200 run's own spec (examples/h200-outcomes.yaml: main.yaml named h200-outcomes) and records.
+    return write_run(tmp_path_factory.mktemp("runs"), ROOT / "examples" / "h200-outcomes.yaml", pilot_records())
+
+
+@pytest.fixture(scope="module")
+def main_only(pilot_folder: Path) -> dict:
+    specs = load_specs(STUDY)
+    return study(specs, {"main": open_store(str(pilot_folder))}, attribution)
+
+
+def best_of_k(records: list[dict], arm: str, coalition: list[str], metric: str) -> dict[str, int]:
+    need = {"compiled": 1, "pass": 2, "fast": 3}[metric]
+    out: dict[str, int] = {}
+    for r in records:
+        if r["arm"] == arm and r["coalition"] == coalition:
+            out[r["programId"]] = max(out.get(r["programId"], 0), int(RANK[r["label"]] >= need))
+    return out
+
+
+def row(result: dict, claim: str, metric: str, copies: str = "count") -> dict:
+    return next(r for r in result["rows"] if r.get("claim") == claim and r["metric"] == metric
+                and r["copies"] == copies)
+
+
+def test_a_comparison_is_the_mean_paired_difference_of_best_of_k_rates(main_only: dict) -> None:
+    records = pilot_records()
+    for metric in ("compiled", "pass", "fast"):
+        full = best_of_k(records, "coalition", PLAYERS, metric)
+        dummy = best_of_k(records, "dummyPlan", [], metric)
+        expected = sum(full[p] - dummy[p] for p in full) / len(full)
+        r = row(main_only, "real-feedback-vs-dummy-plan", metric)
+        assert r["value"] == pytest.approx(expected)
+        assert r["programs"] == len(full) == 48 and r["unpaired"] == 0
+        assert r["low"] <= r["value"] <= r["high"]
+        assert r["verdict"] == verdict(+1, r["low"], r["high"])
+
+
+def test_finding_1_shows_every_arm_with_copies_counted_and_left_out(main_only: dict) -> None:
+    report = json.loads((PILOT / "report.json").read_text())
+    arms = {a["arm"]: a for a in main_only["arms"] if "arm" in a}
+    for arm, counts in report["copies"]["byArm"].items():
+        if arm == "coalition":
+            continue
+        a = arms[f"main: {arm}"]
+        assert (a["copies"], a["units"]) == (counts["unchanged"], counts["units"])
+        # Leaving copies out can only lower a rate whose copies pass (dummyPlan: 112 copies of 240 units).
+        assert a["pass/exclude"]["programs"] <= a["pass/count"]["programs"]
+    dummy = arms["main: dummyPlan"]
+    assert dummy["pass/exclude"]["value"] < dummy["pass/count"]["value"]
+    rows = [r for r in main_only["rows"] if r.get("claim") == "real-feedback-vs-dummy-plan"]
+    assert {r["copies"] for r in rows} == {"count", "exclude"}
+
+
+def test_finding_2_is_the_reports_own_attribution(main_only: dict) -> None:
+    report = json.loads((PILOT / "report.json").read_text())
+    table = main_only["finding2"]["table"]
+    checked = 0
+    for game in report["attribution"]["games"]:
+        for kind, part in (("banzhaf", game["banzhaf"]), ("interaction", game["interactions"])):
+            for index, est in part.items():
+                mine = next(t for t in table if t["metric"] == game["metric"] and t["generation"] ==
+                            game["generation"] and t["kind"] == kind and t["index"] == index)
+                assert mine["value"] == pytest.approx(est["value"])
+                assert mine["units"] == game["units"]
+                checked += 1
+    assert checked == 72  # 3 metrics x (3 generations + pooled) x (3 values + 3 interactions)
+    rows = main_only["finding2"]["rows"]
+    assert {r["measured"] for r in rows} >= {"Banzhaf value of the analyzer", "Banzhaf value of the profiler"}
+
+
+def test_runs_not_there_make_their_rows_not_run_and_the_name_is_noted(main_only: dict) -> None:
+    r = row(main_only, "planning-without-feedback-vs-implicit", "pass")
+    assert r["verdict"] == "not run" and "implicit-1.5b" in r["reason"] and "not there" in r["reason"]
+    assert all(r["verdict"] == "not run" for r in main_only["rows"] if r["finding"] in (3, 4))
+    notes = main_only["runs"]["main"]["notes"]
+    assert notes and "h200-outcomes" in notes[0] and "another draw" in notes[0]
+
+
+def synthetic_0_5b(runs: Path) -> None:
+    """SYNTHETIC (test double): raw-0.5b and summary-0.5b built from the main run's game records, renamed; the
+    summary run's candidates pass wherever some feedback was shown, so its effect is large and known."""
+    records = [r for r in pilot_records() if r["arm"] == "coalition"]
+    for role, boost in (("raw-0.5b", False), ("summary-0.5b", True)):
+        name = load_run(str(STUDY / f"{role}.yaml")).metadata.name
+        mine = []
+        for r in records:
+            r = dict(r, run=name)
+            if boost and r["coalition"]:
+                r.update(label="pass", reason="", unchanged=False)
+            mine.append(r)
+        write_run(runs, STUDY / f"{role}.yaml", mine)
+
+
+def test_cli_writes_the_tables_with_synthetic_side_runs(tmp_path: Path, pilot_folder: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    synthetic_0_5b(runs)
+    (runs / "study-raw-0-5b" / "report").mkdir()
+    (runs / "study-raw-0-5b" / "report" / "report.html").write_text("<html></html>")
+    out = tmp_path / "docs" / "study"
+    code = cli(["study", str(STUDY), "--runs", str(runs), "--run", f"main={pilot_folder}", "--out", str(out),
+                "--date", "2026-12-01"])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads((out / "study.json").read_text())
+    helps = row(data, "summary-helps-weak-model", "pass")
+    assert helps["verdict"] == "agrees" and helps["low"] > 0 and helps["programs"] == 48
+    assert row(data, "transfer-within-family", "pass")["verdict"] == "not run"
+    # The diff-in-diff needs summary-1.5b, which is not there.
+    assert "summary-1.5b" in row(data, "summary-helps-weak-more", "pass")["reason"]
+    text = (out / "README.md").read_text()
+    assert "## Finding 4: Cross-model plan transferability" in text
+    assert "[report](../../runs/study-raw-0-5b/report/report.html)" in text
+    assert (STUDY / "transfer-gemma.yaml").read_text().strip() in text  # the exact specs, copied
+
+
+def test_bad_input_exits_2_naming_the_file_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert cli(["study", str(STUDY), "--runs", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert "nowhere: no such folder" in capsys.readouterr().err
+
+    specs = tmp_path / "specs"
+    shutil.copytree(STUDY, specs)
+    bad = specs / "raw-0.5b.yaml"
+    bad.write_text(bad.read_text().replace("seed: 0", "seed: 1"))
+    (tmp_path / "runs").mkdir()
+    assert cli(["study", str(specs), "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "raw-0.5b.yaml: spec.sampling.seed differs from" in err and "main.yaml" in err
+
+    assert cli(["study", str(STUDY), "--runs", str(tmp_path / "runs"), "--run", "nosuch=/tmp", "--out",
+                str(out)]) == 2
+    assert "no role 'nosuch'" in capsys.readouterr().err
+
+    # A run folder made by another spec (SYNTHETIC: implicit planning in raw-0.5b's folder).
+    implicit = tmp_path / "implicit.yaml"
+    implicit.write_text((STUDY / "raw-0.5b.yaml").read_text().replace("planning: explicit", "planning: implicit"))
+    write_run(tmp_path / "runs", implicit, pilot_records()[:10])
+    assert cli(["study", str(STUDY), "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "study-raw-0-5b/spec.json: spec.planning differs from" in err and "raw-0.5b.yaml" in err
+    assert not out.exists()  # nothing half-written
+
+
+@pytest.mark.parametrize(("direction", "low", "high", "expected"), [
+    (+1, 0.01, 0.2, "agrees"), (+1, -0.2, -0.01, "disagrees"), (+1, -0.1, 0.1, "inconclusive"),
+    (-1, -0.2, -0.01, "agrees"), (-1, 0.01, 0.2, "disagrees"),
+    (0, -MARGIN / 2, MARGIN / 2, "agrees"), (0, -0.2, 0.1, "inconclusive"), (0, 0.01, 0.04, "disagrees"),
+    (+1, None, None, "inconclusive (no interval)"),
+])
+def test_verdict_rule(direction: int, low: float | None, high: float | None, expected: str) -> None:
+    assert verdict(direction, low, high) == expected
