@@ -226,10 +226,14 @@ def load_specs(folder: str | Path) -> dict[str, tuple[str, AttributionRun]]:
     ref_file, ref = specs[ref_role]
     for f, run in specs.values():
         for name in PAIRED_FIELDS:
-            diff = _first_difference(_dump(run)[name], _dump(ref)[name], f"spec.{name}")
+            ours, theirs = _dump(run)[name], _dump(ref)[name]
+            if name == "trajectory":  # programs are frozen per (seed, task, generation): a run may skip generations
+                ours, theirs = ({k: v for k, v in d.items() if k != "generations"} for d in (ours, theirs))
+            diff = _first_difference(ours, theirs, f"spec.{name}")
             if diff:
                 raise StudyError(f"{f}: {diff} differs from {ref_file}: the study's runs are paired by frozen "
-                                 f"program, so {', '.join('spec.' + p for p in PAIRED_FIELDS)} must agree")
+                                 f"program, so {', '.join('spec.' + p for p in PAIRED_FIELDS)} must agree "
+                                 "(trajectory.generations may differ: runs pair on the programs they share)")
     return specs
 
 
