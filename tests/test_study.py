@@ -200,3 +200,23 @@ def test_bad_input_exits_2_naming_the_file_and_field(tmp_path: Path, capsys: pyt
 ])
 def test_verdict_rule(direction: int, low: float | None, high: float | None, expected: str) -> None:
     assert verdict(direction, low, high) == expected
+
+
+def test_a_run_may_skip_generations_and_pairs_on_the_programs_it_shares(tmp_path: Path, pilot_folder: Path) -> None:
+    """SYNTHETIC (test double): raw-0.5b and summary-0.5b at generations 10 and 20 only, from the main run's
+    records of those generations; frozen programs are drawn per (seed, task, generation), so they pair."""
+    specs = tmp_path / "specs"
+    shutil.copytree(STUDY, specs)
+    for role in ("raw-0.5b", "summary-0.5b"):
+        f = specs / f"{role}.yaml"
+        f.write_text(f.read_text().replace("generations: [0, 10, 20]", "generations: [10, 20]"))
+    runs = tmp_path / "runs"
+    records = [r for r in pilot_records() if r["arm"] == "coalition" and r["generation"] != 0]
+    for role in ("raw-0.5b", "summary-0.5b"):
+        write_run(runs, specs / f"{role}.yaml", records)
+    result = study(load_specs(specs), {"main": open_store(str(pilot_folder)),
+                                       **{r: open_store(str(runs / f"study-{r.replace('.', '-')}"))
+                                          for r in ("raw-0.5b", "summary-0.5b")}}, attribution)
+    same = row(result, "summary-helps-weak-model", "compiled")
+    assert same["programs"] == 32 and same["value"] == pytest.approx(0.0, abs=1e-12)  # identical records
+    assert same["verdict"] == "inconclusive"
