@@ -220,3 +220,40 @@ def test_a_run_may_skip_generations_and_pairs_on_the_programs_it_shares(tmp_path
     same = row(result, "summary-helps-weak-model", "compiled")
     assert same["programs"] == 32 and same["value"] == pytest.approx(0.0, abs=1e-12)  # identical records
     assert same["verdict"] == "inconclusive"
+
+
+def test_a_stopped_run_is_not_compared_until_it_is_finished(tmp_path: Path, pilot_folder: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """SYNTHETIC (test double): raw-0.5b and summary-0.5b from the main run's records, but summary-0.5b stopped
+    half-way (plan.json says 1,920 units, 960 have an outcome). A stopped run's outcomes are the ones that came
+    first (failures; correct candidates wait for timing), so its rows must wait for it, not use what is there."""
+    runs = tmp_path / "runs"
+    synthetic_0_5b(runs)
+    stopped = runs / "study-summary-0-5b"
+    (stopped / "plan.json").write_text(json.dumps({"units": 1920}))
+    for f in sorted((stopped / "outcomes").iterdir())[960:]:
+        f.unlink()
+    out = tmp_path / "study"
+    code = cli(["study", str(STUDY), "--runs", str(runs), "--run", f"main={pilot_folder}", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads((out / "study.json").read_text())
+    helps = row(data, "summary-helps-weak-model", "pass")
+    assert helps["verdict"] == "not run" and "incomplete: 960 of 1920" in helps["reason"]
+    assert data["runs"]["summary-0.5b"]["missing"].startswith("incomplete")
+    # A finished run with its plan.json is compared as before.
+    (runs / "study-raw-0-5b" / "plan.json").write_text(json.dumps({"units": 1920}))
+    assert cli(["study", str(STUDY), "--runs", str(runs), "--run", f"main={pilot_folder}", "--out", str(out)]) == 0
+    assert json.loads((out / "study.json").read_text())["runs"]["raw-0.5b"]["missing"] in (None, "")
+
+
+def test_a_preface_goes_under_the_title_verbatim(tmp_path: Path, pilot_folder: Path) -> None:
+    preface = tmp_path / "preface.md"
+    preface.write_text("Run on two H200s; **summary runs not yet run.**\n")
+    out = tmp_path / "study"
+    (tmp_path / "none").mkdir()
+    assert cli(["study", str(STUDY), "--runs", str(tmp_path / "none"), "--run", f"main={pilot_folder}",
+                "--out", str(out), "--preface", str(preface)]) == 0
+    lines = (out / "README.md").read_text().splitlines()
+    assert lines[0].startswith("# The paper's four findings") and lines[2] == preface.read_text().strip()
+    assert cli(["study", str(STUDY), "--runs", str(tmp_path / "none"), "--run", f"main={pilot_folder}",
+                "--out", str(out), "--preface", str(tmp_path / "absent.md")]) == 2

@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="this role's run folder instead of RUNS/<name>/ (repeatable)")
     p.add_argument("--out", required=True, metavar="DIR", help="where README.md and study.json go")
     p.add_argument("--date", default=dt.date.today().isoformat(), help="the date in the README's title")
+    p.add_argument("--preface", default=None, metavar="FILE",
+                   help="markdown put under the README's title (what was run, where, what is missing), kept verbatim")
     p.add_argument("--s3-endpoint", default="", help="S3 endpoint URL for MinIO/Ceph")
     p.set_defaults(handler=run)
 
@@ -77,12 +79,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     out = Path(args.out)
+    try:
+        preface = Path(args.preface).read_text() if args.preface else ""
+    except OSError as exc:
+        return bad(f"--preface {args.preface}: {exc.strerror}")
 
     def link(uri: str) -> str:  # relative where both are on this machine, so the README travels with the runs
         path = uri.removeprefix("file://")
         return os.path.relpath(path, out.resolve()) if _is_local(uri) and os.path.isabs(path) else uri
 
-    text = readme(result, specs, args.date, link)
+    text = readme(result, specs, args.date, link, preface)
     data = to_json(result)
     out.mkdir(parents=True, exist_ok=True)
     (out / "study.json").write_text(data)
