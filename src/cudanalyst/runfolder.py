@@ -14,6 +14,9 @@
   progress/shard-<i>.json       one shard's `ShardProgress`; a process running only the kernel stage writes
                                 progress/shard-<i>.kernels.json beside it (`read_progress` folds the two)
   report/                       report.json, report.html, *.png (`cudanalyst report`, the operator)
+
+An archived run folder (`scripts/archive_run.py`: results kept in git, brought back from a GPU machine) holds
+outcomes.jsonl.gz, every outcome record one JSON line, instead of outcomes/; the readers take either.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ PLANNER_TEXTS = "plans/"
 CANDIDATES = "candidates/"
 ERRORS = "errors/"
 OUTCOMES = "outcomes/"
+OUTCOMES_ARCHIVE = "outcomes.jsonl.gz"
 PROGRESS = "progress/"
 REPORT = "report/"
 REPORT_JSON = REPORT + "report.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Any
 from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.attribution.values import OutcomeError, parse_records
 from cudanalyst.outcomes import OutcomeRecord
-from cudanalyst.runfolder import CANDIDATES, OUTCOMES, PLAN, SPEC
+from cudanalyst.runfolder import CANDIDATES, OUTCOMES, OUTCOMES_ARCHIVE, PLAN, SPEC
 from cudanalyst.store import ObjectNotFound, ObjectStore
 
 # Provenance (prompt-template version, models) is read from this many candidate records: they are
@@ -67,10 +68,34 @@ def _read_many(store: ObjectStore, keys: list[str]) -> list[tuple[str, Any]]:
 
 def load_outcomes(store: ObjectStore) -> list[OutcomeRecord]:
     keys = [k for k in store.list(OUTCOMES) if k.endswith(".json")]
+    if not keys and store.exists(OUTCOMES_ARCHIVE):
+        return _load_archive(store)
     if not keys:
         raise ReportError(f"{store.uri.rstrip('/')}/{OUTCOMES}: no outcome records yet (has the kernel stage run?)")
     try:
         return parse_records(_read_many(store, keys))
+    except OutcomeError as exc:
+        raise ReportError(str(exc)) from None
+
+
+def _load_archive(store: ObjectStore) -> list[OutcomeRecord]:
+    """An archived folder's outcomes.jsonl.gz: one record per line, each named by its line in errors."""
+    where = store.uri_of(OUTCOMES_ARCHIVE)
+    try:
+        lines = gzip.decompress(store.get_bytes(OUTCOMES_ARCHIVE)).decode().splitlines()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{where}: not a gzip file of JSON lines ({exc})") from None
+    raw = []
+    for i, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                raw.append((f"{where}:{i}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise ReportError(f"{where}: line {i}: {exc.msg}") from None
+    if not raw:
+        raise ReportError(f"{where}: no outcome records")
+    try:
+        return parse_records(raw)
     except OutcomeError as exc:
         raise ReportError(str(exc)) from None
 
