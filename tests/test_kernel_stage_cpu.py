@@ -368,16 +368,15 @@ def test_groups_are_timed_beside_their_references_with_the_right_labels(tmp_path
     phases: dict = {}
     by = {r.key: r for r in evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool, phases=phases)}
     assert (by["copy"].label, by["copy"].speedup, by["copy"].reference, by["copy"].unchanged) == ("pass", 1.0, "frozen", True)
-    assert "not timed" in by["copy"].reason and by["copy"].evaluated_up_to == "fast"  # a copy is never timed
     assert (by["fast"].label, by["fast"].speedup, by["fast"].reference) == ("fast", 2.0, "frozen")
     assert by["fast"].speedup_vs_baseline == 2.0
     assert by["cheat"].label == "compile" and "fails verification" in by["cheat"].reason
     # the frozen program is wrong: the baseline is the reference, and the record says so
     assert (by["orphan"].label, by["orphan"].reference) == ("fast", "baseline")
     assert "task baseline" in by["orphan"].reason
-    assert phases["references"] == {"frozen": 1, "baseline": 1, "unchanged": 1}  # per reference (cheat failed)
+    assert phases["references"] == {"frozen": 2, "baseline": 1}  # timed units per reference (cheat failed)
     # one request per group, each beside its references: the correct frozen program and the baseline
-    assert sorted(map(sorted, pool.compares)) == sorted([sorted(["frozen", "baseline", "fast", "cheat"]),
+    assert sorted(map(sorted, pool.compares)) == sorted([sorted(["frozen", "baseline", "copy", "fast", "cheat"]),
                                                          sorted(["baseline", "orphan"])])
 
 

@@ -365,19 +365,10 @@ class Timing:
         self.seconds = 0.0  # wall time spent timing
 
     def run(self, correct: Sequence[KernelJob]) -> None:
-        """Time the correct candidates of one group (one task, one frozen program), a few per request. A copy
-        of a frozen program that verified correct is not timed: it is that program, so its speedup over it is
-        1 by definition. Timing it would only measure noise (which, above the fast tolerance, would label a copy
-        fast), and copies were 32 % of the correct candidates on the H200 (2,640 units)."""
+        """Time the correct candidates of one group (one task, one frozen program), a few per request."""
         started = time.monotonic()
         task = self.stage.tasks[correct[0].key]
         frozen = correct[0].frozen_source
-        frozen_ref = self.stage.references.get((task.name, frozen)) if frozen else None
-        if frozen_ref is not None and frozen_ref.correct():
-            copies = [j for j in correct if same_code(j.source, frozen)]
-            for job in copies:
-                self._copy(job)
-            correct = [j for j in correct if j not in copies]
         for start in range(0, len(correct), CANDIDATES_PER_COMPARISON):
             self._time_group(task, frozen, list(correct[start:start + CANDIDATES_PER_COMPARISON]))
         self.seconds += time.monotonic() - started
@@ -462,16 +453,6 @@ class Timing:
         self.stage._emit(job, label, Label.FAST if s is not None else Label.PASS, why, speedup=s,
                          speedup_vs_baseline=speedup(base["stats"]["median_ms"], mine["median_ms"]) if base else None,
                          reference=ref_name, time_ms=mine["median_ms"], resources=_resources(c), gpu_seconds=gpu_s)
-
-    def _copy(self, job: KernelJob) -> None:
-        c = self.stage.compiled[job.key]
-        verdict = self.stage.verdicts[job.key]
-        why = (f"{verdict.get('reason')}; the frozen program returned unchanged (the same code up to whitespace and "
-               f"comments): not timed, its speedup over the frozen program is 1 by definition "
-               f"(fast needs > {1 + self.cfg.fast_tolerance:.2f}x)")
-        self.count["unchanged"] = self.count.get("unchanged", 0) + 1
-        self.stage._emit(job, Label.PASS, Label.FAST, why, speedup=1.0, reference="frozen", resources=_resources(c),
-                         gpu_seconds=float(verdict.get("seconds", 0.0)))
 
     def _untimed(self, job: KernelJob, reason: str) -> None:
         c = self.stage.compiled[job.key]
