@@ -12,7 +12,8 @@
 # options measures 1 against 2 GPUs in one bench run. RUN_TIMEOUT / BENCH_TIMEOUT (seconds) bound the run and
 # the bench with SIGINT, so what they finished still comes back (the bench's JSON is rewritten after each
 # side). The bench's JSON is also kept in /tmp; the next bench call on the same machine prints its ratios
-# against it (--against), so two calls of 1 and 2 GPUs still give their ratio.
+# against it (--against), so two calls of 1 and 2 GPUs still give their ratio. The run (or recording) folder comes
+# back as $OUT/run-NAME.tgz; put it in .device/runs/ and a later machine resumes it instead of starting again.
 set -uo pipefail
 spec="${1:-examples/h200-pipeline.yaml}"
 # shellcheck source=scripts/device/setup.sh
@@ -48,11 +49,16 @@ fi
 rc=0
 if [ "${2:-}" != "--bench-only" ]; then
   step "the pipeline: cudanalyst $command $spec"
+  name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
+  # A run folder an earlier machine brought back ($OUT/run-NAME.tgz, copied into .device/runs/) resumes here,
+  # unless this warm machine still has its own, newer copy.
+  if [ ! -d "/tmp/runs/$name" ] && [ -s ".device/runs/run-$name.tgz" ]; then
+    mkdir -p /tmp/runs && tar xzf ".device/runs/run-$name.tgz" -C /tmp/runs && echo "resuming $name from .device/runs"
+  fi
   t0=$SECONDS
   timeout --signal=INT "${RUN_TIMEOUT:-0}" $py -m cudanalyst "$command" "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
   rc=${PIPESTATUS[0]}
   echo "pipeline wall time $((SECONDS - t0)) s, exit $rc"
-  name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
   tar czf "$out/run-$name.tgz" -C /tmp/runs "$name" && ls -la "$out"
   cp /tmp/cudanalyst-"$name"-*/*.log "$out"/ 2>/dev/null
 fi
