@@ -169,27 +169,39 @@ def operator_config(**overrides: Any) -> OperatorConfig:
 
 @contextlib.asynccontextmanager
 async def operator_running(services: Services, posting: bool = False) -> AsyncIterator[None]:
-    """kopf standalone in this loop, scanning off (kmock's cluster-wide namespace list fails)."""
+    """kopf standalone in this loop, scanning off (kmock's cluster-wide namespace list fails).
+
+    kopf.operator() is kopf.spawn_tasks() then kopf.run_tasks(), and run_tasks gives the tasks it did not start
+    (here the timers' runners, which its daemon killer leaves running when embedded, and kmock's keep-alive
+    request handlers) 5 s to end before it cancels them: 5 s of every test. This is the same sequence with
+    those tasks cancelled at once: the root tasks end on the stop flag as before, the rest is cancelled, and a
+    task's error is raised as run_tasks raises it."""
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = True
     settings.posting.enabled = posting
     settings.watching.reconnect_backoff = 0.1
     settings.queueing.idle_timeout = 0.5
     stop = asyncio.Event()
-    task = asyncio.create_task(kopf.operator(
-        registry=build_registry(services), settings=settings, standalone=True,
-        namespaces=[NS], clusterwide=False, stop_flag=stop,
-    ))
+    existing = asyncio.all_tasks()
+    roots = await kopf.spawn_tasks(registry=build_registry(services), settings=settings, standalone=True,
+                                   namespaces=[NS], clusterwide=False, stop_flag=stop)
     try:
         yield
     finally:
         stop.set()
-        try:
-            await asyncio.wait_for(task, timeout=10)
-        except TimeoutError:
+        # The stop-flag checker ends first; then the other roots are cancelled and awaited, as run_tasks does.
+        done, pending = await asyncio.wait(roots, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
             task.cancel()
-        if task.done() and not task.cancelled() and task.exception():
-            raise task.exception()  # type: ignore[misc]
+        await asyncio.wait(pending, timeout=10)
+        hung = asyncio.all_tasks() - existing - {asyncio.current_task()}
+        for task in hung:
+            task.cancel()
+        if hung:
+            await asyncio.wait(hung, timeout=10)
+        for task in [*roots, *hung]:
+            if task.done() and not task.cancelled() and task.exception():
+                raise task.exception()  # type: ignore[misc]
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 10.0, step: float = 0.05) -> Any:
