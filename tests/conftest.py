@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-# tests/ holds plugin modules (s3_server) that pytest imports by name.
+# tests/ holds plugin modules (s3_server, tiny_vllm) that pytest imports by name.
 sys.path.insert(0, str(Path(__file__).parent))
 
-pytest_plugins = ["s3_server"]
+pytest_plugins = ["s3_server", "tiny_vllm"]
 
 
 @pytest.fixture(autouse=True)
@@ -18,3 +18,11 @@ def _temporary_files_in_tmp_path(tmp_path, monkeypatch):
     test's own tmp_path, which pytest removes in time, not to /tmp, where a test that forgets it leaves it.
     Subprocesses keep the environment's TMPDIR: a test that starts one passes its own (see test_local_run_vllm)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """tests/cluster last. Its control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok: about 15 % of
+    a core when idle) is session-scoped, so it ran on under every test collected after it; last, it stops with the
+    session. The session's vLLM server, shared with tests/vllm, then serves both in one stretch."""
+    cluster = Path(__file__).parent / "cluster"
+    items.sort(key=lambda item: cluster in Path(str(item.fspath)).parents)  # a stable sort keeps the rest in order
