@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -242,17 +243,20 @@ def run_shard(spec: Path, shard: int, of: int, log: Path, env: dict[str, str] | 
 def play_pods(runs: Runs, harness: PodHarness, name: str, shards: int, folder: Path,
               only: set[int] | None = None, env: dict[str, str] | None = None) -> dict[int, int]:
     """Waits for the run's pods to be Running on kwok nodes, runs each one's shard locally, then ends the
-    pod with the shard's exit status (`only`: just those shards). Returns {shard: exit status}."""
+    pod with the shard's exit status (`only`: just those shards). Returns {shard: exit status}. The pods' shards
+    run side by side, as pods on their nodes do; each pod is ended as soon as its own shard has ended."""
     pods = harness.running_pods(runs.ns, f"{RUN_LABEL}={name}", len(only) if only else shards, deadline_s=90)
     spec = runner_spec_file(runs, name, folder)
+    mine = {int(pod.metadata.annotations[INDEX_ANNOTATION]): pod for pod in pods}
+    mine = {shard: pod for shard, pod in mine.items() if only is None or shard in only}
     codes: dict[int, int] = {}
-    for pod in pods:
-        shard = int(pod.metadata.annotations[INDEX_ANNOTATION])
-        if only is not None and shard not in only:
-            continue
-        code = run_shard(spec, shard, shards, folder / f"{name}-shard-{shard}.log", env)
-        codes[shard] = code
-        harness.finish(runs.ns, pod.metadata.name, succeeded=code == 0, exit_code=code or 1)
+    with ThreadPoolExecutor(max(1, len(mine)), thread_name_prefix=f"pod-{name}") as pool:
+        futures = {pool.submit(run_shard, spec, shard, shards, folder / f"{name}-shard-{shard}.log", env): shard
+                   for shard, pod in mine.items()}
+        for fut in as_completed(futures):  # the API calls stay on this thread
+            shard = futures[fut]
+            codes[shard] = code = fut.result()
+            harness.finish(runs.ns, mine[shard].metadata.name, succeeded=code == 0, exit_code=code or 1)
     return codes
 
 
