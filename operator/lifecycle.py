@@ -196,9 +196,12 @@ class Operations:
             extra["progress"] = run_progress([], total, None, self.s.clock())[0].model_dump(by_alias=True, mode="json")
         if queued and seen.queue is None:
             extra["queue"] = kueue.queue_status(run.spec.resources.queue_name, None)
-        if queued and seen.phase and job is not None and not created:
-            # A restart: the Job as made says nothing of what Kueue did with it since; the refresh that its
-            # event brings judges from the Job and Workload as they are.
+        if seen.phase and job is not None and not created:
+            # A restart (kopf's resume): the Job as made says nothing of what happened since (shards that ran
+            # while the operator was down, Kueue's admission); the refresh that its event brings judges from the
+            # Job, Pods and Workload as they are. Judging here raced that refresh: this patch, computed from the
+            # manifest ("PodsStarting") and the status before it, was applied after the refresh had written
+            # Succeeded, and left a finished run with Ready=False for good.
             for key, value in _changed(current, extra).items():
                 patch.status[key] = value
             return

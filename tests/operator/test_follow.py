@@ -215,3 +215,38 @@ async def test_status_patches_and_gets_reuse_one_connection(kube: Any, trajector
         assert await asyncio.to_thread(client.get_run, NS, "gone") is None
     finally:
         client.close()
+
+
+class _ExistingJobKube(FakeKube):
+    """The run's Job is there already (an operator restarted): create answers 'exists', as the API's 409 does."""
+
+    def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+        self.created.append(body["metadata"]["name"])
+        return False
+
+
+def test_a_restart_leaves_the_verdict_to_the_refresh_from_the_live_job(trajectory: str, output: str,
+                                                                       events: list[str]) -> None:
+    """kopf's resume handler (start) and the refresh that the Job's first event brings run side by side after
+    a restart. The start handler's patch is applied when it returns, so if it judged from the Job as made
+    ("PodsStarting") it could land after the refresh had written Succeeded and leave a finished run with
+    Ready=False for good (seen once in tests/cluster's killed-operator test). It writes no verdict now."""
+    body = run_body("r1", trajectory, output)
+    body["status"] = {"startTime": "2026-01-01T12:00:00Z", "phase": "Running", "jobName": "r1-runner",
+                      "progress": {"done": 32, "total": 64},
+                      "conditions": [{"type": "Ready", "status": "False", "reason": "Running", "message": "",
+                                      "lastTransitionTime": "2026-01-01T12:00:00Z"}]}
+    kube = _ExistingJobKube(body)
+    ops = Operations(_services(kube))
+    stale = {**body, "status": dict(body["status"])}  # what kopf handed the resume handler
+    patch = kopf.Patch()
+    ops.start(stale, patch)
+    assert kube.created == ["r1-spec", "r1-runner"]  # tried, found there
+    assert not {"phase", "conditions", "message"} & set(patch.get("status", {}))
+    # The order that lost the verdict: the refresh first (the Job is complete), then the start handler's patch.
+    assert ops.refresh("ns1", "r1", [_job(succeeded=2, conditions=[{"type": "Complete", "status": "True"}])], [])
+    judged = dict(kube.patches[-1])
+    assert judged["phase"] != "Running"  # the refresh saw the finished Job (here its store has no outcomes)
+    body["status"].update(judged)
+    body["status"].update(dict(patch.get("status", {})))
+    assert body["status"]["phase"] == judged["phase"] and body["status"]["conditions"] == judged["conditions"]
