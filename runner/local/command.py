@@ -25,7 +25,7 @@ from rich.progress import (
 )
 
 from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, ended_early, load_or_die
-from cudanalyst.runfolder import REPORT_HTML
+from cudanalyst.runfolder import OUTCOMES, REPORT_HTML, keys_under
 from cudanalyst.runner.local.executor import (
     LaneServers,
     RunInputError,
@@ -132,6 +132,14 @@ def main(args: argparse.Namespace) -> int:
     where = f" on {len(lanes)} GPUs ({', '.join(str(lane.gpu) for lane in lanes)})" if len(lanes) > 1 else ""
     console.print(f"[bold]{ar.metadata.name}[/]: {len(plan.units)} units over {len(plan.programs)} frozen "
                   f"programs, {len(shards)} shard(s){where} -> {store.uri}")
+    if args.stage == "all" and {u.key for u in plan.units} <= keys_under(store, OUTCOMES):
+        # Every unit has its outcome (the kernel stage's final word): a rerun has nothing to do, so it does not
+        # start the model servers (a minute or more) only to find that out; the report is built again.
+        console.print(f"every unit already has its outcome: nothing to run ({len(plan.units)} units)")
+        if args.no_report:
+            return 0
+        console.print("building the report (attribution, intervals, figures)")
+        return _report(store, console)
     folder = work_dir(ar)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[note]}"), TimeElapsedColumn(), TimeRemainingColumn())

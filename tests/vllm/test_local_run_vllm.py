@@ -64,6 +64,9 @@ def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     again = cudanalyst("run", str(spec), "--output", str(out))
     assert again.returncode == 0, again.stderr[-3000:]
     assert {p.name: p.stat().st_mtime_ns for p in (folder / "candidates").glob("*.json")} == stamps
+    # Nothing was left to do, so no model server was started for it; the report is there again.
+    assert "nothing to run" in again.stderr and "starting the model server" not in again.stderr
+    assert "What you saw:" in again.stdout
 
 
 def ours(work: Path, *patterns: str) -> list[tuple[str, str]]:
