@@ -56,21 +56,27 @@ def test_final_stages_are_non_root_and_call_declared_entry_points(target: str, u
 def test_operator_image_installs_no_gpu_extras_and_runner_image_does() -> None:
     build = " ".join(stages()["operator-build"])
     assert '".[operator]"' in build and "gpu" not in build and "runner]" not in build
+    # The runner's code is removed before the install, and the operator imported after it.
+    assert build.index("rm -rf src/cudanalyst/runner") < build.index("pip install") < build.index(
+        "import cudanalyst.operator.main")
     runner = " ".join(stages()["runner"])
     assert "cudanalyst[runner,gpu]" in runner
     assert "pycuda" in " ".join(stages()["runner-build"])
 
 
 def test_operator_install_set_covers_its_imports(tmp_path: Path) -> None:
-    """Import the operator in a Python that sees only its image's install set: the core dependencies,
-    the operator extra and their requirements, linked into a site folder of their own (no real
-    site-packages). Optional imports may fall back; a required one fails here."""
+    """Import the operator in a Python that sees only its image's install set: this tree's package without
+    the runner (as the Dockerfile leaves it out), the core dependencies, the operator extra and their
+    requirements, linked into a site folder of their own (no real site-packages, no PYTHONPATH). Optional
+    imports may fall back; a required one fails here."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = project["dependencies"] + project["optional-dependencies"]["operator"]
     closure = _requirements_closure({_norm(re.split(r"[<>=\\[ ;]", d, maxsplit=1)[0]) for d in declared})
-    closure.add("cudanalyst")
     site_dir = tmp_path / "site"
-    site_dir.mkdir()
+    (site_dir / "cudanalyst").mkdir(parents=True)
+    for entry in (ROOT / "src" / "cudanalyst").iterdir():
+        if entry.name not in ("runner", "__pycache__"):
+            (site_dir / "cudanalyst" / entry.name).symlink_to(entry)
     for dist in distributions():
         if _norm(dist.metadata["Name"]) not in closure:
             continue
@@ -82,18 +88,21 @@ def test_operator_install_set_covers_its_imports(tmp_path: Path) -> None:
             (site_dir / top).symlink_to(source)
     assert not (site_dir / "pycuda").exists() and not (site_dir / "vllm").exists()
     code = (
-        "import site, sys\n"
+        "import importlib.util, site, sys\n"
         "site.addsitedir(sys.argv[1])\n"
+        "assert importlib.util.find_spec('cudanalyst.runner') is None\n"
         "import cudanalyst.operator.main, cudanalyst.operator.handlers, cudanalyst.operator.lifecycle\n"
         "from cudanalyst.operator.handlers import build_registry\n"
         "from cudanalyst.operator.lifecycle import Services\n"
         "from cudanalyst.operator.config import load_config\n"
         "build_registry(Services(load_config({})))\n"
         "assert not any(p.endswith('site-packages') for p in sys.path), sys.path\n"
+        "assert not any(m == 'cudanalyst.runner' or m.startswith('cudanalyst.runner.') for m in sys.modules)\n"
+        "assert cudanalyst.operator.main.__file__.startswith(sys.argv[1]), cudanalyst.operator.main.__file__\n"
         "print('imported', len(sys.modules))\n"
     )
-    # cwd elsewhere: from the checkout root, its operator/ folder would shadow the stdlib module.
-    out = subprocess.run([sys.executable, "-S", "-c", code, str(site_dir)], capture_output=True, text=True,
+    # -I: no PYTHONPATH, no user site, no cwd on the path; -S: no site-packages. Only the site folder counts.
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(site_dir)], capture_output=True, text=True,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("imported")
@@ -126,7 +135,5 @@ def _requirements_closure(roots: set[str]) -> set[str]:
 
 def test_runner_entry_point_exists() -> None:
     module, _, func = scripts()["cudanalyst-runner"].partition(":")
-    if not (ROOT / "runner" / "shard.py").exists():
-        pytest.skip("runner/shard.py (issue 3, another engineer) has not landed in this checkout yet")
     mod = __import__(module, fromlist=[func])
     assert callable(getattr(mod, func))
