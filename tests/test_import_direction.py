@@ -3,10 +3,13 @@ core, and no two modules import each other, however indirectly.
 
 Every module's imports are read with `ast` (module level, inside functions and under TYPE_CHECKING alike: a lazy
 import is still a dependency), resolved to the package's own modules and checked against the rooms:
-- core: src/cudanalyst (cudanalyst.*): imports only the core;
-- operator: operator/ (cudanalyst.operator.*): the core and itself, and no GPU code (pycuda, vLLM, torch);
-- runner: runner/ (cudanalyst.runner.*): the core and itself, and never the Kubernetes API (kubernetes, kopf);
-- local: runner/local/ (cudanalyst.runner.local.*), the executor of `cudanalyst run`: the runner and the core.
+- core: src/cudanalyst minus operator/ and runner/ (cudanalyst.*): imports only the core;
+- operator: src/cudanalyst/operator (cudanalyst.operator.*): the core and itself, and no GPU code (pycuda, vLLM,
+  torch);
+- runner: src/cudanalyst/runner (cudanalyst.runner.*): the core and itself, and never the Kubernetes API
+  (kubernetes, kopf);
+- local: src/cudanalyst/runner/local (cudanalyst.runner.local.*), the executor of `cudanalyst run`: the runner and
+  the core.
 A literal `importlib.import_module("cudanalyst.runner...")` is an import too; the only ones the core may make are
 the doors of the `run` and `record` commands (cli/run.py, cli/record.py), which hand the parsed command to the
 local room.
@@ -27,7 +30,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"src/cudanalyst": "cudanalyst", "runner": "cudanalyst.runner", "operator": "cudanalyst.operator"}
+SOURCE = "src"  # the src layout: a module's folder under src/ is its import path
 MAY_IMPORT = {"core": {"core"}, "operator": {"core", "operator"}, "runner": {"core", "runner"},
               "local": {"core", "runner", "local"}}
 NEVER = {"operator": {"pycuda", "vllm", "torch"}, "runner": {"kubernetes", "kopf", "kubernetes_asyncio"}}
@@ -44,14 +47,13 @@ def room(module: str) -> str:
 
 
 def package_modules(root: Path = ROOT) -> dict[str, Path]:
-    """{module name: file} of the distribution, as setup.py maps the folders."""
+    """{module name: file} of the distribution: every module under src/cudanalyst."""
     out = {}
-    for folder, package in FOLDERS.items():
-        for path in sorted((root / folder).rglob("*.py")):
-            parts = list(path.relative_to(root / folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            out[".".join([package, *parts])] = path
+    for path in sorted((root / SOURCE / "cudanalyst").rglob("*.py")):
+        parts = list(path.relative_to(root / SOURCE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
     return out
 
 
@@ -142,9 +144,13 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
         "src/cudanalyst/a.py": "from cudanalyst import b\n",  # a -> b -> c -> a
         "src/cudanalyst/b.py": "from cudanalyst.c import thing\n",
         "src/cudanalyst/c.py": "from . import a\n",
-        "runner/__init__.py": "", "runner/shard.py": "import kopf\nfrom cudanalyst.runner.local import executor\n",
-        "runner/local/__init__.py": "", "runner/local/executor.py": "from cudanalyst.runner import shard\n",
-        "operator/__init__.py": "", "operator/jobs.py": "import pycuda.driver\nfrom ..runner import shard\n",
+        "src/cudanalyst/runner/__init__.py": "",
+        "src/cudanalyst/runner/shard.py": "import kopf\nfrom cudanalyst.runner.local import executor\n",
+        "src/cudanalyst/runner/units.py": "from cudanalyst.operator import jobs\n",  # runner -> operator
+        "src/cudanalyst/runner/local/__init__.py": "",
+        "src/cudanalyst/runner/local/executor.py": "from cudanalyst.runner import shard\n",
+        "src/cudanalyst/operator/__init__.py": "",
+        "src/cudanalyst/operator/jobs.py": "import pycuda.driver\nfrom ..runner import shard\n",
     }
     for rel, text in sources.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +161,8 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
         "cudanalyst.lazy -> cudanalyst.operator.jobs", "cudanalyst.named -> cudanalyst.runner.shard by name",
         "cudanalyst.operator.jobs -> cudanalyst.runner.shard", "cudanalyst.operator.jobs -> pycuda.driver",
         "cudanalyst.plan -> cudanalyst.runner.shard", "cudanalyst.runner.shard -> cudanalyst.runner.local.executor",
-        "cudanalyst.runner.shard -> kopf", "cudanalyst.typed -> cudanalyst.runner.local.executor",
+        "cudanalyst.runner.shard -> kopf", "cudanalyst.runner.units -> cudanalyst.operator.jobs",
+        "cudanalyst.typed -> cudanalyst.runner.local.executor",
     ]
     assert [line.split(" (")[0] for line in found] == expected
     # The local room may use the runner; the runner's shard importing the local room is the mistake, and a cycle.
