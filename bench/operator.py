@@ -144,7 +144,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "CUDANALYST_NAMESPACES": NS,
                "CUDANALYST_STATUS_INTERVAL": str(args.interval), "CUDANALYST_METRICS_PORT": str(args.metrics_port),
                "CUDANALYST_HEALTH_PORT": str(args.metrics_port + 1)}
-        # Not from the checkout root: its operator/ folder would shadow the standard library's module.
         log = (tmp / "operator.log").open("wb")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "cudanalyst.operator.main", env=env, cwd=tmp,

@@ -14,8 +14,9 @@ own. Measured in one run:
 
     python bench/operator_scale.py --runs 1000 --nodes 100
 
-`--operator-source DIR` runs the operator from another copy of `operator/` (e.g. an older commit's, from
-`git archive <commit> operator | tar -x -C DIR/..`), so a before/after pair runs in the same conditions.
+`--operator-source DIR` runs the operator from another copy of its package folder (e.g. an older commit's, from
+`git archive <commit> src/cudanalyst/operator | tar -x -C DIR`, then DIR/src/cudanalyst/operator; commits before the
+src layout kept it in a top-level `operator/`), so a before/after pair runs in the same conditions.
 
 Needs the binaries of scripts/build-control-plane.sh. Prints what was run; a size that does not finish in
 --deadline seconds is reported as such (use a smaller --runs).
@@ -159,7 +160,8 @@ _spec.loader.exec_module(_module)
 def operator_source_env(source: Path, work: Path) -> dict[str, str]:
     """The environment that makes `python -m cudanalyst.operator.main` run the operator in `source`."""
     if not (source / "main.py").is_file():
-        raise SystemExit(f"--operator-source {source}: no main.py there (expected a copy of operator/)")
+        raise SystemExit(f"--operator-source {source}: no main.py there "
+                         "(expected a copy of src/cudanalyst/operator)")
     shim = work / "operator-shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(SHIM.format(init=str(source / "__init__.py"), src=str(source)))
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-share", type=float, default=0.6,
                    help="share of --deadline for starting the runs; the runs started by then are measured")
     p.add_argument("--operator-source", type=Path, default=None,
-                   help="a copy of operator/ to run instead of the installed one (before/after comparisons)")
+                   help="a copy of src/cudanalyst/operator to run instead of the installed one "
+                        "(before/after comparisons)")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     args = p.parse_args(argv)
 

@@ -7,17 +7,17 @@
 One vLLM server per local model and GPU is started (and warmed up) once, every GPU's at the same time, and
 shared by every side; its start-up time is printed apart and is not what is compared:
 - pipeline on G GPUs (one side per entry of --gpus; default: every visible GPU, or one unpinned lane
-  without a GPU): what `cudanalyst run SPEC --no-report --gpus G` does (runner/local/executor.py): one lane
-  per GPU, each with its server, its share of the shards' LLM stage (subprocesses, all prompts in flight)
+  without a GPU): what `cudanalyst run SPEC --no-report --gpus G` does (runner.local.executor): one lane per
+  GPU, each with its server, its share of the shards' LLM stage (subprocesses, all prompts in flight)
   and its own kernel-stage process (CPU compile pool, persistent GPU workers), which compiles and verifies
   candidates as they are stored and, once its lane's LLM stage is over, times the correct ones with its GPU
   alone (here the idle server keeps its memory but runs nothing; `cudanalyst run` stops it). M units: the
   whole spec, or --units M rounded up to whole frozen programs. Its time runs from the kernel stages' start
   to their end. The sides run one after the other, each from nothing (own folder and nvcc cache).
 - serial: K units spread over the plan, one at a time, each through the same building blocks: its
-  prompts (runner/llm/stage.py, prompts.py), the plan of its group (one planner request, reused by
+  prompts (runner.llm.stage, .prompts), the plan of its group (one planner request, reused by
   the group's later samples as the pipeline does), one coder request with n = 1, extraction, then
-  compile, verify and time it alone (kernels/stage.py, one persistent GPU worker reused across units), on
+  compile, verify and time it alone (runner.kernels.stage, one persistent GPU worker reused across units), on
   the first GPU. Its rate is measured on those K units (a sample: the serial pipeline's rate does not
   depend on how many units there are) and set beside every pipeline side's.
 The serial side runs after the pipelines, on the same server, so any prefix-cache warmth favours the

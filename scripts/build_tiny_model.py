@@ -51,8 +51,10 @@ def default_root() -> Path:
 def corpus(seed: int) -> list[str]:
     """Training text: the prompt templates and seeded CUDA-like and prose lines (no downloads)."""
     rng = random.Random(seed)
-    root = Path(__file__).resolve().parent.parent / "runner" / "llm" / "templates"
+    root = Path(__file__).resolve().parent.parent / "src" / "cudanalyst" / "runner" / "llm" / "templates"
     lines = [p.read_text() for p in sorted(root.rglob("*")) if p.suffix in (".txt", ".tmpl")]
+    if not lines:  # a moved folder would otherwise give another model, silently
+        raise SystemExit(f"build_tiny_model: no prompt templates under {root}")
     idents = ["idx", "tid", "row", "col", "acc", "sum", "tile", "A", "B", "C", "N", "M", "K", "x", "y", "alpha"]
     types = ["float", "double", "int", "const float*", "float*", "__restrict__ float*"]
     words = ["the", "kernel", "uses", "shared", "memory", "registers", "occupancy", "warp", "block", "grid", "thread", "coalesced", "access", "latency", "bandwidth", "profiler", "analyzer", "debugger", "report", "plan", "step", "speedup", "correct", "error", "line", "spill", "loop", "unroll", "tile", "reduce", "sync", "barrier", "launch", "compile", "nvcc", "sanitizer", "memory", "global"]

@@ -37,11 +37,9 @@ else
 fi
 $py -c "import pycuda.driver as d; d.init(); print('pycuda', d.get_version(), d.Device(0).name())" || return 1
 
-# The distribution maps folders onto subpackages (setup.py); mirror that layout instead of a pip install.
+# The src layout: src/cudanalyst is the whole package (operator and runner included); a copy instead of a pip install.
 step "cudanalyst onto PYTHONPATH"
 rm -rf "$pkgs" && mkdir -p "$pkgs"
 cp -r src/cudanalyst "$pkgs/cudanalyst"
-cp -r runner "$pkgs/cudanalyst/runner"
-cp -r operator "$pkgs/cudanalyst/operator"
 export CUDANALYST_COMPILE_CACHE=/tmp/cudanalyst-compile-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
