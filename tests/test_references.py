@@ -1,4 +1,4 @@
-"""Task inputs and references are made once for a pool of GPU workers (runner/kernels/references.py)."""
+"""Task inputs and references are made once for a pool of GPU workers (runner.kernels.references)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Verification verdicts are stored once and found again by what decides them (runner/kernels/verdicts.py).
+"""Verification verdicts are stored once and found again by what decides them (runner.kernels.verdicts).
 
 The pool below is a stand-in for the GPU workers (none here): it answers verify requests and counts
 them, so these tests check the cache and the kernel stage's use of it, not verification itself

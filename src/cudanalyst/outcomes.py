@@ -79,7 +79,7 @@ def unit_identity(unit: Any, run: str) -> dict[str, Any]:
 
 
 class ExtractionNote(BaseModel):
-    """How the kernel was taken out of the completion (runner/llm/extract.py)."""
+    """How the kernel was taken out of the completion (cudanalyst.runner.llm.extract)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -2,7 +2,7 @@
 
 An entry names the tool, the function that makes its report from a frozen program (a `module:function`
 path: the function lives in the runner, which the core never imports, so only the runner resolves it:
-runner/kernels/feedback.reporter), and the OpenEvolve artifact names importers read as its feedback. A spec
+runner.kernels.feedback.reporter), and the OpenEvolve artifact names importers read as its feedback. A spec
 may still name players that are not tools here (recorded feedback only); the runner has no report for them.
 """
 

@@ -6,7 +6,7 @@ One pass of `cudanalyst record` (or of the recorder pod):
   2. serve the model once with vLLM (or use the spec's endpoint);
   3. run every unfinished task at once, each in its own process (`cudanalyst.runner.record.evolve`), which
      copies each checkpoint to the store and names it in `progress/<task>.json`;
-  (2 and 3 are the local executor's: runner/local/record.py; this module is the store's side, which the operator
+  (2 and 3 are the local executor's: runner.local.record; this module is the store's side, which the operator
   and the recorder share)
   4. import every task's checkpoints into the trajectory format under `<name>/trajectory/`.
 Stopping and running again resumes each task from its last complete checkpoint.
@@ -26,7 +26,7 @@ from cudanalyst.api.recording import TRAJECTORY_FOLDER, TrajectoryRecording
 from cudanalyst.runs import CREDENTIALS_DIR_ENV
 from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, StoreError, open_store
 
-# The artifact names the evaluator gives the reports: its tools' own names (runner/record/evaluator.py).
+# The artifact names the evaluator gives the reports: its tools' own names (runner.record.evaluator).
 RECORDED_PLAYERS = ("debugger", "analyzer", "profiler")
 DONE = "done.json"
 
@@ -91,7 +91,7 @@ def recorded_spec(rec: TrajectoryRecording) -> dict[str, Any]:
 
 def check_input(rec: TrajectoryRecording, more: Sequence[str] = ()) -> None:
     """Everything a user can fix, named by its field, before any server or process starts. `more`: problems
-    found elsewhere (the local executor's check that the model's weights are here, runner/local/record.py)."""
+    found elsewhere (the local executor's check that the model's weights are here, runner.local.record)."""
     import importlib.util
 
     from cudanalyst.tasks import UnknownTaskError, get_task

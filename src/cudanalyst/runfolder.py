@@ -89,7 +89,7 @@ def write_start(store: ObjectStore, run: Any, plan_summary: dict[str, Any]) -> N
     store.put_json(PLAN, plan_summary)
 
 
-# ---- shard progress: written by the runner (runner/units.ProgressTracker), read by the operator and
+# ---- shard progress: written by the runner (runner.units.ProgressTracker), read by the operator and
 # `cudanalyst run` through `read_progress` only.
 
 class _Wire(BaseModel):

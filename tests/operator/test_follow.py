@@ -1,4 +1,4 @@
-"""Following runs on child events (operator/follow.py, Operations.refresh): without a cluster."""
+"""Following runs on child events (cudanalyst.operator.follow, Operations.refresh): without a cluster."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ async def test_a_run_not_started_yet_is_refreshed_when_its_start_is_seen() -> No
 
 
 class FakeKube:
-    """Test double of operator/kube.Kube for Operations.refresh: one run, status patches recorded."""
+    """Test double of operator.kube.Kube for Operations.refresh: one run, status patches recorded."""
 
     def __init__(self, body: dict[str, Any] | None) -> None:
         self.body = body

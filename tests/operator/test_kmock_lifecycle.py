@@ -122,7 +122,7 @@ async def test_suspend_and_resume_go_through_the_job(kube: Any, trajectory: str,
 
 async def test_queued_run_stalls_when_the_operator_does_not_follow_kueue(kube: Any, trajectory: str,
                                                                         output: str) -> None:
-    # Suspending a queued run needs its Workload (operator/kueue.py), so the operator refuses to half-run it.
+    # Suspending a queued run needs its Workload (operator.kueue), so the operator refuses to half-run it.
     # What it does with a real Kueue is in tests/cluster/test_e2e_kueue.py.
     kube.objects[RUNS, NS, "q"] = run_body("q", trajectory, output, resources={"shards": 1, "queueName": "gpus"})
     async with operator_running(Services(operator_config())):

@@ -1,4 +1,4 @@
-"""Readings of Kueue Workloads (operator/kueue.py) and the verdicts of queued runs (pure functions)."""
+"""Readings of Kueue Workloads (operator.kueue) and the verdicts of queued runs (pure functions)."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ def judge(obs: Observation) -> Verdict:
             return Verdict("Queued", "WaitingForAdmission", waiting_message(obs.workload))
         return Verdict("Running", "Resuming", "resuming the runner Job")
     if obs.queued and obs.spec_suspend:
-        # Kueue suspends the Job once it has evicted the deactivated Workload (operator/kueue.py).
+        # Kueue suspends the Job once it has evicted the deactivated Workload (kueue.py).
         name = f"Workload {obs.workload['name']}" if obs.workload else "the Workload"
         return Verdict("Running", "Suspending", f"spec.suspend is set: waiting for Kueue to evict {name} "
                        f"and suspend the runner Job ({_progress_text(obs)})")

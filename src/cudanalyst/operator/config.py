@@ -29,7 +29,7 @@ class OperatorConfig:
     runner_stage: str = "all"
     # Labels every runner pod gets, e.g. for the chart's NetworkPolicy.
     runner_pod_labels: dict[str, str] = field(default_factory=dict)
-    # Kueue is installed: follow the Workloads of queued runs' Jobs (operator/kueue.py). Off, a run that names a
+    # Kueue is installed: follow the Workloads of queued runs' Jobs (kueue.py). Off, a run that names a
     # queue stalls, since suspending it would need its Workload.
     kueue: bool = False
 

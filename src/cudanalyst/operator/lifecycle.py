@@ -210,7 +210,7 @@ class Operations:
 
     def _trajectory_of_recording(self, body: dict[str, Any], patch: kopf.Patch, run: AttributionRun) -> AttributionRun:
         """The run with its recording's trajectory URI; waits (Reconciling, WaitingForTrajectory) until the
-        recording is Ready, and stalls with the recording's reason when it failed (operator/recording.py)."""
+        recording is Ready, and stalls with the recording's reason when it failed (operator.recording)."""
         from cudanalyst.operator.waiting import WAITING, get_recording, resolve, with_trajectory
 
         name = str(run.spec.trajectory.recording)
@@ -337,7 +337,7 @@ class Operations:
                           done=progress.done, total=progress.total)
         self._apply(body, patch, judge(obs), {})
 
-    # ---- Kueue (operator/kueue.py says why the Workload, not the Job, is what the operator switches)
+    # ---- Kueue (kueue.py says why the Workload, not the Job, is what the operator switches)
 
     def _follow_workload(self, run: AttributionRun, workloads: list[dict[str, Any]],
                          extra: dict[str, Any]) -> dict[str, Any] | None:

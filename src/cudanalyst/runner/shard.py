@@ -148,7 +148,7 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
                      store: UnitStore, progress: ProgressTracker | dict[int, ProgressTracker],
                      shard_of: dict[str, int] | None = None,
                      follow: Callable[[], bool] | None = None) -> list[Failure]:
-    """The kernel stage (runner/kernels/stage.py) over the candidates of `units` that have no outcome yet.
+    """The kernel stage (kernels/stage.py) over the candidates of `units` that have no outcome yet.
 
     Outcomes are written as each one is final. `progress` is one shard's, or one per shard with
     `shard_of` mapping each unit key to its shard (several shards in one process). With `follow`, the

@@ -211,7 +211,7 @@ SUMMARY_MARKERS = {"llm": "cudanalyst-runner: LLM stage:", "kernels": "cudanalys
 
 
 def shard_summaries(folder: Path, stage: str) -> list[tuple[str, str]]:
-    """(log name, summary) for each shard's one-line summary of `stage` (runner/shard.py prints it: where the
+    """(log name, summary) for each shard's one-line summary of `stage` (runner.shard prints it: where the
     stage's time went), from the logs in `folder`."""
     marker = SUMMARY_MARKERS[stage]
     return [(log.stem, line.removeprefix(marker).strip())
