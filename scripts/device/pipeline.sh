@@ -10,7 +10,8 @@
 # in a later call's time limit); --bench runs bench/pipeline.py after the run, --bench-only instead of it.
 # Every GPU of the machine is used (one lane each, src/cudanalyst/runner/local/executor.py); `--gpus 1,2` among the bench
 # options measures 1 against 2 GPUs in one bench run. RUN_TIMEOUT / BENCH_TIMEOUT (seconds) bound the run and
-# the bench with SIGINT, so what they finished still comes back (the bench's JSON is rewritten after each
+# the bench (the run with SIGTERM, which `cudanalyst run`/`record` take as Ctrl-C even where SIGINT is ignored, as it
+# is for a background job of a script: scripts/device/lanes.sh; the bench with SIGINT), so what they finished still comes back (the bench's JSON is rewritten after each
 # side). The bench's JSON is also kept in /tmp; the next bench call on the same machine prints its ratios
 # against it (--against), so two calls of 1 and 2 GPUs still give their ratio. The run (or recording) folder comes
 # back as $OUT/run-NAME.tgz; put it in .device/runs/ and a later machine resumes it instead of starting again.
@@ -23,7 +24,8 @@ source scripts/device/setup.sh || exit 1
 source scripts/device/models.sh
 vllm_from_wheelhouse || exit 1
 # Every local model the spec names, from its stashed GGUF parts to a Hugging Face folder.
-models=$(spec_models "$spec") || exit 1
+# PREPARE_MODELS adds others (another call's lanes, scripts/device/lanes.sh, may then share them without racing).
+models="$(spec_models "$spec") ${PREPARE_MODELS:-}" || exit 1
 command=run; [ "$(sed -n 's/^kind: *//p' "$spec")" = TrajectoryRecording ] && command=record
 # shellcheck disable=SC2086
 prepare_models $models || exit 1
@@ -56,7 +58,7 @@ if [ "${2:-}" != "--bench-only" ]; then
     mkdir -p /tmp/runs && tar xzf ".device/runs/run-$name.tgz" -C /tmp/runs && echo "resuming $name from .device/runs"
   fi
   t0=$SECONDS
-  timeout --signal=INT "${RUN_TIMEOUT:-0}" $py -m cudanalyst "$command" "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
+  timeout --signal=TERM --kill-after=60 "${RUN_TIMEOUT:-0}" $py -m cudanalyst "$command" "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
   rc=${PIPESTATUS[0]}
   echo "pipeline wall time $((SECONDS - t0)) s, exit $rc"
   tar czf "$out/run-$name.tgz" -C /tmp/runs "$name" && ls -la "$out"

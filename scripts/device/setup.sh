@@ -11,6 +11,11 @@ site=/tmp/cudanalyst-site
 pkgs=/tmp/cudanalyst-pkgs
 step() { echo "== $(date +%T) $*"; }
 
+if [ "${CUDANALYST_DEVICE_READY:-}" = 1 ]; then
+  # scripts/device/lanes.sh did all of the below once for every lane; doing it again in each would race.
+  export PYTHONPATH="$pkgs:$site" CUDANALYST_COMPILE_CACHE=/tmp/cudanalyst-compile-cache
+  return 0
+fi
 step "install wheels"
 $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .device/wheels/*.whl \
   || { echo "wheel install failed"; return 1; }

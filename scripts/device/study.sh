@@ -7,7 +7,8 @@
 #    back, it travels with .device) into /tmp/runs, unless this (warm) machine still has that folder: its copy is newer.
 # 2. Per spec, in the order given: skipped when its folder holds an outcome for every planned unit and a report (a
 #    missing report is built, no GPU needed), or when its models' parts are not stashed (said, the others go on);
-#    else `python -m cudanalyst run SPEC --output /tmp/runs`, sent SIGINT when STUDY_BUDGET seconds (counted from this
+#    else `python -m cudanalyst run SPEC --output /tmp/runs`, sent SIGTERM (taken as Ctrl-C; SIGINT is
+#    ignored by a script's background job) when STUDY_BUDGET seconds (counted from this
 #    script's start, set-up included) are nearly spent. Finished units stay in the folder; the next call resumes.
 # 3. Brings back $OUT/run-NAME.tgz for each run it touched (its whole folder; over 15 MiB, the candidates of units
 #    that already have their outcome are left out: resuming does not read them), $OUT/study-logs.tgz (console and,
@@ -17,7 +18,7 @@ set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: scripts/device/study.sh SPEC..." >&2; exit 2; }
 budget="${STUDY_BUDGET:-540}"
 restore="${STUDY_RESTORE:-.device/study-runs}"
-reserve=75        # SIGINT's grace (cudanalyst run stops its groups within 20 s; --kill-after 30) and the packing
+reserve=75        # SIGTERM's grace (cudanalyst run stops its groups within 20 s; --kill-after 30) and the packing
 min_run=${STUDY_MIN_RUN:-150}       # a pass shorter than this would spend its time starting the model server
 max_bytes=$((${STUDY_MAX_MIB:-15} * 1024 * 1024))  # the device tool brings back 16 MiB a file
 runs=/tmp/runs logs=/tmp/study-logs
@@ -84,9 +85,9 @@ for spec in "$@"; do
       state="skipped: a model's parts are not stashed"
     else
       left=$((budget - SECONDS - reserve))
-      step "$name: cudanalyst run $spec ($done_units/$planned units done, SIGINT in $left s)"
+      step "$name: cudanalyst run $spec ($done_units/$planned units done, SIGTERM in $left s)"
       # Not through a pipe: a process left holding it would keep the pipe open, and this script waiting.
-      timeout --signal=INT --kill-after=30 "$left" $py -m cudanalyst run "$spec" --output "$runs" > "$logs/$name.log" 2>&1 &
+      timeout --signal=TERM --kill-after=30 "$left" $py -m cudanalyst run "$spec" --output "$runs" > "$logs/$name.log" 2>&1 &
       pid=$!
       tail -n +1 -f --pid="$pid" "$logs/$name.log" | grep --line-buffered -v "━"
       wait "$pid"; rc=$?
