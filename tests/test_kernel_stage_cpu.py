@@ -14,7 +14,7 @@ from nvcc_mark import needs_nvcc
 from cudanalyst.api.spec import EvaluationSpec
 from cudanalyst.runner.kernels import verify
 from cudanalyst.runner.kernels.pool import GpuGate
-from cudanalyst.runner.kernels.profiler import clean_ncu_output, timing_lines
+from cudanalyst.runner.kernels.profiler import clean_ncu_output, ncu_failure, timing_lines
 from cudanalyst.runner.kernels.sanitizer import clean_tool_output
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, label_for
 from cudanalyst.runner.kernels.timing import speedup, timing_stats
@@ -467,3 +467,18 @@ def test_timing_waits_for_running_verifications_instead_of_queueing_behind_them(
     assert {k: r.label for k, r in by.items()} == {"a1": "pass", "a2": "pass", "b1": "pass"}
     assert len(pool.running_at_compare) == 2  # one request per group
     assert pool.running_at_compare == [0, 0]
+
+
+def test_the_profiler_report_says_why_nsight_compute_gave_no_sections() -> None:
+    # The program failed under ncu (an H200 recording met this 77 times): its own error, not "counters refused".
+    launch = ("==PROF== Connected to process 10057\nlaunch_once: LogicError: cuModuleLoadData failed: out of memory\n"
+              "==ERROR== The application returned an error code (1).\n")
+    said = ncu_failure(1, launch)
+    assert "program's launch under it failed (launch_once: LogicError: cuModuleLoadData failed: out of memory)" in said
+    assert "performance counters" not in said
+    refused = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
+    assert "could not read the GPU's performance counters here (exit status 1: ==ERROR== ERR_NVGPUCTRPERM" in \
+        ncu_failure(1, refused)
+    other = ncu_failure(9, "==ERROR== Something else broke\n")
+    assert other.startswith("Nsight Compute failed (exit status 9: ==ERROR== Something else broke)")
+    assert ncu_failure(0, "").startswith("Nsight Compute failed (exit status 0: no output)")

@@ -25,8 +25,8 @@ def test_the_baseline_is_correct_timed_against_itself_and_profiled() -> None:
     assert set(res.artifacts) == {"debugger", "analyzer", "profiler"}
     profiler = res.artifacts["profiler"]
     assert "Event timings (CUDA events" in profiler and "the baseline's speed" in profiler, profiler
-    # Counters where the GPU grants them; else the report says they were refused. Never silently absent.
-    assert "Section:" in profiler or "could not read the GPU's performance counters" in profiler, profiler
+    # Nsight Compute's sections, or why there are none (profiler.ncu_failure). Never silently absent.
+    assert "Section:" in profiler or "only the event timings above are available" in profiler, profiler
     assert "registers/thread" in res.artifacts["analyzer"]
 
 

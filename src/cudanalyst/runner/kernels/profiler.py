@@ -70,12 +70,26 @@ def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0) -> tuple[bool
         except subprocess.TimeoutExpired:
             return False, [f"Nsight Compute did not finish within {timeout_s:g} s."]
     text = p.stdout + p.stderr
-    lines = clean_ncu_output(text)
     if p.returncode != 0 or "Section:" not in text:
-        first = next((x for x in lines if "ERROR" in x or _NO_COUNTERS.search(x)), lines[-1] if lines else "")
-        return False, [f"Nsight Compute could not read the GPU's performance counters here (exit status "
-                       f"{p.returncode}: {first.strip()}); only the event timings above are available."]
-    return True, lines
+        return False, [ncu_failure(p.returncode, text)]
+    return True, clean_ncu_output(text)
+
+
+def ncu_failure(returncode: int, text: str) -> str:
+    """Why Nsight Compute gave no sections, from its output (pure).
+
+    The program's own error (launch_once's stderr, which ncu passes through) comes first: ncu then only says "the
+    application returned an error code", and calling that a refusal of counters would mislead the agent."""
+    lines = clean_ncu_output(text)
+    tail = "; only the event timings above are available."
+    program = next((x.strip() for x in lines if x.lstrip().startswith("launch_once:")), None)
+    if program is not None:
+        return f"Nsight Compute ran, but the program's launch under it failed ({program}){tail}"
+    refused = next((x.strip() for x in lines if _NO_COUNTERS.search(x)), None)
+    if refused is not None:
+        return f"Nsight Compute could not read the GPU's performance counters here (exit status {returncode}: {refused}){tail}"
+    first = next((x.strip() for x in lines if "ERROR" in x), lines[-1].strip() if lines else "no output")
+    return f"Nsight Compute failed (exit status {returncode}: {first}){tail}"
 
 
 def profiler_report(task: Task, cubin: bytes | None, program: dict[str, Any] | None,
