@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudanalyst.trajectory.format import (
     MANIFEST,
@@ -18,6 +20,9 @@ from cudanalyst.trajectory.format import (
     parse_programs,
 )
 from cudanalyst.trajectory.freeze import freeze
+
+if TYPE_CHECKING:
+    from cudanalyst.store import ObjectStore
 
 __all__ = [
     "FrozenProgram", "Manifest", "ProgramContext", "Trajectory", "TrajectoryError",
@@ -38,10 +43,30 @@ def builtin_path(name: str) -> Path:
     """Folder of a trajectory shipped inside the package (builtin://example)."""
     root = Path(str(resources.files("cudanalyst") / "data" / "trajectories"))
     path = root / name
-    if not (path / PROGRAMS).is_file():
+    if not any((path / name).is_file() for name in (PROGRAMS, PROGRAMS + ".gz")):
         known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         raise TrajectoryError(f"no builtin trajectory {name!r} (known: {', '.join(known) or 'none'})")
     return path
+
+
+def read_programs_text(store: ObjectStore, uri: str) -> tuple[str, str]:
+    """(programs.jsonl's text, the object it came from): plain, or gzipped as `programs.jsonl.gz` (a recorded
+    trajectory's prompts make it several MB; the bundled recording ships compressed)."""
+    from cudanalyst.store import ObjectNotFound
+
+    try:
+        return store.get_text(PROGRAMS), PROGRAMS
+    except ObjectNotFound:
+        pass
+    try:
+        data = store.get_bytes(PROGRAMS + ".gz")
+    except ObjectNotFound:
+        raise TrajectoryError(f"{uri}: no {PROGRAMS} (is this a trajectory folder? "
+                              "convert other formats with `cudanalyst import`)") from None
+    try:
+        return gzip.decompress(data).decode("utf-8"), PROGRAMS + ".gz"
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise TrajectoryError(f"{uri.rstrip('/')}/{PROGRAMS}.gz: not a gzipped text file ({exc})") from None
 
 
 def load_trajectory(uri: str, s3: object | None = None, fmt: str = "cudanalyst", task: str | None = None) -> Trajectory:
@@ -63,14 +88,10 @@ def load_trajectory(uri: str, s3: object | None = None, fmt: str = "cudanalyst",
         name = task or uri.rstrip("/").rsplit("/", 1)[-1]
         converted, provenance = reader(store, name)
         return Trajectory(uri=uri, manifest=manifest_for(converted, source=provenance), programs=converted)
-    try:
-        text = store.get_text(PROGRAMS)
-    except ObjectNotFound:
-        raise TrajectoryError(f"{uri}: no {PROGRAMS} (is this a trajectory folder? "
-                              "convert other formats with `cudanalyst import`)") from None
-    programs = parse_programs(text, f"{uri.rstrip('/')}/{PROGRAMS}")
+    text, name = read_programs_text(store, uri)
+    programs = parse_programs(text, f"{uri.rstrip('/')}/{name}")
     if not programs:
-        raise TrajectoryError(f"{uri.rstrip('/')}/{PROGRAMS}: no programs")
+        raise TrajectoryError(f"{uri.rstrip('/')}/{name}: no programs")
     try:
         manifest = Manifest.model_validate(store.get_json(MANIFEST))
     except ObjectNotFound:
