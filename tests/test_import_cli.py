@@ -73,6 +73,17 @@ def _fails(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().err
 
 
+def test_iteration_windows_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest = tmp_path / "traj"
+    assert main(["import", "openevolve", str(OE), "--to", str(dest), "--generation-from", "iteration",
+                 "--iterations-per-generation", "5"]) == 0
+    assert load_trajectory(str(dest)).manifest.generations == [0, 5]
+    err = _fails(["import", "openevolve", str(OE), "--to", str(tmp_path / "other"),
+                  "--iterations-per-generation", "5"], capsys)
+    assert "--iterations-per-generation 5: needs --generation-from iteration" in err
+    assert not (tmp_path / "other").exists()
+
+
 def test_malformed_source_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "ckpt"
     (bad / "programs").mkdir(parents=True)

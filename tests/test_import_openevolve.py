@@ -95,6 +95,16 @@ def test_generation_can_come_from_the_iteration() -> None:
     assert {p.program_id: p.generation for p in programs} == {ROOT: 0, A: 3, B: 5, C: 9}
 
 
+def test_generations_can_be_windows_of_iterations_named_by_their_first() -> None:
+    # iteration_found 0, 3, 5, 9: windows of 5 are 0..4 and 5..9, named 0 and 5.
+    programs, provenance = read_openevolve(open_store(str(RUN)), "gemm", generation_from="iteration",
+                                           iterations_per_generation=5)
+    assert {p.program_id: p.generation for p in programs} == {ROOT: 0, A: 0, B: 5, C: 5}
+    assert provenance["generationFrom"] == "iteration" and provenance["iterationsPerGeneration"] == 5
+    with pytest.raises(TrajectoryError, match="iterations per generation must be >= 1, got 0"):
+        read_openevolve(open_store(str(RUN)), "gemm", generation_from="iteration", iterations_per_generation=0)
+
+
 def test_large_artifacts_are_read_from_artifact_dir(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(RUN / "checkpoints" / "checkpoint_10", run)

@@ -93,6 +93,30 @@ def test_an_unreachable_store_is_named_with_exit_2(tmp_path: Path) -> None:
     assert "spec.output.uri" in p.stderr
 
 
+def test_a_finished_recording_moved_elsewhere_is_imported_again_without_a_model(tmp_path: Path) -> None:
+    """Every task has its iterations: the pass only imports (here with other generation windows), so it needs no
+    model or vLLM, and a folder brought back from another machine (another output.uri) is still ours."""
+    from cudanalyst.recording import prepare_store, progress_key
+
+    nowhere = {"model": str(tmp_path / "no-weights-here"), "serve": "local"}  # could not be served here
+    store = prepare_store(parse_recording(spec(tmp_path, model=nowhere, output={"uri": str(tmp_path / "elsewhere")})))
+    oe = Path(__file__).parent / "data" / "openevolve" / "gemm" / "checkpoints" / "checkpoint_20"
+    for path in sorted(oe.rglob("*.json")):
+        store.put_bytes(f"openevolve/conv2d/checkpoints/checkpoint_2/{path.relative_to(oe).as_posix()}",
+                        path.read_bytes())
+    store.put_json(progress_key("conv2d"), {"task": "conv2d", "checkpoint": 2, "iterations": 2, "gpu": False})
+    shutil.move(str(tmp_path / "elsewhere"), str(tmp_path / "out"))
+
+    p = record(str(write(tmp_path, spec(tmp_path, model=nowhere, iterationsPerGeneration=5))))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "every task has all its iterations: importing" in p.stderr
+    assert "the window of 5 iteration(s) a program was found in, by its first): 0: 1, 5: 2" in " ".join(p.stderr.split())
+    assert "evaluation:" not in p.stderr  # nothing is evaluated in an import-only pass
+    programs = [json.loads(x) for x in (tmp_path / "out" / "rec" / "trajectory" / "programs.jsonl").read_text()
+                .splitlines()]
+    assert sorted(x["generation"] for x in programs) == [0, 5, 5]
+
+
 def test_a_folder_of_another_recording_is_refused(tmp_path: Path) -> None:
     from cudanalyst.recording import RecordInputError, prepare_store
 

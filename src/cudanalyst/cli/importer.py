@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     oe.add_argument("--checkpoint", type=int, metavar="N", help="read only checkpoint_N (default: all, merged)")
     oe.add_argument("--generation-from", choices=["generation", "iteration"], default="generation",
                     help="use OpenEvolve's lineage depth (generation, default) or iteration_found as the generation")
+    oe.add_argument("--iterations-per-generation", type=int, metavar="N",
+                    help="with --generation-from iteration: a generation is a window of N iterations, named by its "
+                    "first (N=10: iterations 20..29 are generation 20); default 1")
     oe.add_argument("--feedback-map", action="append", default=[], metavar="ARTIFACT=PLAYER",
                     help="send artifact ARTIFACT to PLAYER's feedback (PLAYER 'none' keeps it out); repeatable")
     oe.set_defaults(handler=run)
@@ -129,7 +132,11 @@ def read_source(args: argparse.Namespace, task: str, s3: S3Settings) -> tuple[li
 
         if only_key is not None:
             raise ImportFailed(f"{args.src}: an OpenEvolve source is a folder (a checkpoint or a run output), not a file")
+        window = args.iterations_per_generation
+        if window is not None and (args.generation_from != "iteration" or window < 1):
+            raise ImportFailed(f"--iterations-per-generation {window}: needs --generation-from iteration and N >= 1")
         return read_openevolve(store, task, checkpoint=args.checkpoint, generation_from=args.generation_from,
+                               iterations_per_generation=window or 1,
                                feedback_map=_parse_feedback_map(args.feedback_map))
     from cudanalyst.trajectory.llm4ad import read_llm4ad
 

@@ -167,13 +167,20 @@ def read_openevolve(
     *,
     checkpoint: int | None = None,
     generation_from: GenerationFrom = "generation",
+    iterations_per_generation: int = 1,
     feedback_map: Mapping[str, str] | None = None,
 ) -> tuple[list[FrozenProgram], dict[str, Any]]:
     """All programs of the checkpoint(s) under ``store`` and the provenance for the manifest.
 
+    A program's generation is OpenEvolve's ``generation`` (lineage depth), or with ``generation_from="iteration"``
+    the window of ``iterations_per_generation`` iterations it was found in, named by the window's first iteration
+    (N = 10: iterations 20..29 are generation 20), so that a generation's number stays an iteration number.
+
     Everything is parsed before anything is returned, so a caller that writes afterwards never
     writes a partial trajectory. Errors name the file and the field.
     """
+    if iterations_per_generation < 1:
+        raise TrajectoryError(f"iterations per generation must be >= 1, got {iterations_per_generation}")
     checkpoints = find_checkpoints(store)
     if checkpoint is not None:
         chosen = [c for c in checkpoints if c[0] == checkpoint]
@@ -233,7 +240,8 @@ def read_openevolve(
             extras["artifactDirMissing"] = missing
         generation = raw.get("generation") or 0
         if generation_from == "iteration":
-            generation = raw.get("iteration_found") or 0
+            found = raw.get("iteration_found") or 0
+            generation = found - found % iterations_per_generation
         metrics = dict(raw.get("metrics") or {})
         if SOURCE_FORMAT in metrics:
             raise TrajectoryError(f"{where}: metrics already has a key {SOURCE_FORMAT!r}, which the import uses")
@@ -261,6 +269,7 @@ def read_openevolve(
         "uri": store.uri,
         "checkpoints": [n for n, _ in checkpoints if n is not None],
         "generationFrom": generation_from,
+        **({"iterationsPerGeneration": iterations_per_generation} if generation_from == "iteration" else {}),
         "feedbackFromArtifacts": dict(sorted(used_players.items())),
     }
     if missing_dirs:

@@ -34,6 +34,7 @@ from cudanalyst.recording import (
     read_progress,
     recording_store,
     s3_settings,
+    unfinished_tasks,
 )
 from cudanalyst.runner.kernels.stage import gpu_status
 from cudanalyst.runner.llm.client import warm_up
@@ -173,7 +174,9 @@ def main(args: argparse.Namespace) -> int:
             update={"output": rec.spec.output.model_copy(update={"uri": args.output})})})
     console = Console(stderr=True)
     try:
-        check_input(rec, model_problems(rec))
+        # A pass with every iteration done only imports: it needs neither the model's weights nor vLLM.
+        serving = bool(unfinished_tasks(rec))
+        check_input(rec, model_problems(rec) if serving else [], serving=serving)
         store = prepare_store(rec)
     except RecordInputError as exc:
         die(str(exc), EXIT_INVALID)
@@ -181,9 +184,10 @@ def main(args: argparse.Namespace) -> int:
     spec = rec.spec
     console.print(f"[bold]{rec.name}[/]: OpenEvolve on {len(spec.tasks)} task(s) x {spec.iterations} iterations "
                   f"({spec.islands} island(s), population {spec.population}) -> {store.uri}")
-    console.print("evaluation: compile, contract, verify and time on the GPU" if gpu else
-                  f"evaluation: [yellow]compiled only[/] ({why}): correct and speedup are not evaluated; "
-                  "metrics say gpu_evaluated 0 and the profiler report says it did not run")
+    if serving:  # a pass that only imports evaluates nothing
+        console.print("evaluation: compile, contract, verify and time on the GPU" if gpu else
+                      f"evaluation: [yellow]compiled only[/] ({why}): correct and speedup are not evaluated; "
+                      "metrics say gpu_evaluated 0 and the profiler report says it did not run")
     folder = Path(tempfile.mkdtemp(prefix=f"cudanalyst-record-{rec.name}-"))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     codes: dict[str, int] = {}
@@ -215,6 +219,9 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     shutil.rmtree(folder, ignore_errors=True)
     console.print(f"trajectory: {programs} programs with their debugger, analyzer and profiler reports -> {uri}")
-    console.print(f"programs per generation (OpenEvolve's lineage depth): {per_generation(store)}", highlight=False)
+    window = spec.iterations_per_generation
+    meaning = ("OpenEvolve's lineage depth" if window is None else
+               f"the window of {window} iteration(s) a program was found in, by its first")
+    console.print(f"programs per generation ({meaning}): {per_generation(store)}", highlight=False)
     console.print(f"use it as an AttributionRun's spec.trajectory.uri: {uri}")
     return 0
