@@ -60,9 +60,9 @@ def coverage_table(runs: int, seed: int, which: str, jobs: int) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from functools import partial
 
-    from cudanalyst.attribution.simulate import GRID, LARGER, coverage
+    from cudanalyst.attribution.simulate import GRID, LARGER, SPARSE, coverage
 
-    designs = {"grid": GRID, "larger": LARGER, "all": GRID + LARGER}[which]
+    designs = {"grid": GRID, "larger": LARGER, "all": GRID + LARGER, "sparse": SPARSE}[which]
     se = (0.95 * 0.05 / runs) ** 0.5
     print(f"{runs} runs per design, seed {seed}; 95% intervals of the 3 players' Banzhaf values (debugger / analyzer"
           f" / profiler); Monte-Carlo SE of a coverage near 0.95: {se:.4f}")
@@ -74,7 +74,8 @@ def coverage_table(runs: int, seed: int, which: str, jobs: int) -> None:
         for d, c in zip(designs, results, strict=True):
             truth = " / ".join(f"{x:+.3f}" for x in c.truth)
             per = " / ".join(f"{x:.3f}" for x in c.covered)
-            print(f"| {d.units} | {d.rollouts} | {d.rate} | {'tasks of 3 gens' if d.pooled else 'no'} "
+            print(f"| {d.units} | {d.rollouts} | {d.rate}{'' if d.active == 1 else f', {d.active:.0%} active'} "
+                  f"| {'tasks of 3 gens' if d.pooled else 'no'} "
                   f"| {'/'.join(f'{e:+g}' for e in d.effects)} | {truth} | {per} "
                   f"| {c.below[0]:.3f} / {c.above[0]:.3f} | {c.half_width:.3f} |", flush=True)
 
@@ -88,8 +89,9 @@ def main() -> None:
                         help="instead: coverage of the 95%% Banzhaf intervals by simulation (issue 13's grid)")
     parser.add_argument("--runs", type=int, default=2000, help="with --coverage: simulated runs per design")
     parser.add_argument("--seed", type=int, default=2026, help="with --coverage: seed (the test's is 2026)")
-    parser.add_argument("--designs", choices=("grid", "larger", "all"), default="all",
-                        help="with --coverage: issue 13's grid, the larger effects, or both (default)")
+    parser.add_argument("--designs", choices=("grid", "larger", "all", "sparse"), default="all",
+                        help="with --coverage: issue 13's grid, the larger effects, or both (default); sparse: "
+                        "designs where most units never succeed (a known limit, docs/attribution.md)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="with --coverage: processes")
     args = parser.parse_args()
     if args.coverage:
