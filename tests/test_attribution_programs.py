@@ -172,3 +172,18 @@ def test_cli_plan_prints_half_width_and_takes_a_pilot(tmp_path: Path, capsys: py
     with pytest.raises(SystemExit) as exit_:
         cli_main(["plan", str(example), "--pilot", str(tmp_path / "nothing")])
     assert exit_.value.code == 2 and "no outcome records" in capsys.readouterr().err
+
+
+def test_a_game_that_few_programs_move_is_flagged_exploratory() -> None:
+    from cudanalyst.attribution.result import FEW_CHANGING
+
+    # 48 programs, about 10 % of them able to succeed at all: the rest have one rate (0) under every coalition.
+    sparse = attribute_tables(tabulate(simulate_columns(Design(48, 1, 0.5, False, active=0.1),
+                                                        np.random.default_rng(3)), PLAYERS, ["pass"]))
+    game = sparse.games[0]
+    assert game.units == 48 and "exploratory:" in game.interval_note
+    changing = int(game.interval_note.split("exploratory: ")[1].split(" of ")[0])
+    assert 0 < changing < FEW_CHANGING
+    dense = attribute_tables(tabulate(simulate_columns(Design(48, 1, 0.5, False), np.random.default_rng(3)),
+                                      PLAYERS, ["pass"]))
+    assert "exploratory" not in dense.games[0].interval_note

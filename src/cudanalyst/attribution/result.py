@@ -41,6 +41,9 @@ from cudanalyst.attribution.msr import msr_interactions, msr_variance
 from cudanalyst.attribution.values import GAME_ARM, OutcomeTables, ProgramOutcomes
 
 Estimator = Literal["exact", "msr", "auto"]
+# Below this many units whose rates differ between coalitions, a game's intervals are flagged: by simulation they
+# cover 0.92-0.93 with about 5 such programs of 48, 0.94-0.96 from about 10 (docs/attribution.md, known limit).
+FEW_CHANGING = 10
 # A bootstrap interval needs this share of finite replicates (an MSR replicate that drew no coalition
 # of some group is NaN); below it the interval is left out and the game says why.
 MIN_FINITE_REPLICATES = 0.95
@@ -415,6 +418,10 @@ def attribute_game(
     if len(u.weights) < 2:
         interval_note = (f"no interval: one {unit} ({u.programs} program(s)); intervals come from the "
                          f"variation between {unit}s, and one shows none")
+    elif (changing := int(np.sum(np.ptp(u.rates, axis=1) > 0))) < FEW_CHANGING:
+        interval_note = "; ".join(x for x in (interval_note, (
+            f"exploratory: {changing} of {len(u.weights)} {unit}s change between coalitions, and intervals over "
+            f"fewer than {FEW_CHANGING} can undercover (docs/attribution.md, known limit)")) if x)
     return GameResult(
         **common, evaluated=True, dof=dof if dof > 0 else None, interval_note=interval_note,
         values=_estimates(values), **{name: _estimates(part) for name, part in parts.items()},
