@@ -15,7 +15,9 @@ process per core, each from its own seed as before, so the figures do not depend
 - the same two with two and three times the grid's effects;
 - P = 48, R = 3, rate 0.05, pooled and P = 48, R = 1, rate 0.5: many units must not make it over-conservative;
 - P = 12, R = 1, rate 0.5: the plain case;
-- P = 4, R = 3, rate 0.5, pooled: the P = 4 design with the lowest coverage.
+- P = 4, R = 3, rate 0.5, pooled: the P = 4 design with the lowest coverage;
+- P = 48, R = 1, rate 0.5 with only 10 % of the programs able to succeed at all (a few carry the game; lower
+  bound only, see docs/attribution.md).
 
 Tolerance: a coverage estimated from RUNS runs has a Monte-Carlo standard error sqrt(c (1 - c) / RUNS):
 0.0066 at c = 0.93 and 0.0044 at c = 0.97 with 1500 runs. Each player must lie within K = 2.5 of those
@@ -52,6 +54,9 @@ DESIGNS = [
     Design(48, 1, 0.5, False),
     Design(12, 1, 0.5, False),
     Design(4, 3, 0.5, True),
+    # A few programs carry the game (about 5 of 48 can succeed at all): the logit interval alone covered
+    # 0.92-0.93; the hull with the t-interval on those few is conservative here (0.98-1.00), so no upper bound.
+    Design(48, 1, 0.5, False, active=0.1),
 ]
 
 
@@ -88,5 +93,5 @@ def test_each_players_interval_covers_the_population_value(
     low, high = band(RUNS)
     for player, covered in enumerate(result.covered):
         assert covered >= low, (design.label(), player, result.covered, result.below, result.above)
-        if design.units >= 12:
+        if design.units >= 12 and design.active == 1:
             assert covered <= high, (design.label(), player, result.covered)

@@ -174,16 +174,29 @@ def test_cli_plan_prints_half_width_and_takes_a_pilot(tmp_path: Path, capsys: py
     assert exit_.value.code == 2 and "no outcome records" in capsys.readouterr().err
 
 
-def test_a_game_that_few_programs_move_is_flagged_exploratory() -> None:
-    from cudanalyst.attribution.result import FEW_CHANGING
+def test_a_game_that_few_programs_move_is_flagged_and_its_differences_widened() -> None:
+    from cudanalyst.attribution.contrast import FEW_CHANGING
 
     # 48 programs, about 10 % of them able to succeed at all: the rest have one rate (0) under every coalition.
-    sparse = attribute_tables(tabulate(simulate_columns(Design(48, 1, 0.5, False, active=0.1),
-                                                        np.random.default_rng(3)), PLAYERS, ["pass"]))
-    game = sparse.games[0]
-    assert game.units == 48 and "exploratory:" in game.interval_note
-    changing = int(game.interval_note.split("exploratory: ")[1].split(" of ")[0])
+    columns = simulate_columns(Design(48, 1, 0.5, False, active=0.1), np.random.default_rng(3))
+    game = attribute_tables(tabulate(columns, PLAYERS, ["pass"])).games[0]
+    assert game.units == 48 and "exploratory: only" in game.interval_note
+    changing = int(game.interval_note.split("exploratory: only ")[1].split(" of ")[0])
     assert 0 < changing < FEW_CHANGING
+    # The same outcomes with a seam that hides the few-changing rule: the widened intervals contain them.
+    import cudanalyst.attribution.contrast as contrast
+
+    original = contrast.few_changing
+    contrast.few_changing = lambda changing, units: False
+    try:
+        plain = attribute_tables(tabulate(columns, PLAYERS, ["pass"])).games[0]
+    finally:
+        contrast.few_changing = original
+    for player in PLAYERS:
+        wide, narrow = game.banzhaf[player], plain.banzhaf[player]
+        assert wide.low <= narrow.low and wide.high >= narrow.high
+    assert any(game.banzhaf[p].high - game.banzhaf[p].low > plain.banzhaf[p].high - plain.banzhaf[p].low + 1e-9
+               for p in PLAYERS)
     dense = attribute_tables(tabulate(simulate_columns(Design(48, 1, 0.5, False), np.random.default_rng(3)),
                                       PLAYERS, ["pass"]))
     assert "exploratory" not in dense.games[0].interval_note

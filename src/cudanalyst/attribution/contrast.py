@@ -241,10 +241,28 @@ def _extremes(xc: FloatArray, yc: FloatArray, l11: FloatArray, l21: FloatArray, 
     return out[0], out[1]
 
 
+# A game is carried by a few units when fewer than this many change between coalitions, and under a third of them.
+FEW_CHANGING = 10
+
+
+def changing_units(rates: FloatArray) -> int:
+    """Units whose rates differ between coalitions (pure): every difference of a unit with one rate is 0."""
+    return int(np.sum(np.ptp(np.asarray(rates, dtype=np.float64), axis=1) > 0))
+
+
+def few_changing(changing: int, units: int) -> bool:
+    return changing < min(FEW_CHANGING, units / 3)
+
+
 def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, programs: int,
-                       confidence: float) -> Intervals:
+                       confidence: float, changing: int | None = None) -> Intervals:
     """Intervals of K contrasts over J units holding `programs` programs (see the module's docstring); levels
-    (J,) are the units' shrunk rates (`unit_levels`). One unit: NaN (no interval)."""
+    (J,) are the units' shrunk rates (`unit_levels`). One unit: NaN (no interval).
+
+    `changing` (`changing_units`): where a few units carry every difference (`few_changing`), a difference's
+    interval is widened to hold the t-interval with changing - 1 degrees of freedom too. By simulation, with
+    about 5 of 48 programs able to succeed the logit interval alone covered 0.92-0.93; with the hull, 0.98-1.00
+    (bench/attribution.py --coverage --designs sparse)."""
     w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
     units, k = c.pos.shape
     theta = c.estimate_per_unit
@@ -302,6 +320,14 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
                                           radius[part], c.s_pos[part], np.where(has_neg, c.s_neg, 0.0)[part])
     # The centres are shrunk by half an outcome: keep the reported value inside its interval.
     low, high = np.minimum(low, estimate), np.maximum(high, estimate)
+    if changing is not None and few_changing(changing, units):
+        # A few units carry every difference: hold the t-interval whose variance has only their degrees of
+        # freedom as well (docs/attribution.md, "A few programs carry the game").
+        is_difference = has_neg & (np.abs(c.s_pos - c.s_neg) <= 1e-9 * c.s_pos)
+        t_se = np.sqrt(scale * (w**2) @ ((theta - estimate) ** 2))
+        q = stats.t.ppf((1 + confidence) / 2, max(changing - 1, 1))
+        low = np.where(is_difference, np.minimum(low, estimate - q * t_se), low)
+        high = np.where(is_difference, np.maximum(high, estimate + q * t_se), high)
     # p-value of 0 for a difference (s+ = s-): the ellipse touches x = y at this radius.
     diff_sd = np.sqrt(np.maximum(sxx + syy - 2 * sxy, 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -21,8 +21,10 @@ from pydantic.alias_generators import to_camel
 from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.contrast import (
     Intervals,
+    changing_units,
     contrast_intervals,
     exact_contrasts,
+    few_changing,
     rate_contrasts,
     unit_levels,
 )
@@ -41,9 +43,6 @@ from cudanalyst.attribution.msr import msr_interactions, msr_variance
 from cudanalyst.attribution.values import GAME_ARM, OutcomeTables, ProgramOutcomes
 
 Estimator = Literal["exact", "msr", "auto"]
-# Below this many units whose rates differ between coalitions, a game's intervals are flagged: by simulation they
-# cover 0.92-0.93 with about 5 such programs of 48, 0.94-0.96 from about 10 (docs/attribution.md, known limit).
-FEW_CHANGING = 10
 # A bootstrap interval needs this share of finite replicates (an MSR replicate that drew no coalition
 # of some group is NaN); below it the interval is left out and the game says why.
 MIN_FINITE_REPLICATES = 0.95
@@ -303,7 +302,7 @@ def _exact_parts(u: _Units, n: int, order: int, confidence: float, replicates: i
 
     contrasts = exact_contrasts(u.rates, u.trials, u.unit_trials, n, order)
     iv = contrast_intervals(contrasts, u.weights, unit_levels(u.rates, u.unit_trials, confidence), u.programs,
-                            confidence)
+                            confidence, changing_units(u.rates))
     # The point values stay the transforms' own (shapiq is their oracle); the contrasts agree to rounding.
     w = u.weights / u.weights.sum()
     iv = Intervals(w @ statistic(u.rates), iv.se, iv.low, iv.high, iv.p_value, iv.dof)
@@ -418,10 +417,10 @@ def attribute_game(
     if len(u.weights) < 2:
         interval_note = (f"no interval: one {unit} ({u.programs} program(s)); intervals come from the "
                          f"variation between {unit}s, and one shows none")
-    elif (changing := int(np.sum(np.ptp(u.rates, axis=1) > 0))) < FEW_CHANGING:
+    elif few_changing(changing := changing_units(u.rates), len(u.weights)):
         interval_note = "; ".join(x for x in (interval_note, (
-            f"exploratory: {changing} of {len(u.weights)} {unit}s change between coalitions, and intervals over "
-            f"fewer than {FEW_CHANGING} can undercover (docs/attribution.md, known limit)")) if x)
+            f"exploratory: only {changing} of {len(u.weights)} {unit}s change between coalitions; the intervals of "
+            "differences are widened to hold their t-interval on that few (docs/attribution.md)")) if x)
     return GameResult(
         **common, evaluated=True, dof=dof if dof > 0 else None, interval_note=interval_note,
         values=_estimates(values), **{name: _estimates(part) for name, part in parts.items()},
