@@ -187,6 +187,30 @@ def test_contrast_p_value_agrees_with_the_interval() -> None:
     assert agree > 0  # some intervals did exclude 0
 
 
+def test_a_game_few_units_carry_is_widened_and_its_p_value_agrees() -> None:
+    rng = np.random.default_rng(8)
+    agree = widened = 0
+    for _ in range(40):
+        rates = np.zeros((30, 8))  # 30 units, only 8 of them ever succeed; the first player's effect is large
+        p = np.clip(0.05 + 0.9 * rng.random() * (np.arange(8) & 1) + 0.05 * rng.random(8), 0, 1)
+        rates[:8] = _rates(8, p, rng, 2)
+        unit_trials = np.full((30, 8), 2.0)
+        changing = ct.changing_units(rates)
+        assert changing <= 8 and ct.few_changing(changing, 30)
+        c = ct.exact_contrasts(rates, unit_trials.sum(axis=0), unit_trials, 3, 2)
+        levels = ct.unit_levels(rates, unit_trials, 0.95)
+        plain = ct.contrast_intervals(c, np.ones(30), levels, 30, 0.95)
+        iv = ct.contrast_intervals(c, np.ones(30), levels, 30, 0.95, changing)
+        tested = np.isfinite(iv.p_value)
+        assert tested[:6].all()
+        assert (iv.low[tested] <= plain.low[tested] + 1e-12).all() and (iv.high[tested] >= plain.high[tested] - 1e-12).all()
+        widened += int(((iv.high - iv.low)[tested] > (plain.high - plain.low)[tested] + 1e-9).sum())
+        excludes = (iv.low[tested] > 0) | (iv.high[tested] < 0)
+        np.testing.assert_array_equal(excludes, iv.p_value[tested] < 0.05)
+        agree += excludes.sum()
+    assert widened > 0 and agree > 0
+
+
 def test_unit_levels_shrink_by_the_method_of_moments() -> None:
     trials = np.full((20, 8), 2.0)
     same = np.full((20, 8), 0.5)

@@ -334,4 +334,10 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
         t_stat = np.abs(logit(ca) - logit(cb)) / diff_sd
     difference = has_neg & (np.abs(c.s_pos - c.s_neg) <= 1e-9 * c.s_pos) & np.isfinite(t_stat)
     p = np.where(difference, 2 * stats.t.sf(np.where(difference, t_stat, 0.0), pool), np.nan)
+    if changing is not None and few_changing(changing, units):
+        # The widened interval excludes 0 only when both do: its p-value is the larger of the two (Holm reads it).
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t_p = np.where(t_se > 0, 2 * stats.t.sf(np.abs(estimate) / np.where(t_se > 0, t_se, 1.0),
+                                                    max(changing - 1, 1)), np.where(estimate == 0, 1.0, 0.0))
+        p = np.where(difference, np.maximum(p, t_p), p)
     return Intervals(estimate, se, low, high, p, pool)
