@@ -320,7 +320,8 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
                                           radius[part], c.s_pos[part], np.where(has_neg, c.s_neg, 0.0)[part])
     # The centres are shrunk by half an outcome: keep the reported value inside its interval.
     low, high = np.minimum(low, estimate), np.maximum(high, estimate)
-    if changing is not None and few_changing(changing, units):
+    few = changing is not None and few_changing(changing, units)
+    if few:
         # A few units carry every difference: hold the t-interval whose variance has only their degrees of
         # freedom as well (docs/attribution.md, "A few programs carry the game").
         is_difference = has_neg & (np.abs(c.s_pos - c.s_neg) <= 1e-9 * c.s_pos)
@@ -334,7 +335,7 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
         t_stat = np.abs(logit(ca) - logit(cb)) / diff_sd
     difference = has_neg & (np.abs(c.s_pos - c.s_neg) <= 1e-9 * c.s_pos) & np.isfinite(t_stat)
     p = np.where(difference, 2 * stats.t.sf(np.where(difference, t_stat, 0.0), pool), np.nan)
-    if changing is not None and few_changing(changing, units):
+    if few:
         # The widened interval excludes 0 only when both do: its p-value is the larger of the two (Holm reads it).
         with np.errstate(invalid="ignore", divide="ignore"):
             t_p = np.where(t_se > 0, 2 * stats.t.sf(np.abs(estimate) / np.where(t_se > 0, t_se, 1.0),

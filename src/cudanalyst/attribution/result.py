@@ -418,9 +418,11 @@ def attribute_game(
         interval_note = (f"no interval: one {unit} ({u.programs} program(s)); intervals come from the "
                          f"variation between {unit}s, and one shows none")
     elif few_changing(changing := changing_units(u.rates), len(u.weights)):
+        widened = ("the intervals of differences are widened to hold their t-interval on that few" if chosen == "exact"
+                   else "MSR's t-intervals can undercover on that few")
         interval_note = "; ".join(x for x in (interval_note, (
-            f"exploratory: only {changing} of {len(u.weights)} {unit}s change between coalitions; the intervals of "
-            "differences are widened to hold their t-interval on that few (docs/attribution.md)")) if x)
+            f"exploratory: only {changing} of {len(u.weights)} {unit}s change between coalitions; {widened} "
+            "(docs/attribution.md)")) if x)
     return GameResult(
         **common, evaluated=True, dof=dof if dof > 0 else None, interval_note=interval_note,
         values=_estimates(values), **{name: _estimates(part) for name, part in parts.items()},
