@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
 
 from cudanalyst.api import AttributionRun, SpecError, load_run
-from cudanalyst.attribution.contrast import Contrasts, contrast_intervals, unit_levels
+from cudanalyst.attribution.contrast import Contrasts, contrast_intervals, t_interval, unit_levels
 from cudanalyst.attribution.result import _units
 from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables, tabulate
 from cudanalyst.outcomes import OutcomeRecord
@@ -377,31 +376,19 @@ def combine(parts: Sequence[tuple[ArmRates, float]], confidence: float) -> Compa
     )
     iv = contrast_intervals(contrast, np.ones(units), unit_levels(r, n, confidence), units, confidence)
     low, high, p_value = float(iv.low[0]), float(iv.high[0]), float(iv.p_value[0])
-    t_low, t_high, t_p = paired_t(r @ c, confidence)
     difference = minus.sum() > 0 and abs(plus.sum() - minus.sum()) <= 1e-9 * plus.sum()
-    if difference and np.isfinite(low) and np.isfinite(t_low):
-        # A difference: the hull of the two, as each covers where the other does not (module docstring), and the
-        # verdict stands only when both exclude 0 (hence the larger p-value). A single arm's rate keeps the logit
-        # interval, made for rates near 0 or 1 (a t-interval would leave [0, 1]).
+    if difference and np.isfinite(low):
+        # A difference: the hull with the paired t-interval over programs (J - 1 degrees of freedom), as each covers
+        # where the other does not (module docstring), and the verdict stands only when both exclude 0 (hence the
+        # larger p-value). A single arm's rate keeps the logit interval, made for rates near 0 or 1 (a t-interval
+        # would leave [0, 1]).
+        t_low, t_high, t_p = (float(x[0]) for x in t_interval((r @ c)[:, None], np.ones(units), units - 1, confidence))
         low, high, p_value = min(low, t_low), max(high, t_high), max(p_value, t_p) if np.isfinite(p_value) else t_p
 
     def num(x: float) -> float | None:
         return float(x) if np.isfinite(x) else None
     return Comparison(float(iv.estimate[0]), num(low), num(high), num(p_value), num(iv.dof[0]),
                       units, len(union) - units)
-
-
-def paired_t(differences: np.ndarray, confidence: float) -> tuple[float, float, float]:
-    """The t-interval of the mean over programs of their differences, J - 1 degrees of freedom, and its p-value of
-    0 (pure). Where every program has the same difference the interval is that point (and p 0, or 1 at 0)."""
-    d = np.asarray(differences, dtype=np.float64)
-    if d.size < 2:
-        return math.nan, math.nan, math.nan
-    mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size))
-    if se == 0:
-        return mean, mean, 1.0 if mean == 0 else 0.0
-    q = float(stats.t.ppf((1 + confidence) / 2, d.size - 1))
-    return mean - q * se, mean + q * se, float(2 * stats.t.sf(abs(mean) / se, d.size - 1))
 
 
 def verdict(direction: int, low: float | None, high: float | None) -> str:

@@ -254,6 +254,20 @@ def few_changing(changing: int, units: int) -> bool:
     return changing < min(FEW_CHANGING, units / 3)
 
 
+def t_interval(theta: FloatArray, weights: FloatArray, dof: float,
+               confidence: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per index, value -+ t se over J >= 2 units (theta (J, K), the cluster-robust se) and its p-value of 0
+    (pure). Where every unit has the same value the interval is that point (p 0, or 1 at 0)."""
+    w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
+    estimate = w @ theta
+    se = np.sqrt(len(w) / (len(w) - 1) * (w**2) @ ((theta - estimate) ** 2))
+    q = stats.t.ppf((1 + confidence) / 2, dof)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(se > 0, 2 * stats.t.sf(np.abs(estimate) / np.where(se > 0, se, 1.0), dof),
+                     np.where(estimate == 0, 1.0, 0.0))
+    return estimate - q * se, estimate + q * se, p
+
+
 def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, programs: int,
                        confidence: float, changing: int | None = None) -> Intervals:
     """Intervals of K contrasts over J units holding `programs` programs (see the module's docstring); levels
@@ -325,10 +339,9 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
         # A few units carry every difference: hold the t-interval whose variance has only their degrees of
         # freedom as well (docs/attribution.md, "A few programs carry the game").
         is_difference = has_neg & (np.abs(c.s_pos - c.s_neg) <= 1e-9 * c.s_pos)
-        t_se = np.sqrt(scale * (w**2) @ ((theta - estimate) ** 2))
-        q = stats.t.ppf((1 + confidence) / 2, max(changing - 1, 1))
-        low = np.where(is_difference, np.minimum(low, estimate - q * t_se), low)
-        high = np.where(is_difference, np.maximum(high, estimate + q * t_se), high)
+        t_low, t_high, t_p = t_interval(theta, w, max(changing - 1, 1), confidence)
+        low = np.where(is_difference, np.minimum(low, t_low), low)
+        high = np.where(is_difference, np.maximum(high, t_high), high)
     # p-value of 0 for a difference (s+ = s-): the ellipse touches x = y at this radius.
     diff_sd = np.sqrt(np.maximum(sxx + syy - 2 * sxy, 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -337,8 +350,5 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
     p = np.where(difference, 2 * stats.t.sf(np.where(difference, t_stat, 0.0), pool), np.nan)
     if few:
         # The widened interval excludes 0 only when both do: its p-value is the larger of the two (Holm reads it).
-        with np.errstate(invalid="ignore", divide="ignore"):
-            t_p = np.where(t_se > 0, 2 * stats.t.sf(np.abs(estimate) / np.where(t_se > 0, t_se, 1.0),
-                                                    max(changing - 1, 1)), np.where(estimate == 0, 1.0, 0.0))
         p = np.where(difference, np.maximum(p, t_p), p)
     return Intervals(estimate, se, low, high, p, pool)
