@@ -31,15 +31,8 @@ command=run; [ "$(sed -n 's/^kind: *//p' "$spec")" = TrajectoryRecording ] && co
 prepare_models $models || exit 1
 
 if [ "${2:-}" = "--prepare" ]; then
-  step "the kernel stage's GPU tests"
-  # Deselected: it runs the installed `cudanalyst-runner` command; here cudanalyst is on PYTHONPATH, not installed.
-  # PREPARE_TESTS narrows the tests when device time is short (e.g. tests/gpu/test_local_lanes.py alone);
-  # PREPARE_TIMING=0 skips bench/timing.py.
-  # shellcheck disable=SC2086
-  $py -m pytest ${PREPARE_TESTS:-tests/gpu tests/test_kernel_stage_cpu.py tests/test_llm_shard.py tests/test_references.py} \
-    -m "gpu or not gpu" -q \
-    --deselect tests/test_llm_shard.py::test_refusing_endpoint_fails_the_shard_with_reasons_and_exit_1 \
-    -p no:cacheprovider -rA --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log" | tail -15
+  # PREPARE_TESTS=none leaves the GPU tests to a lane of a later call (scripts/device/gpu_tests.sh), beside other work.
+  [ "${PREPARE_TESTS:-}" = none ] || CUDANALYST_DEVICE_READY=1 OUT="$out" bash scripts/device/gpu_tests.sh
   if [ "${PREPARE_TIMING:-1}" != 0 ]; then
     step "bench/timing.py"
     $py bench/timing.py 2>&1 | tee "$out/bench-timing.log"
