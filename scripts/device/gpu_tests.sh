@@ -6,6 +6,10 @@
 set -uo pipefail
 # shellcheck source=scripts/device/setup.sh
 source scripts/device/setup.sh || exit 1
+# shellcheck source=scripts/device/models.sh
+source scripts/device/models.sh
+# vLLM's site brings openai, which the runner's LLM client and OpenEvolve import: without it the tests fail to collect.
+vllm_from_wheelhouse || exit 1
 step "the kernel stage's GPU tests"
 # Deselected: it runs the installed `cudanalyst-runner` command; here cudanalyst is on PYTHONPATH, not installed.
 # shellcheck disable=SC2086
