@@ -68,3 +68,30 @@ def test_missing_model_is_named_before_work(tmp_path):
     spec = spec_file(tmp_path, models={"planner": {"model": str(tmp_path / "no-such-model"), "serve": "local"}})
     res = run_cli(str(spec), "--output", str(tmp_path / "runs"))
     assert res.returncode == 2 and "spec.models.planner.model" in res.stderr and "no-such-model" in res.stderr
+
+
+def test_a_model_servers_capacity_may_change_between_passes_and_nothing_else_of_it(tmp_path):
+    # A prompt longer than maxModelLen fails its unit (prompt-too-long) at every pass: a larger context, or more GPU
+    # memory, must be able to finish the folder. The model, its API and its arguments decide what a unit computes.
+    import pytest
+
+    from cudanalyst.api import load_run
+    from cudanalyst.runner.local.executor import RunInputError, prepare_folder
+    from cudanalyst.runs import plan_run
+
+    def run_with(**planner: object):
+        data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+        data["spec"]["output"] = {"uri": str(tmp_path / "runs")}
+        data["spec"]["models"]["planner"].update(planner)
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return load_run(str(path))
+
+    first = run_with()
+    prepare_folder(first, plan_run(first))
+    bigger = run_with(maxModelLen=16384, gpuMemoryUtilization=0.3)
+    prepare_folder(bigger, plan_run(bigger))  # accepted: the folder resumes
+    for change in ({"api": "completion"}, {"extraArgs": ["--dtype", "float16"]}, {"model": "tiny-llama"}):
+        other = run_with(**change)
+        with pytest.raises(RunInputError, match=r"different spec \(spec\.models differ\)"):
+            prepare_folder(other, plan_run(other))

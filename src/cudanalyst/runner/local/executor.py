@@ -52,6 +52,9 @@ from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
 
 # Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
 RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
+# A model server's capacity, per role: how long a prompt it takes and how much GPU memory it holds. A unit that
+# finished computes the same with more of either; one its prompt did not fit (prompt-too-long) can then finish.
+RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization")
 POLL_S = 1.0
 STOP_GRACE_S = 20.0  # what a shard or server gets to stop its own children before SIGKILL
 
@@ -77,7 +80,9 @@ class Snapshot:
 def outcome_spec(spec: AttributionRunSpec) -> dict[str, Any]:
     """The spec fields that decide what a unit computes, in one normal form (defaults filled in)."""
     dumped = spec.model_dump(by_alias=True, mode="json")
-    return {k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}
+    models = {role: {k: v for k, v in model.items() if k not in RESUMABLE_MODEL_FIELDS}
+              for role, model in (dumped.get("models") or {}).items() if isinstance(model, dict)}
+    return {**{k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}, "models": models}
 
 
 def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
