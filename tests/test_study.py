@@ -19,7 +19,7 @@ from cudanalyst.api import load_run
 from cudanalyst.cli import main as cli
 from cudanalyst.report.compute import attribution
 from cudanalyst.store import open_store
-from cudanalyst.study import MARGIN, load_specs, study, verdict
+from cudanalyst.study import MARGIN, load_specs, mark_holm, study, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "examples" / "study"
@@ -162,6 +162,14 @@ def test_cli_writes_the_tables_with_synthetic_side_runs(tmp_path: Path, pilot_fo
     assert "## Finding 4: Cross-model plan transferability" in text
     assert "[report](../../runs/study-raw-0-5b/report/report.html)" in text
     assert (STUDY / "transfer-gemma.yaml").read_text().strip() in text  # the exact specs, copied
+    # Holm over the page's comparisons: a row marked yes is one whose p-value passes the step-down.
+    tested = [r for r in data["rows"] if r.get("pValue") is not None]
+    assert data["holmFamily"] == len(tested) > 0 and all("holm" in r for r in tested)
+    ps, passed = sorted(r["pValue"] for r in tested), 0
+    while passed < len(ps) and ps[passed] <= 0.05 / (len(ps) - passed):
+        passed += 1
+    assert sum(r["holm"] for r in tested) == passed
+    assert f"after Holm's correction over the {len(tested)} comparisons" in text
 
 
 def test_bad_input_exits_2_naming_the_file_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -257,3 +265,13 @@ def test_a_preface_goes_under_the_title_verbatim(tmp_path: Path, pilot_folder: P
     assert lines[0].startswith("# The paper's four findings") and lines[2] == preface.read_text().strip()
     assert cli(["study", str(STUDY), "--runs", str(tmp_path / "none"), "--run", f"main={pilot_folder}",
                 "--out", str(out), "--preface", str(tmp_path / "absent.md")]) == 2
+
+
+def test_holm_over_the_page_marks_only_what_survives_the_step_down() -> None:
+    # 3 p-values: 0.001 <= 0.05/3 passes, 0.03 > 0.05/2 stops the step-down, so 0.04 fails too though < 0.05.
+    rows = [{"pValue": 0.04}, {"pValue": 0.001}, {"verdict": "not run"}, {"pValue": 0.03}]
+    assert mark_holm(rows, 0.05) == 3
+    assert [r.get("holm") for r in rows] == [False, True, None, False]
+    easier = [{"pValue": 0.001}, {"pValue": 0.02}, {"pValue": 0.04}]
+    mark_holm(easier, 0.05)
+    assert [r["holm"] for r in easier] == [True, True, True]

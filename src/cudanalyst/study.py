@@ -32,6 +32,7 @@ import numpy as np
 
 from cudanalyst.api import AttributionRun, SpecError, load_run
 from cudanalyst.attribution.contrast import Contrasts, contrast_intervals, t_interval, unit_levels
+from cudanalyst.attribution.intervals import holm
 from cudanalyst.attribution.result import _units
 from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables, tabulate
 from cudanalyst.outcomes import OutcomeRecord
@@ -406,6 +407,16 @@ def verdict(direction: int, low: float | None, high: float | None) -> str:
     return "agrees" if (low > 0) == (direction > 0) else "disagrees"
 
 
+def mark_holm(rows: list[dict[str, Any]], alpha: float) -> int:
+    """Sets each row's `holm`: its interval still excludes 0 after Holm's correction over every comparison of the
+    page that has a p-value (the family; its size is returned). Each interval holds at its own level; with some
+    40 of them, two or so exclude 0 by chance alone, which is what the correction answers."""
+    tested = [r for r in rows if r.get("pValue") is not None]
+    for r, rejected in zip(tested, holm([r["pValue"] for r in tested], alpha), strict=True):
+        r["holm"] = bool(rejected)
+    return len(tested)
+
+
 def claim_rows(claim: Claim, runs: Mapping[str, StudyRun], confidence: float) -> list[dict[str, Any]]:
     rows = []
     for unchanged in (("count", "exclude") if claim.copies else ("count",)):
@@ -512,7 +523,7 @@ def _f2_row(paper: str, measured: str, metric: str, gen: int | None, direction: 
                            "generation": gen, "direction": direction, "copies": "count"}
     if t is None:
         return row | {"verdict": "not run", "reason": "no such game in the main run"}
-    return row | {"value": t["value"], "low": t["low"], "high": t["high"], "pValue": t["pValue"],
+    return row | {"value": t["value"], "low": t["low"], "high": t["high"], "pValue": t["pValue"], "holm": t["holm"],
                   "programs": t["units"], "unit": t["unit"], "verdict": verdict(direction, t["low"], t["high"])}
 
 
@@ -539,9 +550,11 @@ def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, 
         except OutcomeError as exc:  # records that cannot be tabulated: that claim's rows only
             rows.append({"finding": claim.finding, "claim": claim.key, "paper": claim.paper, "verdict": "not run",
                          "reason": str(exc)})
+    family = mark_holm(rows, 1 - confidence)
     for finding, text in NOT_IN_DESIGN:
         rows.append({"finding": finding, "paper": text, "verdict": "not run", "reason": "not in the study's design"})
     return {
+        "holmFamily": family,
         "confidence": confidence,
         "margin": MARGIN,
         "runs": {role: {"spec": sr.spec_file, "name": sr.spec.metadata.name, "folder": sr.uri,
@@ -583,8 +596,11 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
            "over frozen programs like these (this trajectory's tasks, generations pooled) of each program's "
            "difference, the frozen program the unit of replication (docs/study.md). Verdict: *inconclusive* when "
            "the interval contains 0, *agrees* when it excludes 0 on the paper's side, *disagrees* on the other; a "
-           f"claim of a small effect agrees when its interval lies within +-{result['margin']}. Rates are best-of-k "
-           "per frozen program, cumulative metrics (compiled >= compile, pass >= pass, fast).", ""]
+           f"claim of a small effect agrees when its interval lies within +-{result['margin']}. Each interval holds "
+           f"at {conf} on its own; *holm* says yes where it still excludes 0 after Holm's correction over the "
+           f"{result.get('holmFamily', 0)} comparisons of findings 1, 3 and 4 with an interval (finding 2: over the "
+           "main run's indices); a verdict without it may be one of the few that chance alone gives. Rates are best-of-k per frozen program, cumulative metrics "
+           "(compiled >= compile, pass >= pass, fast).", ""]
     notes = [n for r in result["runs"].values() for n in r["notes"]]
     out += [f"- {n}" for n in notes] + ([""] if notes else [])
     for finding, title in FINDINGS.items():
@@ -592,8 +608,8 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
         if finding == 2:
             out += _finding2_md(result["finding2"], conf)
             continue
-        out += ["| what the paper reports | what we measured | metric | copies | value [interval] | verdict | "
-                "frozen programs |", "|---|---|---|---|---|---|---|"]
+        out += ["| what the paper reports | what we measured | metric | copies | value [interval] | verdict | holm | "
+                "frozen programs |", "|---|---|---|---|---|---|---|---|"]
         previous = None
         for r in result["rows"]:
             if r["finding"] != finding:
@@ -603,7 +619,7 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
             progs = f"{r['programs']}" + (f" ({r['unpaired']} unpaired left out)" if r.get("unpaired") else "") \
                 if r.get("programs") is not None else ""
             out.append(f"| {paper} | {r.get('measured', '')} | {r.get('metric', '')} | {r.get('copies', '')} | "
-                       f"{_interval(r)} | {r['verdict']} | {progs} |")
+                       f"{_interval(r)} | {r['verdict']} | {'yes' if r.get('holm') else ''} | {progs} |")
         out.append("")
         if finding == 1:
             out += _arms_md(result["arms"])
@@ -641,13 +657,13 @@ def _arms_md(arms: Sequence[Mapping[str, Any]]) -> list[str]:
 def _finding2_md(f2: Mapping[str, Any], conf: str) -> list[str]:
     if "table" not in f2:
         return [f"not run: {f2.get('reason', '')}", ""]
-    out = ["| what the paper reports | what we measured | metric | generation | value [interval] | verdict | units |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| what the paper reports | what we measured | metric | generation | value [interval] | verdict | holm | "
+           "units |", "|---|---|---|---|---|---|---|---|"]
     for r in f2["rows"]:
         gen = "pooled" if r["generation"] is None else r["generation"]
         units = f"{r['programs']} {r['unit']}s" if r.get("programs") is not None else ""
         out.append(f"| {r['paper']} | {r['measured']} | {r['metric']} | {gen} | {_interval(r)} | {r['verdict']} | "
-                   f"{units} |")
+                   f"{'yes' if r.get('holm') else ''} | {units} |")
     out += ["", f"Every Banzhaf value and pairwise interaction of the main run ({conf} intervals; per generation the "
             "unit is the frozen program, pooled the task; `holm`: still excludes 0 after Holm over the "
             f"{f2['holmFamily']} indices of the run's games):", "",
