@@ -19,7 +19,7 @@ from cudanalyst.api import load_run
 from cudanalyst.cli import main as cli
 from cudanalyst.report.compute import attribution
 from cudanalyst.store import open_store
-from cudanalyst.study import MARGIN, load_specs, mark_holm, study, verdict
+from cudanalyst.study import MARGIN, StudyError, load_specs, mark_holm, study, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "examples" / "study"
@@ -275,3 +275,19 @@ def test_holm_over_the_page_marks_only_what_survives_the_step_down() -> None:
     easier = [{"pValue": 0.001}, {"pValue": 0.02}, {"pValue": 0.04}]
     mark_holm(easier, 0.05)
     assert [r["holm"] for r in easier] == [True, True, True]
+
+
+def test_a_folder_resumed_with_more_model_capacity_still_matches_its_role(tmp_path: Path, pilot_folder: Path) -> None:
+    # The runner resumes a folder whose model was given a longer context (runs.outcome_spec); the study must read
+    # that folder as its role's too. Another model is another spec.
+    folder = tmp_path / "h200-outcomes"
+    shutil.copytree(pilot_folder, folder)
+    spec = json.loads((folder / "spec.json").read_text())
+    spec["spec"]["models"]["planner"]["maxModelLen"] = 16384
+    (folder / "spec.json").write_text(json.dumps(spec))
+    result = study(load_specs(STUDY), {"main": open_store(str(folder))}, attribution)
+    assert result["runs"]["main"]["outcomes"] == 2640 and not result["runs"]["main"]["missing"]
+    spec["spec"]["models"]["planner"]["model"] = "qwen2.5-coder-0.5b-instruct"
+    (folder / "spec.json").write_text(json.dumps(spec))
+    with pytest.raises(StudyError, match=r"spec\.models\.planner\.model differs"):
+        study(load_specs(STUDY), {"main": open_store(str(folder))}, attribution)

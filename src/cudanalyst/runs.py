@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from cudanalyst.api import AttributionRun
+from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.cache import models_cache
 from cudanalyst.plan import Plan, make_plan
 from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
@@ -16,6 +17,11 @@ from cudanalyst.trajectory import TrajectoryError, freeze, load_trajectory
 
 # Where the runner pod mounts spec.s3.credentialsSecret (the operator sets this up).
 CREDENTIALS_DIR_ENV = "CUDANALYST_S3_CREDENTIALS_DIR"
+# Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
+RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
+# A model server's capacity, per role: how long a prompt it takes and how much GPU memory it holds. A unit that
+# finished computes the same with more of either; one its prompt did not fit (prompt-too-long) can then finish.
+RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization")
 
 
 class PlanError(ValueError):
@@ -87,3 +93,12 @@ def check_models(run: AttributionRun, local_paths: bool) -> None:
 def run_store(run: AttributionRun) -> ObjectStore:
     """The run's own folder: `<output.uri>/<name>/`."""
     return open_store(run.spec.output.uri, s3_settings(run)).child(f"{run.metadata.name}/")
+
+
+def outcome_spec(spec: AttributionRunSpec) -> dict[str, Any]:
+    """The spec fields that decide what a unit computes, in one normal form (defaults filled in): what a resumed
+    run folder (runner.local.executor) and a study's run folder (study.py) must agree on."""
+    dumped = spec.model_dump(by_alias=True, mode="json")
+    models = {role: {k: v for k, v in model.items() if k not in RESUMABLE_MODEL_FIELDS}
+              for role, model in (dumped.get("models") or {}).items() if isinstance(model, dict)}
+    return {**{k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}, "models": models}

@@ -38,13 +38,14 @@ from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables,
 from cudanalyst.outcomes import OutcomeRecord
 from cudanalyst.report.load import ReportError, load_outcomes, load_spec
 from cudanalyst.runfolder import PLAN, REPORT_HTML
+from cudanalyst.runs import outcome_spec
 from cudanalyst.store import ObjectStore, StoreError
 
 METRICS = ("compiled", "pass", "fast")
 # Fields every paired run must share (the same frozen programs, samples, seeds and judging); the rest is
-# what the runs vary (feedback, planning, controls, models) or does not decide outcomes (resources, output).
+# what the runs vary (feedback, planning, controls, models) or does not decide outcomes (runs.outcome_spec; output).
 PAIRED_FIELDS = ("trajectory", "players", "sampling", "evaluation")
-NOT_OUTCOME_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished", "output")
+NOT_OUTCOME_FIELDS = ("output",)  # an archived folder has moved; the rest: runs.outcome_spec
 # A claim that an effect is small agrees when its interval lies inside +-MARGIN (the study's target half-width).
 MARGIN = 0.05
 Coalitions = Literal["all", "none", "any", "every"]
@@ -253,7 +254,7 @@ def attach_run(sr: StudyRun, store: ObjectStore) -> None:
     except StoreError as exc:
         sr.missing = f"{store.uri}: {exc}"
         return
-    ours, theirs = _dump(sr.spec), _dump(run)
+    ours, theirs = outcome_spec(sr.spec.spec), outcome_spec(run.spec)
     for name in sorted(set(ours) - set(NOT_OUTCOME_FIELDS)):
         diff = _first_difference(theirs.get(name), ours.get(name), f"spec.{name}")
         if diff:

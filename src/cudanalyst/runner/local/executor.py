@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -47,14 +46,9 @@ from cudanalyst.runner.local.gpus import (
     visible_gpus,
 )
 from cudanalyst.runner.weights import resolve_model_path
-from cudanalyst.runs import check_models, plan_run, run_store, s3_settings
+from cudanalyst.runs import check_models, outcome_spec, plan_run, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
 
-# Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
-RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
-# A model server's capacity, per role: how long a prompt it takes and how much GPU memory it holds. A unit that
-# finished computes the same with more of either; one its prompt did not fit (prompt-too-long) can then finish.
-RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization")
 POLL_S = 1.0
 STOP_GRACE_S = 20.0  # what a shard or server gets to stop its own children before SIGKILL
 
@@ -75,14 +69,6 @@ class Snapshot:
     llm: StageStatus = field(default_factory=StageStatus)
     kernels: StageStatus = field(default_factory=StageStatus)
     gpu_seconds: float = 0.0
-
-
-def outcome_spec(spec: AttributionRunSpec) -> dict[str, Any]:
-    """The spec fields that decide what a unit computes, in one normal form (defaults filled in)."""
-    dumped = spec.model_dump(by_alias=True, mode="json")
-    models = {role: {k: v for k, v in model.items() if k not in RESUMABLE_MODEL_FIELDS}
-              for role, model in (dumped.get("models") or {}).items() if isinstance(model, dict)}
-    return {**{k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}, "models": models}
 
 
 def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
