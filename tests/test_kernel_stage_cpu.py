@@ -375,6 +375,13 @@ def test_groups_are_timed_beside_their_references_with_the_right_labels(tmp_path
     assert (by["orphan"].label, by["orphan"].reference) == ("fast", "baseline")
     assert "task baseline" in by["orphan"].reason
     assert phases["references"] == {"frozen": 2, "baseline": 1}  # timed units per reference (cheat failed)
+    # What compile and verification cost: 3 distinct candidate sources, so 3 nvcc runs ("fast" and "orphan" share
+    # one). Each candidate ran in the workers (the stand-in reports 0.01 s each) or found the verdict of its cubin
+    # stored ("orphan" shares "fast"'s, "copy" the frozen program's), whichever came first: never both, never neither.
+    assert phases["compiles"] == 3 and phases["compileSeconds"] > 0
+    assert phases.get("verifications", 0) + phases.get("verifiedBefore", 0) == 4 and phases["verifications"] >= 2
+    assert phases["verifySeconds"] == pytest.approx(0.01 * phases["verifications"])
+    assert phases["gpuWorkers"] == len(pool.workers)
     # one request per group, each beside its references: the correct frozen program and the baseline
     assert sorted(map(sorted, pool.compares)) == sorted([sorted(["frozen", "baseline", "copy", "fast", "cheat"]),
                                                          sorted(["baseline", "orphan"])])

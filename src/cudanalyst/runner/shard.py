@@ -224,7 +224,7 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
     # On stderr (the shard's log), so a user sees where the stage's time went without -v.
     print(f"cudanalyst-runner: kernel stage: {len(written)} of {len(submitted)} candidates in "
           f"{time.monotonic() - t0:.1f} s (compile and verify {phases.get('compileAndVerify', 0.0):.1f} s, "
-          f"{int(phases.get('verifiedBefore', 0))} verdicts found stored, "
+          f"{int(phases.get('verifiedBefore', 0))} verdicts found stored, {_costs(phases)}, "
           f"{int(phases.get('workerRestarts', 0))} worker restarts taking {phases.get('restartSeconds', 0.0):.1f} s, "
           f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s: "
           f"{int(phases.get('timingRequests', 0))} requests, {phases.get('timingWorker', 0.0):.1f} s in the worker "
@@ -232,6 +232,18 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')})",  # which GPU, in local mode's lanes
           file=sys.stderr)
     return failures
+
+
+def _costs(phases: dict[str, Any]) -> str:
+    """What the compiles and verifications cost where they ran, and how busy that kept the GPU workers: the
+    one of the two near its capacity is what holds a lane's kernel stage behind its LLM stage."""
+    wall, workers = phases.get("compileAndVerify", 0.0), phases.get("gpuWorkers", 0)
+    text = (f"nvcc {int(phases.get('compiles', 0))} runs summing {phases.get('compileSeconds', 0.0):.1f} s, "
+            f"verification {int(phases.get('verifications', 0))} runs summing {phases.get('verifySeconds', 0.0):.1f} s "
+            "in the GPU workers")
+    if workers and wall > 0:
+        text += f" ({100 * phases.get('verifySeconds', 0.0) / (workers * wall):.0f} % of {workers} workers' time)"
+    return text
 
 
 def _split_failures(failures: Sequence[Failure], shard_of: dict[str, int], shard: int) -> list[Failure]:

@@ -142,7 +142,10 @@ class KernelStage:
 
     `phases` is filled with where the time went: `compileAndVerify` and `timing` (wall seconds), `timed`,
     `verifiedBefore` (verdicts found stored), `timingRequests`, `timingWorker`, `workerRestarts` and
-    `restartSeconds`, and `references` (units timed against each reference)."""
+    `restartSeconds`, `references` (units timed against each reference), and what the candidates' compiles and
+    verifications cost where they ran: `compiles` / `compileSeconds` (nvcc runs, their summed wall) and
+    `verifications` / `verifySeconds` (in the GPU workers), with `gpuWorkers`: which of the two keeps a lane's
+    kernel stage behind its LLM stage."""
 
     def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
                  on_outcome: Callable[[OutcomeRecord], None] | None = None,
@@ -170,6 +173,7 @@ class KernelStage:
         self.tasks: dict[str, Task] = {}
         self.order: dict[str, int] = {}  # arrival order of the jobs that go to nvcc
         self.compiled: dict[str, CompileResult] = {}
+        self.compile_keys: set[str] = set()
         self.correct: list[KernelJob] = []
         self.verdicts: dict[str, dict[str, Any]] = {}
         self.references: dict[tuple[str, str], _Reference] = {}
@@ -270,6 +274,10 @@ class KernelStage:
     def _after_compile(self, job: KernelJob, c: CompileResult) -> Future[Any] | None:
         """Record a compile; return the verification it starts, if any."""
         self.compiled[job.key] = c
+        if not c.cached and c.key not in self.compile_keys:  # jobs of one source share one nvcc run
+            self.compile_keys.add(c.key)
+            self.phases["compiles"] = self.phases.get("compiles", 0) + 1
+            self.phases["compileSeconds"] = self.phases.get("compileSeconds", 0.0) + c.seconds
         if not c.ok or c.cubin is None:
             self._fail(job, "compile error: " + _compile_errors(c))
         elif not self.use_gpu:
@@ -283,6 +291,9 @@ class KernelStage:
 
     def _after_verify(self, job: KernelJob, verdict: dict[str, Any]) -> None:
         self.phases["verifiedBefore"] = self.phases.get("verifiedBefore", 0) + (1 if verdict.get("cached") else 0)
+        if not verdict.get("cached") and "seconds" in verdict:
+            self.phases["verifications"] = self.phases.get("verifications", 0) + 1
+            self.phases["verifySeconds"] = self.phases.get("verifySeconds", 0.0) + float(verdict["seconds"])
         if verdict.get("ok") and verdict.get("correct"):
             self.correct.append(job)
             self.verdicts[job.key] = verdict
@@ -325,6 +336,7 @@ class KernelStage:
         self.phases["timing"] = timing.seconds
         self.phases["references"] = dict(timing.count)
         if self.pool is not None:
+            self.phases["gpuWorkers"] = len(self.pool.workers)
             self.phases["workerRestarts"] = self.pool.restarts
             self.phases["restartSeconds"] = round(self.pool.restart_seconds, 3)
         return self.results
