@@ -600,8 +600,8 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
            f"claim of a small effect agrees when its interval lies within +-{result['margin']}. Each interval holds "
            f"at {conf} on its own; *holm* says yes where it still excludes 0 after Holm's correction over the "
            f"{result.get('holmFamily', 0)} comparisons of findings 1, 3 and 4 with an interval (finding 2: over the "
-           "main run's indices); a verdict without it may be one of the few that chance alone gives. Rates are best-of-k per frozen program, cumulative metrics "
-           "(compiled >= compile, pass >= pass, fast).", ""]
+           "main run's indices); a verdict without it may be one of the few that chance alone gives. Rates are "
+           "best-of-k per frozen program, cumulative metrics (compiled >= compile, pass >= pass, fast).", ""]
     notes = [n for r in result["runs"].values() for n in r["notes"]]
     out += [f"- {n}" for n in notes] + ([""] if notes else [])
     for finding, title in FINDINGS.items():
