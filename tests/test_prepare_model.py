@@ -110,3 +110,55 @@ def test_the_default_is_the_quickstarts_model(pm):
     quickstart = yaml.safe_load((SCRIPT.parents[1] / "examples" / "quickstart.yaml").read_text())
     assert quickstart["spec"]["models"]["planner"]["model"] == pm.DEFAULT
     assert pm.MODELS[pm.DEFAULT].api == quickstart["spec"]["models"]["planner"].get("api", "chat")
+
+
+class _Tokenizer:
+    """Splits like a tokenizer: into words and punctuation (a real vocabulary), or into single characters."""
+
+    def __init__(self, per_character: bool) -> None:
+        self.per_character = per_character
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        import re
+
+        pieces = list(text) if self.per_character else re.findall(r"\w+|[^\w\s]", text)
+        return {"input_ids": list(range(len(pieces)))}
+
+
+def test_a_tokenizer_of_single_characters_is_refused(pm):
+    # transformers 5.17 turned Gemma 3's GGUF vocabulary into single characters; the model then read noise.
+    assert pm.tokenizer_problem(_Tokenizer(per_character=False)) is None
+    problem = pm.tokenizer_problem(_Tokenizer(per_character=True))
+    assert problem and f"{len(pm.TOKEN_PROBE)} characters of code into {len(pm.TOKEN_PROBE)} tokens" in problem
+
+
+def test_a_tokenizer_is_borrowed_only_from_a_folder_prepared_from_the_same_gguf(pm, tmp_path, capsys):
+    import json
+
+    model = pm.MODELS["gemma-3-270m"]
+    folder = tmp_path / "prepared"
+    folder.mkdir()
+    with pytest.raises(SystemExit) as exc:
+        pm.tokenizer_files(model, folder)
+    assert exc.value.code == 2 and "no cudanalyst-prepared.json" in capsys.readouterr().err
+    (folder / pm.MARKER).write_text(json.dumps({"ggufSha256": "0" * 64, "transformers": "5.19.0"}))
+    (folder / "tokenizer.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        pm.tokenizer_files(model, folder)
+    assert "prepared from another GGUF" in capsys.readouterr().err
+    (folder / pm.MARKER).write_text(json.dumps({"ggufSha256": model.sha256, "transformers": "5.19.0"}))
+    (folder / "tokenizer_config.json").write_text("{}")
+    (folder / "model.safetensors").write_text("")  # the weights stay the converted ones
+    assert sorted(f.name for f in pm.tokenizer_files(model, folder)) == ["tokenizer.json", "tokenizer_config.json"]
+
+
+def test_a_real_tokenizer_passes_the_check() -> None:
+    # The quickstart's model, prepared by .ci/run with the transformers vLLM's install brought: a real vocabulary.
+    transformers = pytest.importorskip("transformers", reason="transformers comes with vLLM (.ci/run installs it)")
+    from cudanalyst.cache import models_cache
+
+    pm = load_script()
+    folder = models_cache() / pm.DEFAULT
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip(f"the quickstart's model is not prepared at {folder} (.ci/run prepares it)")
+    assert pm.tokenizer_problem(transformers.AutoTokenizer.from_pretrained(str(folder))) is None

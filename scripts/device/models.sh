@@ -41,7 +41,14 @@ prepare_models() {
       ls "$parts"/*.part* >/dev/null 2>&1 || { echo "no stashed parts in $parts (scripts/device/stash.sh .models/$name/pNN)"; return 1; }
       cat "$parts"/*.part* > "/tmp/$name.gguf.tmp" && mv "/tmp/$name.gguf.tmp" "/tmp/$name.gguf" || return 1
     fi
-    $py scripts/prepare_model.py "$name" --gguf "/tmp/$name.gguf" 2>&1 | grep -v "it/s]" | tail -6
+    # The image's transformers (5.17) turns Gemma 3's vocabulary into single characters (prepare_model.py refuses
+    # such a tokenizer): the tokenizer converted here by 5.19 travels in .device/tokenizers (scripts/device/prepare.sh).
+    local tokenizer=()
+    if [ -s ".device/tokenizers/$name.tar.xz" ]; then
+      mkdir -p "/tmp/tokenizers/$name" && tar xJf ".device/tokenizers/$name.tar.xz" -C "/tmp/tokenizers/$name" \
+        && tokenizer=(--tokenizer "/tmp/tokenizers/$name")
+    fi
+    $py scripts/prepare_model.py "$name" --gguf "/tmp/$name.gguf" "${tokenizer[@]}" 2>&1 | grep -v "it/s]" | tail -7
     [ "${PIPESTATUS[0]}" = 0 ] || return 1
   done
 }

