@@ -44,8 +44,8 @@ prepare_models() {
     # The image's transformers (5.17) turns Gemma 3's vocabulary into single characters (prepare_model.py refuses
     # such a tokenizer): the tokenizer converted here by 5.19 travels in .device/tokenizers (scripts/device/prepare.sh).
     local tokenizer=()
-    if [ -s ".device/tokenizers/$name.tar.xz" ]; then
-      mkdir -p "/tmp/tokenizers/$name" && tar xJf ".device/tokenizers/$name.tar.xz" -C "/tmp/tokenizers/$name" \
+    if [ -s ".device/tokenizers/$name.tar.gz" ]; then
+      mkdir -p "/tmp/tokenizers/$name" && tar xzf ".device/tokenizers/$name.tar.gz" -C "/tmp/tokenizers/$name" \
         && tokenizer=(--tokenizer "/tmp/tokenizers/$name")
     fi
     $py scripts/prepare_model.py "$name" --gguf "/tmp/$name.gguf" "${tokenizer[@]}" 2>&1 | grep -v "it/s]" | tail -7

@@ -23,7 +23,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 gemma="${CUDANALYST_CACHE:-$HOME/.cache/cudanalyst}/models/gemma-3-270m"
 if [ -s "$gemma/tokenizer.json" ]; then
   mkdir -p "$dest/tokenizers"
-  tar cJf "$dest/tokenizers/gemma-3-270m.tar.xz" -C "$gemma" tokenizer.json tokenizer_config.json cudanalyst-prepared.json
+  tar czf "$dest/tokenizers/gemma-3-270m.tar.gz" -C "$gemma" tokenizer.json tokenizer_config.json cudanalyst-prepared.json
 else
   echo "note: $gemma is not prepared here; the GPU machine cannot prepare Gemma 3 without its tokenizer" >&2
 fi
