@@ -31,7 +31,13 @@ from typing import Any, Literal
 import numpy as np
 
 from cudanalyst.api import AttributionRun, SpecError, load_run
-from cudanalyst.attribution.contrast import Contrasts, contrast_intervals, t_interval, unit_levels
+from cudanalyst.attribution.contrast import (
+    Contrasts,
+    contrast_intervals,
+    is_difference,
+    t_interval,
+    unit_levels,
+)
 from cudanalyst.attribution.intervals import holm
 from cudanalyst.attribution.result import _units
 from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables, tabulate
@@ -378,8 +384,7 @@ def combine(parts: Sequence[tuple[ArmRates, float]], confidence: float) -> Compa
     )
     iv = contrast_intervals(contrast, np.ones(units), unit_levels(r, n, confidence), units, confidence)
     low, high, p_value = float(iv.low[0]), float(iv.high[0]), float(iv.p_value[0])
-    difference = minus.sum() > 0 and abs(plus.sum() - minus.sum()) <= 1e-9 * plus.sum()
-    if difference and np.isfinite(low):
+    if is_difference(contrast)[0] and np.isfinite(low):
         # A difference: the hull with the paired t-interval over programs (J - 1 degrees of freedom), as each covers
         # where the other does not (module docstring), and the verdict stands only when both exclude 0 (hence the
         # larger p-value). A single arm's rate keeps the logit interval, made for rates near 0 or 1 (a t-interval

@@ -254,6 +254,12 @@ def few_changing(changing: int, units: int) -> bool:
     return changing < min(FEW_CHANGING, units / 3)
 
 
+def is_difference(c: Contrasts) -> npt.NDArray[np.bool_]:
+    """Per contrast, whether it is a difference of two means (s+ = s- > 0), as a Banzhaf value or a study's
+    comparison of two arms is (pure)."""
+    return (c.s_neg > 0) & (np.abs(c.s_pos - c.s_neg) <= 1e-9 * c.s_pos)
+
+
 def t_interval(theta: FloatArray, weights: FloatArray, dof: float,
                confidence: float) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Per index, value -+ t se over J >= 2 units (theta (J, K), the cluster-robust se) and its p-value of 0
@@ -334,19 +340,19 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
                                           radius[part], c.s_pos[part], np.where(has_neg, c.s_neg, 0.0)[part])
     # The centres are shrunk by half an outcome: keep the reported value inside its interval.
     low, high = np.minimum(low, estimate), np.maximum(high, estimate)
+    differences = is_difference(c)
     few = changing is not None and few_changing(changing, units)
     if few:
         # A few units carry every difference: hold the t-interval whose variance has only their degrees of
         # freedom as well (docs/attribution.md, "A few programs carry the game").
-        is_difference = has_neg & (np.abs(c.s_pos - c.s_neg) <= 1e-9 * c.s_pos)
         t_low, t_high, t_p = t_interval(theta, w, max(changing - 1, 1), confidence)
-        low = np.where(is_difference, np.minimum(low, t_low), low)
-        high = np.where(is_difference, np.maximum(high, t_high), high)
+        low = np.where(differences, np.minimum(low, t_low), low)
+        high = np.where(differences, np.maximum(high, t_high), high)
     # p-value of 0 for a difference (s+ = s-): the ellipse touches x = y at this radius.
     diff_sd = np.sqrt(np.maximum(sxx + syy - 2 * sxy, 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
         t_stat = np.abs(logit(ca) - logit(cb)) / diff_sd
-    difference = has_neg & (np.abs(c.s_pos - c.s_neg) <= 1e-9 * c.s_pos) & np.isfinite(t_stat)
+    difference = differences & np.isfinite(t_stat)
     p = np.where(difference, 2 * stats.t.sf(np.where(difference, t_stat, 0.0), pool), np.nan)
     if few:
         # The widened interval excludes 0 only when both do: its p-value is the larger of the two (Holm reads it).
