@@ -166,8 +166,8 @@ def import_recording(rec: TrajectoryRecording, store: ObjectStore | None = None)
     store = store or recording_store(rec)
     programs = []
     sources = {}
+    window = rec.spec.iterations_per_generation
     for task in rec.spec.tasks:
-        window = rec.spec.iterations_per_generation
         found, provenance = read_openevolve(store.child(f"openevolve/{task}/"), task,
                                             generation_from="generation" if window is None else "iteration",
                                             iterations_per_generation=window or 1,
