@@ -4,7 +4,8 @@
 #   scripts/device/lanes.sh "0:scripts/device/pipeline.sh examples/h200-recording.yaml" \
 #                           "1:scripts/device/study.sh examples/study/summary-0.5b.yaml ..."
 # Set-up (setup.sh, vLLM) is done here once; each lane then runs with CUDA_VISIBLE_DEVICES=GPU and its own
-# OUT=$OUT/laneGPU, its console in $OUT/laneGPU/console.log. Every model the lanes serve must already be
+# OUT=$OUT/laneGPU, its console in $OUT/laneGPU/console.log. Two lanes may share a GPU when neither times kernels
+# (the GPU tests beside a --prepare, on a one-GPU machine): "0.tests:..." "0.prep:..." run in lane0.tests and lane0.prep. Every model the lanes serve must already be
 # prepared (a --prepare call with PREPARE_MODELS), so that no two lanes convert the same one at once.
 # The device tool brings back at most 8 files: at the end, what a lane wrote besides its run-*.tgz is packed into
 # $OUT/laneGPU/rest.tgz. Exit status: the first failing lane's.
@@ -19,11 +20,12 @@ export CUDANALYST_DEVICE_READY=1
 base="$out"
 pids=() names=()
 for lane in "$@"; do
-  gpu=${lane%%:*} command=${lane#*:}
-  dir="$base/lane$gpu"; mkdir -p "$dir"
-  step "lane $gpu: $command"
+  id=${lane%%:*} command=${lane#*:}
+  gpu=${id%%.*}
+  dir="$base/lane$id"; mkdir -p "$dir"
+  step "lane $id: $command"
   CUDA_VISIBLE_DEVICES=$gpu OUT="$dir" bash -c "$command" > "$dir/console.log" 2>&1 < /dev/null &
-  pids+=($!) names+=("$gpu")
+  pids+=($!) names+=("$id")
 done
 rc=0
 for i in "${!pids[@]}"; do
