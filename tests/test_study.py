@@ -102,6 +102,17 @@ def test_finding_1_shows_every_arm_with_copies_counted_and_left_out(main_only: d
     assert {r["copies"] for r in rows} == {"count", "exclude"}
 
 
+def test_claims_about_plan_content_are_read_with_copies_left_out_too(main_only: dict) -> None:
+    # Findings 1 and 4 ask what a plan's content does; coders that copy their input at different rates (the 0.5B
+    # about half the time, Gemma almost never) would otherwise compare copying. Finding 3 compares one coder.
+    readings: dict[int, set[str]] = {}
+    for r in main_only["rows"]:
+        if r.get("claim"):
+            readings.setdefault(r["finding"], set()).add(r["copies"])
+    assert readings[1] == readings[4] == {"count", "exclude"}
+    assert readings[3] == {"count"}
+
+
 def test_finding_2_is_the_reports_own_attribution(main_only: dict) -> None:
     report = json.loads((PILOT / "report.json").read_text())
     table = main_only["finding2"]["table"]

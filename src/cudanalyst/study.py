@@ -93,7 +93,10 @@ class Claim:
     paper: str
     terms: tuple[tuple[Arm, float], ...]
     direction: int
-    copies: bool = False  # also reported with copies left out (finding 1)
+    # Also reported with copies left out: claims about what a plan's content does (findings 1 and 4), where the arms'
+    # coders return their input unchanged at very different rates (finding 4: the 0.5B about half the time, Gemma
+    # almost never), so copies counted would measure copying as much as the plans.
+    copies: bool = False
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -153,17 +156,17 @@ CLAIMS: tuple[Claim, ...] = (
                         Arm("summary-1.5b", GAME_ARM, "any"), Arm("main", GAME_ARM, "any")), +1),
     Claim(4, "transfer-within-family",
           "Plans from a stronger model partially transfer to a weaker one of the same family (1.5B -> 0.5B).",
-          _diff(Arm("transfer-0.5b", GAME_ARM, "every"), Arm("raw-0.5b", GAME_ARM, "every")), +1),
+          _diff(Arm("transfer-0.5b", GAME_ARM, "every"), Arm("raw-0.5b", GAME_ARM, "every")), +1, copies=True),
     Claim(4, "transfer-other-family",
           "Plans given to a model of another family (Gemma 3 270M), against it planning for itself.",
-          _diff(Arm("transfer-gemma", GAME_ARM, "every"), Arm("self-gemma", GAME_ARM, "every")), +1),
+          _diff(Arm("transfer-gemma", GAME_ARM, "every"), Arm("self-gemma", GAME_ARM, "every")), +1, copies=True),
     Claim(4, "transfer-gain-larger-within-family",
           "Gains are largest when the models share a family: the 0.5B's gain exceeds Gemma's.",
           _diff_in_diff(Arm("transfer-0.5b", GAME_ARM, "every"), Arm("raw-0.5b", GAME_ARM, "every"),
-                        Arm("transfer-gemma", GAME_ARM, "every"), Arm("self-gemma", GAME_ARM, "every")), +1),
+                        Arm("transfer-gemma", GAME_ARM, "every"), Arm("self-gemma", GAME_ARM, "every")), +1, copies=True),
     Claim(4, "same-plans-same-family-coder",
           "The same plans work better in a coder of the planner's family (0.5B) than of another (Gemma).",
-          _diff(Arm("transfer-0.5b", GAME_ARM, "every"), Arm("transfer-gemma", GAME_ARM, "every")), +1),
+          _diff(Arm("transfer-0.5b", GAME_ARM, "every"), Arm("transfer-gemma", GAME_ARM, "every")), +1, copies=True),
 )
 # Finding 2's rows, from the main run's own games (attribution.result via report.compute.attribution).
 BANZHAF_CLAIMS = (
@@ -416,7 +419,7 @@ def verdict(direction: int, low: float | None, high: float | None) -> str:
 def mark_holm(rows: list[dict[str, Any]], alpha: float) -> int:
     """Sets each row's `holm`: its interval still excludes 0 after Holm's correction over every comparison of the
     page that has a p-value (the family; its size is returned). Each interval holds at its own level; with some
-    40 of them, two or so exclude 0 by chance alone, which is what the correction answers."""
+    60 of them, about three exclude 0 by chance alone, which is what the correction answers."""
     tested = [r for r in rows if r.get("pValue") is not None]
     for r, rejected in zip(tested, holm([r["pValue"] for r in tested], alpha), strict=True):
         r["holm"] = bool(rejected)
