@@ -19,7 +19,7 @@ from cudanalyst.api import load_run
 from cudanalyst.cli import main as cli
 from cudanalyst.report.compute import attribution
 from cudanalyst.store import open_store
-from cudanalyst.study import MARGIN, StudyError, load_specs, mark_holm, study, verdict
+from cudanalyst.study import MARGIN, StudyError, _programs_md, load_specs, mark_holm, study, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "examples" / "study"
@@ -111,6 +111,16 @@ def test_claims_about_plan_content_are_read_with_copies_left_out_too(main_only: 
             readings.setdefault(r["finding"], set()).add(r["copies"])
     assert readings[1] == readings[4] == {"count", "exclude"}
     assert readings[3] == {"count"}
+
+
+def test_a_copies_left_out_row_says_how_many_of_the_counted_programs_remain(main_only: dict) -> None:
+    counted = row(main_only, "real-feedback-vs-dummy-plan", "pass")
+    left = row(main_only, "real-feedback-vs-dummy-plan", "pass", "exclude")
+    assert left["ofPrograms"] == counted["programs"] == 48
+    # Programs whose dummy-plan cell held only copies drop out (47 % copies in that arm).
+    assert 0 < left["programs"] < 48
+    assert _programs_md(left) == f"{left['programs']} of 48 (in the others, some cell held only copies)"
+    assert _programs_md(counted) == "48"
 
 
 def test_finding_2_is_the_reports_own_attribution(main_only: dict) -> None:

@@ -426,6 +426,16 @@ def mark_holm(rows: list[dict[str, Any]], alpha: float) -> int:
     return len(tested)
 
 
+def _programs_md(r: Mapping[str, Any]) -> str:
+    """The frozen programs behind a row: those in every arm, and what was left out."""
+    if r.get("programs") is None:
+        return ""
+    of = r.get("ofPrograms")
+    if of is not None and of > r["programs"]:
+        return f"{r['programs']} of {of} (in the others, some cell held only copies)"
+    return f"{r['programs']}" + (f" ({r['unpaired']} unpaired left out)" if r.get("unpaired") else "")
+
+
 def claim_rows(claim: Claim, runs: Mapping[str, StudyRun], confidence: float) -> list[dict[str, Any]]:
     rows = []
     for unchanged in (("count", "exclude") if claim.copies else ("count",)):
@@ -452,6 +462,13 @@ def claim_rows(claim: Claim, runs: Mapping[str, StudyRun], confidence: float) ->
                                "dof": cmp_.dof, "programs": cmp_.programs, "unpaired": cmp_.unpaired,
                                "verdict": verdict(claim.direction, cmp_.low, cmp_.high) if cmp_.programs else
                                "not run", "reason": "" if cmp_.programs else "no program in every arm"})
+    # With copies left out, a program drops from an arm where some cell (coalition) of it held only copies: say how
+    # many of the count reading's programs remain, which "unpaired" alone does not (a program that drops from every
+    # arm is in none, so it is not counted as unpaired).
+    counted = {r["metric"]: r.get("programs") for r in rows if r["copies"] == "count"}
+    for r in rows:
+        if r["copies"] == "exclude" and r.get("programs") is not None and counted.get(r["metric"]):
+            r["ofPrograms"] = counted[r["metric"]]
     return rows
 
 
@@ -625,8 +642,7 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
                 continue
             paper = r["paper"] if r["paper"] != previous else "〃"  # the claim once, its metrics below it
             previous = r["paper"]
-            progs = f"{r['programs']}" + (f" ({r['unpaired']} unpaired left out)" if r.get("unpaired") else "") \
-                if r.get("programs") is not None else ""
+            progs = _programs_md(r)
             out.append(f"| {paper} | {r.get('measured', '')} | {r.get('metric', '')} | {r.get('copies', '')} | "
                        f"{_interval(r)} | {r['verdict']} | {'yes' if r.get('holm') else ''} | {progs} |")
         out.append("")
