@@ -150,7 +150,7 @@ def test_the_outputs_of_timed_launches_are_checked(pool):
     assert reply["ok"], reply
     timed = reply["programs"]
     assert timed["honest"]["problem"] is None and timed["honest"]["stats"]["trials"] == 10
-    assert len(timed["honest"]["checked"]) == 2 and 10 in timed["honest"]["checked"]  # the last and a random one
+    assert timed["honest"]["checked"] == list(range(1, 11))  # every timed launch
     assert "timed launch" in timed["writes-nothing"]["problem"] and "never written" in timed["writes-nothing"]["problem"]
     assert "of 2100 elements beyond" in timed["off-by-half"]["problem"]
     assert "never written" not in timed["off-by-half"]["problem"]
@@ -162,3 +162,80 @@ def test_a_frozen_program_that_is_wrong_gives_way_to_the_baseline(pool):
                               gpu=True, pool=pool)
     assert r.label == "pass" and r.reference == "baseline", r.reason
     assert r.speedup == pytest.approx(1.0, abs=0.1) and "task baseline" in r.reason
+
+
+# ---- state beyond every reset, and work skipped at random ------------------------------------------------
+
+# Remembers its results on the device heap, keyed by the input values: a table malloc'ed at the start of each
+# launch and freed at its end comes back from the next launch's malloc with its contents. Neither the module
+# reset nor a fresh module reaches it (the heap belongs to the context), and its outputs are right.
+HEAP_MEMO = (
+    "#define SLOTS 8\nstruct Memo { int used; float key[3]; float y[N]; };\n"
+    "__device__ Memo* memo_table;\n__device__ int memo_hit, memo_write;\n__device__ unsigned y_blocks;\n" + BASE
+    .replace(ATAX_TMP_START,
+             "if (blockIdx.x == 0 && threadIdx.x == 0) {\n"
+             "        Memo* t = (Memo*)malloc(SLOTS * sizeof(Memo));\n"
+             "        int hit = -1, write = 0;\n"
+             "        for (int s = SLOTS - 1; t && s >= 0; --s) {\n"
+             "            if (t[s].used != 0x5eed) write = s;\n"
+             "            else if (t[s].key[0] == A[0] && t[s].key[1] == A[M * N - 1] && t[s].key[2] == x[N - 1]) hit = s;\n"
+             "        }\n"
+             "        memo_table = t; memo_hit = hit; memo_write = write;\n"
+             "    }\n    " + ATAX_TMP_START)
+    .replace(ATAX_Y_START,
+             "Memo* t = memo_table;\n    int j = blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "    if (t && memo_hit >= 0) { if (j < N) y[j] = t[memo_hit].y[j]; }\n"
+             "    else if (j < N) {")
+    .replace(STORE_Y, "y[j] = acc; if (t) t[memo_write].y[j] = acc;")
+    .replace("        y[j] = acc; if (t) t[memo_write].y[j] = acc;\n    }\n}",
+             "        y[j] = acc; if (t) t[memo_write].y[j] = acc;\n    }\n"
+             "    __syncthreads();\n"
+             "    if (threadIdx.x == 0) {\n"
+             "        __threadfence();\n"
+             "        if ((atomicAdd(&y_blocks, 1u) + 1) % gridDim.x == 0 && t) {  // the launch's last block\n"
+             "            if (memo_hit < 0) { Memo* m = &t[memo_write]; m->key[0] = A[0]; m->key[1] = A[M * N - 1];"
+             " m->key[2] = x[N - 1]; m->used = 0x5eed; }\n"
+             "            free(t);\n"
+             "        }\n"
+             "    }\n}")
+)
+# Skips its work on about half its launches, at random (the GPU's clock): no count or state to reset.
+SKIPS_AT_RANDOM = BASE.replace(
+    ATAX_Y_START,
+    'unsigned long long now;\n    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));\n'
+    "    if ((now >> 13) & 1) return;\n    " + ATAX_Y_START)
+
+
+def test_a_kernel_that_keeps_results_on_the_device_heap_is_refused(pool, tmp_path, monkeypatch):
+    from cudanalyst.runner.kernels.compile import compile_task_source
+    from cudanalyst.runner.kernels.requests import TimedProgram, compare_request
+
+    assert "free(t);" in HEAP_MEMO and "t[memo_hit].y[j]" in HEAP_MEMO  # the replacements took
+    # Timed directly (no stage): its timed outputs are right, so checking them cannot catch it ...
+    cubins = [TimedProgram(n, compile_task_source(ATAX, src).cubin) for n, src in
+              (("honest", BASE), ("heap-memo", HEAP_MEMO))]
+    reply = pool.compare(compare_request(ATAX, cubins, EvalSettings(trials=20)), 60)
+    assert reply["ok"], reply
+    timed = reply["programs"]
+    assert timed["heap-memo"]["problem"] is None, timed["heap-memo"]["problem"]
+    ratio = timed["honest"]["stats"]["median_ms"] / timed["heap-memo"]["stats"]["median_ms"]
+    print(f"heap-memo timed directly: {ratio:.2f}x the honest kernel, outputs right in every timed launch")
+    # ... so the stage refuses it before it runs.
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    [r] = evaluate_candidates([KernelJob("heap-memo", "atax", HEAP_MEMO, BASE)], EvalSettings(), gpu=True, pool=pool)
+    assert r.label == "compile" and "device heap (free, malloc)" in r.reason, (r.label, r.reason)
+    assert r.speedup is None
+
+
+def test_a_kernel_that_skips_its_work_at_random_is_caught_in_timing(pool):
+    from cudanalyst.runner.kernels.compile import compile_task_source
+    from cudanalyst.runner.kernels.requests import TimedProgram, compare_request
+
+    cubins = [TimedProgram(n, compile_task_source(ATAX, src).cubin) for n, src in
+              (("honest", BASE), ("skips-at-random", SKIPS_AT_RANDOM))]
+    reply = pool.compare(compare_request(ATAX, cubins, EvalSettings(trials=20)), 60)
+    assert reply["ok"], reply
+    timed = reply["programs"]
+    assert timed["honest"]["problem"] is None
+    # Every timed launch is checked: with half of 20 launches skipped, some checked one is.
+    assert "timed launch" in timed["skips-at-random"]["problem"], timed["skips-at-random"]

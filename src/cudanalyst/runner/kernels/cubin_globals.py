@@ -1,10 +1,16 @@
-"""The module-scope variables a kernel can write, read from the cubin's ELF symbol table (pure).
+"""What a cubin's ELF symbol table says about state that outlives a launch (pure).
 
-A `__device__` variable keeps its value from one launch to the next for as long as the module stays
-loaded, so a kernel can remember results, count its launches or keep a flag there. Timing resets every
-such variable to its load-time value before each trial (timing.py); this module finds them. They live
-in the sections `.nv.global` (no initializer) and `.nv.global.init` (with one). Constant, shared and
-local memory do not outlive a launch in a way a kernel can write, so they are left alone.
+- Module-scope variables: a `__device__` variable keeps its value from one launch to the next for as
+  long as the module stays loaded, so a kernel can remember results, count its launches or keep a flag
+  there. Timing resets every such variable to its load-time value before each trial (timing.py); this
+  module finds them. They live in the sections `.nv.global` (no initializer) and `.nv.global.init`
+  (with one). Constant, shared and local memory do not outlive a launch in a way a kernel can write, so
+  they are left alone.
+- The device heap: memory from `malloc` (or `new`, or `__nv_aligned_device_malloc`) in a kernel belongs
+  to the CUDA context, not to the module, so it outlives a launch, a module reset and a module reload; a
+  block freed at the end of one launch comes back, contents and all, from the next launch's `malloc`.
+  No reset can reach it, so the kernel stage refuses a cubin that calls it (`heap_calls`): the calls are
+  undefined function symbols that the driver resolves at load.
 
 A hand-written reader rather than pyelftools: the format part needed is 60 lines, and the GPU image
 then needs no extra package.
@@ -18,6 +24,8 @@ from dataclasses import dataclass
 _ELF_MAGIC = b"\x7fELF"
 _SHT_SYMTAB = 2
 _STT_OBJECT = 1
+_STT_FUNC = 2
+_SHN_UNDEF = 0
 WRITABLE_SECTIONS = (".nv.global", ".nv.global.init")
 
 
@@ -67,8 +75,8 @@ def _string(blob: bytes, table: _Section, offset: int) -> str:
     return blob[start:end].decode("utf-8", errors="replace")
 
 
-def writable_variables(cubin: bytes) -> list[DeviceVariable]:
-    """Every object symbol in a writable global section, in symbol-table order."""
+def _symbols(cubin: bytes) -> list[tuple[str, int, str | None, int]]:
+    """Every symbol: (name, type, its section's name or None when undefined, size)."""
     sections = _sections(cubin)
     shstrndx, = struct.unpack_from("<H", cubin, 0x3E)
     if shstrndx >= len(sections):
@@ -81,8 +89,18 @@ def writable_variables(cubin: bytes) -> list[DeviceVariable]:
         strings = sections[table.link]
         for at in range(table.offset, table.offset + table.size - 23, table.entsize):
             st_name, st_info, _other, st_shndx, _value, st_size = struct.unpack_from("<IBBHQQ", cubin, at)
-            if st_info & 0xF != _STT_OBJECT or not 0 < st_shndx < len(sections):
-                continue
-            if names[st_shndx] in WRITABLE_SECTIONS:
-                found.append(DeviceVariable(_string(cubin, strings, st_name), names[st_shndx], int(st_size)))
+            section = None if st_shndx == _SHN_UNDEF else names[st_shndx] if st_shndx < len(sections) else ""
+            found.append((_string(cubin, strings, st_name), st_info & 0xF, section, int(st_size)))
     return found
+
+
+def writable_variables(cubin: bytes) -> list[DeviceVariable]:
+    """Every object symbol in a writable global section, in symbol-table order."""
+    return [DeviceVariable(name, section, size) for name, kind, section, size in _symbols(cubin)
+            if kind == _STT_OBJECT and section in WRITABLE_SECTIONS]
+
+
+def heap_calls(cubin: bytes) -> list[str]:
+    """The device-heap functions the cubin calls (malloc, free, the aligned malloc's system call), sorted."""
+    return sorted({name for name, kind, section, _ in _symbols(cubin)
+                   if kind == _STT_FUNC and section is None and (name in ("malloc", "free") or "malloc" in name)})

@@ -2,7 +2,9 @@
 
 1. Each job is checked (known task, some source, kernel signatures as the contract says); a broken one
    is `fail` with its reason. Bad input never raises.
-2. Candidates, frozen programs and task baselines compile in the CPU compile pool (nvcc -> cubin).
+2. Candidates, frozen programs and task baselines compile in the CPU compile pool (nvcc -> cubin). A
+   candidate whose cubin calls the device heap (malloc, free) is `compile` and never runs: heap memory
+   outlives a launch and no reset reaches it (cubin_globals.py).
 3. Without a GPU the stage stops there: compiled sources are `compile`, with `evaluatedUpTo` `compile`
    (pass and fast are not evaluated, never guessed).
 4. With a GPU, each candidate is verified in persistent workers as soon as its compile is done (nvcc
@@ -15,8 +17,8 @@
    correct, else the task baseline (the record's `reference` says which). A candidate whose timed
    launches gave wrong outputs fails verification (`compile`), with the reason.
 
-Labels: fail (no code, contract broken, compile error) < compile (built, but failed to load, run or
-verify) < pass (correct) < fast (correct and reference time / candidate time > 1 + fastTolerance).
+Labels: fail (no code, contract broken, compile error) < compile (built, but refused, or failed to load,
+run or verify) < pass (correct) < fast (correct and reference time / candidate time > 1 + fastTolerance).
 Records go to `on_outcome` as soon as they are final, in the caller's thread, so a killed shard keeps
 what it finished.
 """
@@ -34,6 +36,7 @@ from typing import Any
 
 from cudanalyst.outcomes import Label, OutcomeRecord
 from cudanalyst.runner.kernels.compile import CompilePool, CompileResult, shared_cache, task_translation_unit
+from cudanalyst.runner.kernels.cubin_globals import CubinFormatError, heap_calls
 from cudanalyst.runner.kernels.feedback import frozen_program_reports
 from cudanalyst.runner.kernels.pool import WorkerPool
 from cudanalyst.runner.kernels.requests import (
@@ -98,6 +101,13 @@ def gpu_status() -> tuple[bool, str]:
 
 def gpu_available() -> bool:
     return gpu_status()[0]
+
+
+def _heap_calls(cubin: bytes) -> list[str]:
+    try:
+        return heap_calls(cubin)
+    except CubinFormatError:
+        return []  # not a cubin we can read: loading it fails, with the driver's reason
 
 
 def _compile_errors(result: CompileResult, limit: int = 5) -> str:
@@ -280,6 +290,12 @@ class KernelStage:
             self.phases["compileSeconds"] = self.phases.get("compileSeconds", 0.0) + c.seconds
         if not c.ok or c.cubin is None:
             self._fail(job, "compile error: " + _compile_errors(c))
+        elif calls := _heap_calls(c.cubin):
+            # Built, but never run: no reset reaches the device heap (cubin_globals.py), so a timed launch
+            # could answer from what a verified launch stored there.
+            self._emit(job, Label.COMPILE, Label.FAST, resources=_resources(c),
+                       reason=f"refused before it ran: it calls the device heap ({', '.join(calls)}), whose "
+                       "memory outlives a launch, so timed launches could reuse what verified ones computed")
         elif not self.use_gpu:
             self._emit(job, Label.COMPILE, Label.COMPILE, resources=_resources(c),
                        reason=f"compiled; not run: {self.no_gpu_reason}; pass and fast were not evaluated")

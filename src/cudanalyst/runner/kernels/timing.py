@@ -7,9 +7,13 @@ Timing measures the work that verification checked (DESIGN.md, section 5):
   the L2 is flushed. All of it happens outside the timed region (before the start event).
 - Each program is loaded afresh for the request: nothing a verification or an earlier request left in
   a module is seen.
-- The outputs of two timed launches per program are checked against the seed's reference on the GPU
-  (`checker.py`): the last one and one chosen at random. Warm-up launches come in a random number, and
-  the random choices come from the operating system, so a program cannot know which launch is checked.
+- The outputs of every timed launch are checked against the seed's reference on the GPU (`checker.py`,
+  microseconds a check, outside the timed region), so a program that skips its work on some launches,
+  by counting them or at random (the GPU's clock), is caught on the first one it skips. Checking only two
+  (the last and a random one) let a program that skips each launch with probability p through with
+  probability (1 - p)^2. Warm-up launches come in a random number, from the operating system's randomness.
+- The device heap (malloc in a kernel) outlives every reset above; a program that calls it is refused
+  before it runs (stage.py).
 - The programs take turns: each round times every program once, in a fresh random order, on the same
   seed's inputs (seeds rotate from round to round). A frozen program and its candidates are therefore
   timed by the same worker, in the same launch sequence and the same state of the GPU; the difference
@@ -99,7 +103,7 @@ class Schedule:
 
     warmups: dict[str, int]
     rounds: list[list[str]]  # the programs' order in each timed round
-    checked: dict[str, frozenset[int]]  # per program, the timed trials (round indices) whose outputs are checked
+    checked: dict[str, frozenset[int]]  # per program, the timed trials (round indices) whose outputs are checked: all
     seed_offset: int  # round r runs on seed (seed_offset + r) mod the number of seeds
 
 
@@ -112,8 +116,7 @@ def make_schedule(names: Sequence[str], trials: int, warmup: int, rng: random.Ra
         order = list(names)
         rng.shuffle(order)
         rounds.append(order)
-    # The last trial, and one more drawn from the others (when there are others).
-    checked = {n: frozenset({trials - 1, rng.randrange(trials - 1) if trials > 1 else 0}) for n in names}
+    checked = {n: frozenset(range(trials)) for n in names}
     return Schedule(warmups={n: max(0, warmup) + rng.randrange(EXTRA_WARMUP + 1) for n in names},
                     rounds=rounds, checked=checked, seed_offset=rng.randrange(1 << 16))
 
