@@ -103,4 +103,4 @@ def writable_variables(cubin: bytes) -> list[DeviceVariable]:
 def heap_calls(cubin: bytes) -> list[str]:
     """The device-heap functions the cubin calls (malloc, free, the aligned malloc's system call), sorted."""
     return sorted({name for name, kind, section, _ in _symbols(cubin)
-                   if kind == _STT_FUNC and section is None and (name in ("malloc", "free") or "malloc" in name)})
+                   if kind == _STT_FUNC and section is None and (name == "free" or "malloc" in name)})
