@@ -334,6 +334,7 @@ def test_a_kernel_that_calls_the_device_heap_is_refused_before_it_runs(tmp_path,
     base = GEMM.baseline_source
     heap = base.replace("C[i * NJ + j] = alpha", HEAP_CALLS["malloc and free"][0] + "\n        C[i * NJ + j] = alpha")
     jobs = [KernelJob("heap", "gemm", heap, base), KernelJob("honest", "gemm", base + "// copy\n", base)]
+    heap_cubin = compile_task_source(GEMM, heap).cubin
     for gpu in (False, True):
         pool = _StandInPool(wrong=set(), medians={}, problems={})
         by = {r.key: r for r in evaluate_candidates(jobs, EvalSettings(), gpu=gpu, pool=pool)}
@@ -342,7 +343,6 @@ def test_a_kernel_that_calls_the_device_heap_is_refused_before_it_runs(tmp_path,
         assert "device heap (free, malloc)" in r.reason and "outlives a launch" in r.reason
         assert r.resources["gemm"]["registers"] > 0  # it built: the analyzer's figures stay
         assert by["honest"].label == ("pass" if gpu else "compile")
-        heap_cubin = compile_task_source(GEMM, heap).cubin
         assert heap_cubin not in pool.verified and all("heap" not in c for c in pool.compares)  # never ran
 
 

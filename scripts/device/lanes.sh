@@ -5,8 +5,9 @@
 #                           "1:scripts/device/study.sh examples/study/summary-0.5b.yaml ..."
 # Set-up (setup.sh, vLLM) is done here once; each lane then runs with CUDA_VISIBLE_DEVICES=GPU and its own
 # OUT=$OUT/laneGPU, its console in $OUT/laneGPU/console.log. Two lanes may share a GPU when neither times kernels
-# (the GPU tests beside a --prepare, on a one-GPU machine): "0.tests:..." "0.prep:..." run in lane0.tests and lane0.prep. Every model the lanes serve must already be
-# prepared (a --prepare call with PREPARE_MODELS), so that no two lanes convert the same one at once.
+# (the GPU tests beside a --prepare, on a one-GPU machine): "0.tests:..." "0.prep:..." run in lane0.tests and
+# lane0.prep. Every model the lanes serve must already be prepared (a --prepare call with PREPARE_MODELS), so that no
+# two lanes convert the same one at once.
 # The device tool brings back at most 8 files: at the end, what a lane wrote besides its run-*.tgz is packed into
 # $OUT/laneGPU/rest.tgz. Exit status: the first failing lane's.
 set -uo pipefail
