@@ -466,11 +466,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             serial.labels = label_counts(run_store(serial_run))
             print(f"serial: {serial.units} units in {serial.seconds:.1f} s", flush=True)
             figures["sides"]["serial"] = side_json(serial)
+        # Saved before the servers stop: their shutdown may take 20 s a lane, and a call's time limit that
+        # falls in it must not lose the serial side (on the H200, 5,280 units on one GPU ended just there).
+        figures["ratio"] = ratio(pipelines[0], serial) if serial else None
+        figures["ratios"] = {p.name: {"serial": ratio(p, serial) if serial else None,
+                                      pipelines[0].name: ratio(p, pipelines[0])} for p in pipelines}
+        save()
 
-    figures["ratio"] = ratio(pipelines[0], serial) if serial else None
-    figures["ratios"] = {p.name: {"serial": ratio(p, serial) if serial else None,
-                                  pipelines[0].name: ratio(p, pipelines[0])} for p in pipelines}
-    save()
     print(table(pipelines, serial, server_start_s, gpu))
     if args.against:
         print(*against_lines(args.against, figures["planDigest"], pipelines), sep="\n")
