@@ -292,10 +292,19 @@ def prepared(target: Path, gguf_sha256: str) -> dict[str, Any] | None:
     return marker
 
 
-def cached_tokenizer_problem(model: Model, folder: Path) -> str | None:
-    """A folder prepared before the tokenizer check (or by a transformers that breaks it) is checked again."""
+def cached_tokenizer_problem(model: Model, folder: Path, marker: dict[str, Any]) -> str | None:
+    """A folder prepared before the tokenizer check is checked once (importing transformers and loading the
+    tokenizer take seconds, at every set-up); when it passes, its marker says so, as a new folder's does."""
+    if marker.get("tokenizerChecked"):
+        return None
     transformers = require("transformers", model)
-    return tokenizer_problem(transformers.AutoTokenizer.from_pretrained(str(folder)))
+    if problem := tokenizer_problem(transformers.AutoTokenizer.from_pretrained(str(folder))):
+        return problem
+    written = folder / f".{MARKER}.tmp"
+    written.write_text(json.dumps({**marker, "tokenizerChecked": True}, indent=2) + "\n")
+    written.chmod(0o644)
+    os.replace(written, folder / MARKER)
+    return None
 
 
 def gguf_for(model: Model, given: Path | None) -> Path:
@@ -321,7 +330,7 @@ def gguf_for(model: Model, given: Path | None) -> Path:
 def prepare(model: Model, target: Path, dtype_name: str, force: bool, gguf: Path | None = None,
             tokenizer: Path | None = None) -> Path:
     marker = None if force else prepared(target, model.sha256)
-    if marker is not None and (problem := cached_tokenizer_problem(model, target)):
+    if marker is not None and (problem := cached_tokenizer_problem(model, target, marker)):
         say(f"the prepared folder is unusable, preparing it again: {problem}")
         marker = None
     if marker is not None:
@@ -346,7 +355,7 @@ def prepare(model: Model, target: Path, dtype_name: str, force: bool, gguf: Path
         sample = check(model, work)
         say(f"probe completion: {sample!r}")
         marker = {"recipe": RECIPE, "model": model.name, "ggufSha256": model.sha256, "source": model.gguf_name,
-                  "api": model.api, "baseModel": model.base_model,
+                  "api": model.api, "baseModel": model.base_model, "tokenizerChecked": True,
                   "seconds": round(time.monotonic() - started, 1), **facts}
         (work / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         # mkdtemp makes a private folder; the model is read by vLLM, possibly as another user.

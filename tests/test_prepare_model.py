@@ -162,3 +162,31 @@ def test_a_real_tokenizer_passes_the_check() -> None:
     if not (folder / "tokenizer.json").is_file():
         pytest.skip(f"the quickstart's model is not prepared at {folder} (.ci/run prepares it)")
     assert pm.tokenizer_problem(transformers.AutoTokenizer.from_pretrained(str(folder))) is None
+
+
+def test_a_cached_folders_tokenizer_is_checked_once(pm, tmp_path, monkeypatch):
+    # Loading a tokenizer costs seconds at every set-up; a folder whose marker says it passed is not loaded again.
+    import json
+    from types import SimpleNamespace
+
+    model = pm.MODELS["gemma-3-270m"]
+    assert pm.cached_tokenizer_problem(model, tmp_path, {"tokenizerChecked": True}) is None  # no tokenizer here
+
+    per_character = {"value": True}
+    loaded = []
+
+    def from_pretrained(folder: str) -> _Tokenizer:
+        loaded.append(folder)
+        return _Tokenizer(per_character["value"])
+
+    fake = SimpleNamespace(AutoTokenizer=SimpleNamespace(from_pretrained=from_pretrained))
+    monkeypatch.setattr(pm, "require", lambda name, m: fake)
+    marker = {"recipe": pm.RECIPE, "ggufSha256": model.sha256}
+    (tmp_path / pm.MARKER).write_text(json.dumps(marker))
+    assert "tokens" in pm.cached_tokenizer_problem(model, tmp_path, marker)  # a broken one: refused, marker unchanged
+    assert "tokenizerChecked" not in json.loads((tmp_path / pm.MARKER).read_text())
+    per_character["value"] = False
+    assert pm.cached_tokenizer_problem(model, tmp_path, marker) is None
+    written = json.loads((tmp_path / pm.MARKER).read_text())
+    assert written == {**marker, "tokenizerChecked": True} and len(loaded) == 2
+    assert pm.cached_tokenizer_problem(model, tmp_path, written) is None and len(loaded) == 2
