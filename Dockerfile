@@ -10,11 +10,11 @@ ARG VLLM_BASE=vllm/vllm-openai:v0.14.0@sha256:1d6866b87630d94f5e0cdae55ab5abb4ce
 FROM ${PYTHON_BASE} AS operator-build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY src ./src
-# The runner's code is left out of this image: the import below then proves the operator needs none of it.
-RUN rm -rf src/cudanalyst/runner \
- && python -m venv /opt/cudanalyst \
+COPY operator ./operator
+# The runner's source root (runner/) is not copied: the import below then proves the operator needs none of it.
+RUN python -m venv /opt/cudanalyst \
  && /opt/cudanalyst/bin/pip install ".[operator]" \
  && /opt/cudanalyst/bin/python -c "import cudanalyst.operator.main"
 
@@ -31,8 +31,10 @@ ENTRYPOINT ["cudanalyst-operator"]
 FROM ${VLLM_BASE} AS runner-build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 CUDA_ROOT=/usr/local/cuda
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY src ./src
+COPY runner ./runner
+# The operator's source root (operator/) is not copied: no kopf code in this image.
 RUN python3 -m pip wheel --no-deps --wheel-dir /wheels "pycuda>=2024.1" . \
  && ls /wheels
 

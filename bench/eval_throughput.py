@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from cudanalyst.runner.kernels.pool import WorkerPool
+from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
 from cudanalyst.tasks import get_task
 

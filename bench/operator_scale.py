@@ -15,7 +15,7 @@ own. Measured in one run:
     python bench/operator_scale.py --runs 1000 --nodes 100
 
 `--operator-source DIR` runs the operator from another copy of its package folder (e.g. an older commit's, from
-`git archive <commit> src/cudanalyst/operator | tar -x -C DIR`, then DIR/src/cudanalyst/operator; commits before the
+`git archive <commit> operator/cudanalyst/operator | tar -x -C DIR`, then DIR/operator/cudanalyst/operator; commits before the
 src layout kept it in a top-level `operator/`), so a before/after pair runs in the same conditions.
 
 Needs the binaries of scripts/build-control-plane.sh. Prints what was run; a size that does not finish in
@@ -161,7 +161,7 @@ def operator_source_env(source: Path, work: Path) -> dict[str, str]:
     """The environment that makes `python -m cudanalyst.operator.main` run the operator in `source`."""
     if not (source / "main.py").is_file():
         raise SystemExit(f"--operator-source {source}: no main.py there "
-                         "(expected a copy of src/cudanalyst/operator)")
+                         "(expected a copy of operator/cudanalyst/operator)")
     shim = work / "operator-shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(SHIM.format(init=str(source / "__init__.py"), src=str(source)))
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-share", type=float, default=0.6,
                    help="share of --deadline for starting the runs; the runs started by then are measured")
     p.add_argument("--operator-source", type=Path, default=None,
-                   help="a copy of src/cudanalyst/operator to run instead of the installed one "
+                   help="a copy of operator/cudanalyst/operator to run instead of the installed one "
                         "(before/after comparisons)")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     args = p.parse_args(argv)

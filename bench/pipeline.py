@@ -223,7 +223,7 @@ class SerialPipeline:
         self.gpu = gpu
 
     def run_all(self, side: Side) -> None:
-        from cudanalyst.runner.kernels.pool import WorkerPool
+        from cudanalyst.runner.kernels.workers.pool import WorkerPool
 
         side.stage_seconds = {"llm": 0.0, "kernels": 0.0}
         t_all = time.perf_counter()

@@ -16,10 +16,10 @@ import statistics
 import sys
 from typing import Any
 
-from cudanalyst.runner.kernels.compile import compile_task_source
-from cudanalyst.runner.kernels.requests import EvalSettings, TimedProgram, compare_request
-from cudanalyst.runner.kernels.timing import Program, TaskData, graph_api, handle_compare, speedup
-from cudanalyst.runner.kernels.worker import GpuSession
+from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+from cudanalyst.runner.kernels.workers.requests import EvalSettings, TimedProgram, compare_request
+from cudanalyst.runner.kernels.timing.trials import Program, TaskData, graph_api, handle_compare, speedup
+from cudanalyst.runner.kernels.workers.worker import GpuSession
 from cudanalyst.tasks import get_task
 
 TASKS = ("gemm", "atax", "conv2d", "jacobi-2d", "fdtd-2d")

@@ -6,7 +6,7 @@
 Per seed, a GPU worker reads each output twice (after the launch stream, after the device) and the
 inputs once, for two runs, then checks them (late writes, modified inputs, outputs against the
 reference, run against run) and takes the largest error. `plain_checks` below does that as the
-worker did before (float64 copies and NaN masks over every array); `runner.kernels.verify` does it
+worker did before (float64 copies and NaN masks over every array); `runner.kernels.verify.correctness` does it
 with one float64 pass and bitwise fast paths, falling back to the plain checks only for elements
 that fail. Both sides check the same arrays (a correct candidate: the reference itself), so the
 ratio is the saving per seed of a correct kernel; tests/test_verify_checks.py checks that both give
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from cudanalyst.runner.kernels import verify
+from cudanalyst.runner.kernels.verify import correctness as verify
 from cudanalyst.tasks import Task, Tolerance, get_task
 from cudanalyst.tasks.base import Role
 

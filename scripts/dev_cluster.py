@@ -54,7 +54,7 @@ from cp_cluster import (  # noqa: E402
 from cp_harness import PodHarness  # noqa: E402
 from cp_process import ComponentError, free_port  # noqa: E402
 
-from cudanalyst import lifeline  # noqa: E402
+from cudanalyst.runner import lifeline  # noqa: E402
 from cudanalyst.cache import cache_root  # noqa: E402
 
 RELEASE, NAMESPACE = "cudanalyst", "cudanalyst"

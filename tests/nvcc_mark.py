@@ -11,7 +11,7 @@ import pytest
 def nvcc_missing() -> str | None:
     """Why nvcc cannot be used here, or None when it can."""
     try:
-        from cudanalyst.runner.kernels.toolchain import find_toolchain
+        from cudanalyst.runner.kernels.compile.toolchain import find_toolchain
 
         find_toolchain()
     except Exception as exc:  # noqa: BLE001 - any reason (no runner extra, no nvcc) is the skip reason

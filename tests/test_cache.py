@@ -8,8 +8,8 @@ import pytest
 
 from cudanalyst.api.spec import EvaluationSpec
 from cudanalyst.cache import cache_root, compile_cache_dir, models_cache
-from cudanalyst.runner.kernels.compile import shared_cache
-from cudanalyst.runner.kernels.requests import EvalSettings
+from cudanalyst.runner.kernels.compile.nvcc import shared_cache
+from cudanalyst.runner.kernels.workers.requests import EvalSettings
 from cudanalyst.runner.weights import resolve_model_path
 
 

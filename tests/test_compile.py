@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cudanalyst.runner.kernels.compile import (
+from cudanalyst.runner.kernels.compile.nvcc import (
     CompileCache,
     CompileOptions,
     CompilePool,
@@ -16,9 +16,9 @@ from cudanalyst.runner.kernels.compile import (
     compile_task_source,
     task_translation_unit,
 )
-from cudanalyst.runner.kernels.debugger import compile_report
-from cudanalyst.runner.kernels.ptxas_report import parse_diagnostics, parse_ptxas
-from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
+from cudanalyst.runner.kernels.feedback.debugger import compile_report
+from cudanalyst.runner.kernels.compile.ptxas_report import parse_diagnostics, parse_ptxas
+from cudanalyst.runner.kernels.compile.toolchain import ToolchainNotFoundError, find_toolchain
 from cudanalyst.tasks import all_tasks, get_task
 
 try:
@@ -200,7 +200,7 @@ def test_pool_keeps_order_and_shares_identical_work() -> None:
 
 def test_compile_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "sekret-value")
-    from cudanalyst.runner.kernels.compile import _scrubbed_env
+    from cudanalyst.runner.kernels.compile.nvcc import _scrubbed_env
 
     env = _scrubbed_env()
     assert "AWS_SECRET_ACCESS_KEY" not in env and "PATH" in env
@@ -217,7 +217,7 @@ def test_cuda_headers_compile_with_the_size_macros_defined() -> None:
 
 
 def test_cuda_home_is_searched_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from cudanalyst.runner.kernels import toolchain
+    from cudanalyst.runner.kernels.compile import toolchain
 
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
     assert toolchain.candidates()[0][0] == tmp_path / "cuda" / "bin" / "nvcc"

@@ -3,12 +3,12 @@ core, and no two modules import each other, however indirectly.
 
 Every module's imports are read with `ast` (module level, inside functions and under TYPE_CHECKING alike: a lazy
 import is still a dependency), resolved to the package's own modules and checked against the rooms:
-- core: src/cudanalyst minus operator/ and runner/ (cudanalyst.*): imports only the core;
-- operator: src/cudanalyst/operator (cudanalyst.operator.*): the core and itself, and no GPU code (pycuda, vLLM,
+- core: src/cudanalyst (cudanalyst.*): imports only the core;
+- operator: operator/cudanalyst/operator (cudanalyst.operator.*): the core and itself, and no GPU code (pycuda, vLLM,
   torch);
-- runner: src/cudanalyst/runner (cudanalyst.runner.*): the core and itself, and never the Kubernetes API
+- runner: runner/cudanalyst/runner (cudanalyst.runner.*): the core and itself, and never the Kubernetes API
   (kubernetes, kopf);
-- local: src/cudanalyst/runner/local (cudanalyst.runner.local.*), the executor of `cudanalyst run`: the runner and
+- local: runner/cudanalyst/runner/local (cudanalyst.runner.local.*), the executor of `cudanalyst run`: the runner and
   the core.
 A literal `importlib.import_module("cudanalyst.runner...")` is an import too; the only ones the core may make are
 the doors of the `run` and `record` commands (cli/run.py, cli/record.py), which hand the parsed command to the
@@ -30,7 +30,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = "src"  # the src layout: a module's folder under src/ is its import path
+SOURCES = ("src", "operator", "runner")  # the source roots (setup.py): under each, a module's folder is its import path
 MAY_IMPORT = {"core": {"core"}, "operator": {"core", "operator"}, "runner": {"core", "runner"},
               "local": {"core", "runner", "local"}}
 NEVER = {"operator": {"pycuda", "vllm", "torch"}, "runner": {"kubernetes", "kopf", "kubernetes_asyncio"}}
@@ -47,10 +47,10 @@ def room(module: str) -> str:
 
 
 def package_modules(root: Path = ROOT) -> dict[str, Path]:
-    """{module name: file} of the distribution: every module under src/cudanalyst."""
+    """{module name: file} of the distribution: every module under the source roots' cudanalyst folders."""
     out = {}
-    for path in sorted((root / SOURCE / "cudanalyst").rglob("*.py")):
-        parts = list(path.relative_to(root / SOURCE).with_suffix("").parts)
+    for path in sorted(p for source in SOURCES for p in (root / source / "cudanalyst").rglob("*.py")):
+        parts = list(path.relative_to(root / path.relative_to(root).parts[0]).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out[".".join(parts)] = path
@@ -144,13 +144,13 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
         "src/cudanalyst/a.py": "from cudanalyst import b\n",  # a -> b -> c -> a
         "src/cudanalyst/b.py": "from cudanalyst.c import thing\n",
         "src/cudanalyst/c.py": "from . import a\n",
-        "src/cudanalyst/runner/__init__.py": "",
-        "src/cudanalyst/runner/shard.py": "import kopf\nfrom cudanalyst.runner.local import executor\n",
-        "src/cudanalyst/runner/units.py": "from cudanalyst.operator import jobs\n",  # runner -> operator
-        "src/cudanalyst/runner/local/__init__.py": "",
-        "src/cudanalyst/runner/local/executor.py": "from cudanalyst.runner import shard\n",
-        "src/cudanalyst/operator/__init__.py": "",
-        "src/cudanalyst/operator/jobs.py": "import pycuda.driver\nfrom ..runner import shard\n",
+        "runner/cudanalyst/runner/__init__.py": "",
+        "runner/cudanalyst/runner/shard.py": "import kopf\nfrom cudanalyst.runner.local import executor\n",
+        "runner/cudanalyst/runner/units.py": "from cudanalyst.operator import jobs\n",  # runner -> operator
+        "runner/cudanalyst/runner/local/__init__.py": "",
+        "runner/cudanalyst/runner/local/executor.py": "from cudanalyst.runner import shard\n",
+        "operator/cudanalyst/operator/__init__.py": "",
+        "operator/cudanalyst/operator/jobs.py": "import pycuda.driver\nfrom ..runner import shard\n",
     }
     for rel, text in sources.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -12,13 +12,13 @@ import pytest
 from nvcc_mark import needs_nvcc
 
 from cudanalyst.api.spec import EvaluationSpec
-from cudanalyst.runner.kernels import verify
-from cudanalyst.runner.kernels.pool import GpuGate
-from cudanalyst.runner.kernels.profiler import clean_ncu_output, ncu_failure, timing_lines
-from cudanalyst.runner.kernels.sanitizer import clean_tool_output
+from cudanalyst.runner.kernels.verify import correctness as verify
+from cudanalyst.runner.kernels.workers.pool import GpuGate
+from cudanalyst.runner.kernels.feedback.profiler import clean_ncu_output, ncu_failure, timing_lines
+from cudanalyst.runner.kernels.feedback.sanitizer import clean_tool_output
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, label_for
-from cudanalyst.runner.kernels.timing import speedup, timing_stats
-from cudanalyst.runner.kernels.worker import WorkerHandle, scrubbed_environment
+from cudanalyst.runner.kernels.timing.trials import speedup, timing_stats
+from cudanalyst.runner.kernels.workers.worker import WorkerHandle, scrubbed_environment
 from cudanalyst.tasks import Tolerance, get_task
 
 GEMM = get_task("gemm")
@@ -171,7 +171,7 @@ def test_worker_sees_no_credentials_and_survives_timeouts_and_crashes(monkeypatc
 
 
 def test_side_job_workers_and_nvcc_run_at_a_lower_priority():
-    from cudanalyst.runner.kernels.compile import niced
+    from cudanalyst.runner.kernels.compile.nvcc import niced
 
     assert niced(["nvcc", "-c"], 0) == ["nvcc", "-c"]
     assert niced(["nvcc", "-c"], 10)[1:] == ["-n", "10", "nvcc", "-c"]
@@ -260,7 +260,7 @@ def test_time_limit_follows_the_reference_under_the_cap():
 def test_timing_schedule_interleaves_and_checks_every_trial():
     import random
 
-    from cudanalyst.runner.kernels.timing import EXTRA_WARMUP, make_schedule
+    from cudanalyst.runner.kernels.timing.trials import EXTRA_WARMUP, make_schedule
 
     names = ["frozen", "a", "b"]
     schedules = [make_schedule(names, trials=30, warmup=3, rng=random.Random(seed)) for seed in range(40)]
@@ -279,8 +279,8 @@ def test_timing_schedule_interleaves_and_checks_every_trial():
 
 @needs_nvcc
 def test_every_writable_module_variable_is_found_in_the_cubin():
-    from cudanalyst.runner.kernels.compile import compile_source
-    from cudanalyst.runner.kernels.cubin_globals import CubinFormatError, writable_variables
+    from cudanalyst.runner.kernels.compile.nvcc import compile_source
+    from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, writable_variables
 
     source = """
     __device__ float cache_y[1024];
@@ -315,8 +315,8 @@ HEAP_CALLS = {  # each keeps memory past the launch; the cubin names the call ho
 
 @needs_nvcc
 def test_calls_to_the_device_heap_are_found_in_the_cubin():
-    from cudanalyst.runner.kernels.compile import compile_task_source
-    from cudanalyst.runner.kernels.cubin_globals import heap_calls
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.compile.cubin_globals import heap_calls
 
     assert heap_calls(compile_task_source(GEMM, GEMM.baseline_source).cubin) == []
     for name, (code, calls) in HEAP_CALLS.items():
@@ -328,7 +328,7 @@ def test_calls_to_the_device_heap_are_found_in_the_cubin():
 
 @needs_nvcc
 def test_a_kernel_that_calls_the_device_heap_is_refused_before_it_runs(tmp_path, monkeypatch):
-    from cudanalyst.runner.kernels.compile import compile_task_source
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
     base = GEMM.baseline_source
@@ -388,7 +388,7 @@ class _StandInPool:
 
 @needs_nvcc
 def test_groups_are_timed_beside_their_references_with_the_right_labels(tmp_path, monkeypatch):
-    from cudanalyst.runner.kernels.compile import compile_task_source
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
     base = GEMM.baseline_source
@@ -439,7 +439,7 @@ def test_a_worker_dies_with_the_runner_however_the_runner_dies(tmp_path):
     script = tmp_path / "runner.py"
     script.write_text(
         "import sys, time\n"
-        "from cudanalyst.runner.kernels.worker import WorkerHandle\n"
+        "from cudanalyst.runner.kernels.workers.worker import WorkerHandle\n"
         "w = WorkerHandle(name='orphan-check')\n"
         "print(w.call({'op': 'ping'}, 60)['pid'], flush=True)\n"
         "time.sleep(600)\n")
@@ -494,8 +494,8 @@ class _SlowVerifyPool(_StandInPool):
 def test_timing_waits_for_running_verifications_instead_of_queueing_behind_them(tmp_path, monkeypatch):
     """Timing needs the GPU alone: a group is timed only when no verification runs, even when it was settled
     while another group's candidates were still being verified (the convoy seen on the H200)."""
-    from cudanalyst.runner.kernels.checker import checker_cubin
-    from cudanalyst.runner.kernels.compile import compile_task_source
+    from cudanalyst.runner.kernels.verify.checker import checker_cubin
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
     base = GEMM.baseline_source

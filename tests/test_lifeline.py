@@ -1,4 +1,4 @@
-"""cudanalyst.lifeline: a child ends when the process that started it dies, even by SIGKILL, and even when
+"""cudanalyst.runner.lifeline: a child ends when the process that started it dies, even by SIGKILL, and even when
 the thread that asked for it has ended long before."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from cudanalyst import lifeline
+from cudanalyst.runner import lifeline
 
 pytestmark = pytest.mark.skipif(not lifeline.supported(), reason="the parent-death signal is Linux only")
 
 PARENT = textwrap.dedent("""
     import subprocess, sys, threading, time
-    from cudanalyst import lifeline
+    from cudanalyst.runner import lifeline
     got = []
     def start():
         if sys.argv[1] == "lifeline":
@@ -83,7 +83,7 @@ def test_a_tie_made_on_a_short_lived_thread_ends_with_that_thread():
 
 
 def test_a_parent_already_gone_ends_the_child_at_once():
-    code = "from cudanalyst.lifeline import die_with_parent; die_with_parent(9, parent_pid=1); print('alive')"
+    code = "from cudanalyst.runner.lifeline import die_with_parent; die_with_parent(9, parent_pid=1); print('alive')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGKILL and "alive" not in done.stdout
 

@@ -78,7 +78,7 @@ def linter_report_text(task) -> str:
 
 
 def test_an_unknown_task_gets_a_no_report_line_from_every_tool(four_tools):
-    from cudanalyst.runner.kernels.feedback import frozen_program_reports
+    from cudanalyst.runner.kernels.feedback.reports import frozen_program_reports
 
     out = frozen_program_reports("no-such-task", "", None, gpu=False)
     assert set(out) == {"debugger", "analyzer", "profiler", "linter"}

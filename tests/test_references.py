@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cudanalyst.runner.kernels.pool import WorkerPool
-from cudanalyst.runner.kernels.references import FOLDER_ENV, SharedArrays, task_inputs, task_reference
+from cudanalyst.runner.kernels.workers.pool import WorkerPool
+from cudanalyst.runner.kernels.workers.references import FOLDER_ENV, SharedArrays, task_inputs, task_reference
 from cudanalyst.tasks import get_task
 
 SMALL = get_task("jacobi-2d").with_sizes(N=16, TSTEPS=2)

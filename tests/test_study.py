@@ -1,4 +1,4 @@
-"""`cudanalyst study`: the paper's findings across run folders (src/cudanalyst/study.py).
+"""`cudanalyst study`: the paper's findings across run folders (src/cudanalyst/analysis/study.py).
 
 The main run is real data: the 2,640 outcomes of examples/h200-outcomes.yaml on the H200
 (docs/results/h200-outcomes-2026-11-30/), whose spec is examples/study/main.yaml under another name. The other
@@ -19,7 +19,7 @@ from cudanalyst.api import load_run
 from cudanalyst.cli import main as cli
 from cudanalyst.report.compute import attribution
 from cudanalyst.store import open_store
-from cudanalyst.study import MARGIN, StudyError, _programs_md, load_specs, mark_holm, study, verdict
+from cudanalyst.analysis.study import MARGIN, StudyError, _programs_md, load_specs, mark_holm, study, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "examples" / "study"

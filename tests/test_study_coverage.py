@@ -1,4 +1,4 @@
-"""Coverage of the study's paired comparisons (cudanalyst.study.combine), by simulation at the study's size.
+"""Coverage of the study's paired comparisons (cudanalyst.analysis.study.combine), by simulation at the study's size.
 
 Each simulated study draws J frozen programs from a population with heterogeneous rates: a program's logit
 baseline ~ N(mu, 1) and its own effect of the compared arm ~ N(delta, 0.5) (logit scale); each cell (program x
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from cudanalyst.study import ArmRates, combine
+from cudanalyst.analysis.study import ArmRates, combine
 
 STUDIES = 2000
 K = 5  # samples per coalition: best-of-5

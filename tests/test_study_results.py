@@ -1,6 +1,6 @@
 """The study's published page (docs/results/study-2026-11-30/) is what `cudanalyst study` makes from the archived
 runs beside it: regenerating it gives the same README and numbers, so the page and the code cannot drift apart
-(rerun the command in its preface after changing src/cudanalyst/study.py)."""
+(rerun the command in its preface after changing src/cudanalyst/analysis/study.py)."""
 
 from __future__ import annotations
 

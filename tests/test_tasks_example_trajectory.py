@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cudanalyst.runner.kernels.compile import compile_task_source
-from cudanalyst.runner.kernels.toolchain import ToolchainNotFoundError, find_toolchain
+from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+from cudanalyst.runner.kernels.compile.toolchain import ToolchainNotFoundError, find_toolchain
 from cudanalyst.tasks import get_task
 from cudanalyst.tasks.conformance import contract_problems
 from cudanalyst.trajectory import builtin_path, load_trajectory

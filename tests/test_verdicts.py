@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from cudanalyst.runner.kernels import verdicts
-from cudanalyst.runner.kernels.requests import EvalSettings, verify_request
-from cudanalyst.runner.kernels.verdicts import VerdictCache, verify_once
+from cudanalyst.runner.kernels.verify import verdicts
+from cudanalyst.runner.kernels.workers.requests import EvalSettings, verify_request
+from cudanalyst.runner.kernels.verify.verdicts import VerdictCache, verify_once
 from cudanalyst.tasks import get_task
 
 GEMM = get_task("gemm")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudanalyst.runner.kernels import verify
+from cudanalyst.runner.kernels.verify import correctness as verify
 from cudanalyst.tasks import Tolerance, get_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@
 #   scripts/device/pipeline.sh [SPEC] [--prepare|--bench|--bench-only] [bench/pipeline.py options]
 # --prepare stops after the installs, the model and the kernel stage's GPU tests (so the run itself fits
 # in a later call's time limit); --bench runs bench/pipeline.py after the run, --bench-only instead of it.
-# Every GPU of the machine is used (one lane each, src/cudanalyst/runner/local/executor.py); `--gpus 1,2` among the bench
+# Every GPU of the machine is used (one lane each, runner/cudanalyst/runner/local/executor.py); `--gpus 1,2` among the bench
 # options measures 1 against 2 GPUs in one bench run. RUN_TIMEOUT / BENCH_TIMEOUT (seconds) bound the run and
 # the bench (the run with SIGTERM, which `cudanalyst run`/`record` take as Ctrl-C even where SIGINT is ignored, as it
 # is for a background job of a script: scripts/device/lanes.sh; the bench with SIGINT), so what they finished still comes back (the bench's JSON is rewritten after each

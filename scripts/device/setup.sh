@@ -42,9 +42,11 @@ else
 fi
 $py -c "import pycuda.driver as d; d.init(); print('pycuda', d.get_version(), d.Device(0).name())" || return 1
 
-# The src layout: src/cudanalyst is the whole package (operator and runner included); a copy instead of a pip install.
+# Three source roots, one package (setup.py): the core and both components merged into one copy instead of a pip
+# install.
 step "cudanalyst onto PYTHONPATH"
 rm -rf "$pkgs" && mkdir -p "$pkgs"
 cp -r src/cudanalyst "$pkgs/cudanalyst"
+cp -r operator/cudanalyst/operator runner/cudanalyst/runner "$pkgs/cudanalyst/"
 export CUDANALYST_COMPILE_CACHE=/tmp/cudanalyst-compile-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader

@@ -8,8 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from cudanalyst.runner.kernels.compile import compile_task_source
-from cudanalyst.runner.kernels.pool import WorkerPool
+from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
 from cudanalyst.tasks import get_task
 
@@ -37,7 +37,7 @@ with tempfile.TemporaryDirectory() as d:
         c = compile_task_source(GEMM.with_sizes(NI=256, NJ=256, NK=256), src)
         path = Path(d) / f"{name}.cubin"
         path.write_bytes(c.cubin)
-        launch = [sys.executable, "-m", "cudanalyst.runner.kernels.launch_once", "--task", "gemm",
+        launch = [sys.executable, "-m", "cudanalyst.runner.kernels.verify.launch_once", "--task", "gemm",
                   "--sizes", '{"NI":256,"NJ":256,"NK":256}', "--cubin", str(path)]
         for tool in (["compute-sanitizer", "--tool", "memcheck"], ["ncu", "--clock-control", "none"]):
             t = time.monotonic()

@@ -23,7 +23,7 @@ class FeedbackTool:
     """Importers try lower orders first; broad words (error, compile) go last."""
 
 
-_REPORTS = "cudanalyst.runner.kernels.feedback"
+_REPORTS = "cudanalyst.runner.kernels.feedback.reports"
 
 TOOLS: tuple[FeedbackTool, ...] = (
     FeedbackTool("debugger", f"{_REPORTS}:debugger_report",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from gpu_support import gpu_only
 
-from cudanalyst.runner.kernels.pool import WorkerPool
+from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
 from cudanalyst.tasks import get_task
 
@@ -140,8 +140,8 @@ def test_state_kept_between_launches_buys_no_speed(pool):
 def test_the_outputs_of_timed_launches_are_checked(pool):
     """A program timed without verification first (here: straight to `compare`): its timed outputs are
     compared with the reference on the GPU, and the reply says which launch and what was wrong."""
-    from cudanalyst.runner.kernels.compile import compile_task_source
-    from cudanalyst.runner.kernels.requests import TimedProgram, compare_request
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.workers.requests import TimedProgram, compare_request
 
     programs = {"honest": BASE, "writes-nothing": ADVERSARIES["writes-nothing"][0],
                 "off-by-half": BASE.replace(STORE_Y, "y[j] = 1.5f * acc;")}
@@ -207,8 +207,8 @@ SKIPS_AT_RANDOM = BASE.replace(
 
 
 def test_a_kernel_that_keeps_results_on_the_device_heap_is_refused(pool, tmp_path, monkeypatch):
-    from cudanalyst.runner.kernels.compile import compile_task_source
-    from cudanalyst.runner.kernels.requests import TimedProgram, compare_request
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.workers.requests import TimedProgram, compare_request
 
     assert "free(t);" in HEAP_MEMO and "t[memo_hit].y[j]" in HEAP_MEMO  # the replacements took
     # Timed directly (no stage): its timed outputs are right, so checking them cannot catch it ...
@@ -228,8 +228,8 @@ def test_a_kernel_that_keeps_results_on_the_device_heap_is_refused(pool, tmp_pat
 
 
 def test_a_kernel_that_skips_its_work_at_random_is_caught_in_timing(pool):
-    from cudanalyst.runner.kernels.compile import compile_task_source
-    from cudanalyst.runner.kernels.requests import TimedProgram, compare_request
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.workers.requests import TimedProgram, compare_request
 
     cubins = [TimedProgram(n, compile_task_source(ATAX, src).cubin) for n, src in
               (("honest", BASE), ("skips-at-random", SKIPS_AT_RANDOM))]

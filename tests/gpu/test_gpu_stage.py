@@ -34,9 +34,9 @@ def test_work_on_a_side_stream_is_caught():
     sync and after the device sync differ."""
     import pycuda.driver as cuda
 
-    from cudanalyst.runner.kernels import verify
-    from cudanalyst.runner.kernels.compile import compile_task_source
-    from cudanalyst.runner.kernels.worker import GpuSession
+    from cudanalyst.runner.kernels.verify import correctness as verify
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.workers.worker import GpuSession
 
     task = get_task("atax")
     slow = task.baseline_source.replace("if (j < N) {", "long long t0 = clock64(); while (clock64() - t0 < 200000000) { }\n    if (j < N) {")

@@ -56,9 +56,10 @@ def test_final_stages_are_non_root_and_call_declared_entry_points(target: str, u
 def test_operator_image_installs_no_gpu_extras_and_runner_image_does() -> None:
     build = " ".join(stages()["operator-build"])
     assert '".[operator]"' in build and "gpu" not in build and "runner]" not in build
-    # The runner's code is removed before the install, and the operator imported after it.
-    assert build.index("rm -rf src/cudanalyst/runner") < build.index("pip install") < build.index(
-        "import cudanalyst.operator.main")
+    # The runner's source root is never copied in, and the operator is imported after the install.
+    assert "COPY operator ./operator" in build and "COPY runner" not in build
+    assert build.index("pip install") < build.index("import cudanalyst.operator.main")
+    assert "COPY operator" not in " ".join(stages()["runner-build"])
     runner = " ".join(stages()["runner"])
     assert "cudanalyst[runner,gpu]" in runner
     assert "pycuda" in " ".join(stages()["runner-build"])
@@ -74,8 +75,9 @@ def test_operator_install_set_covers_its_imports(tmp_path: Path) -> None:
     closure = _requirements_closure({_norm(re.split(r"[<>=\\[ ;]", d, maxsplit=1)[0]) for d in declared})
     site_dir = tmp_path / "site"
     (site_dir / "cudanalyst").mkdir(parents=True)
-    for entry in (ROOT / "src" / "cudanalyst").iterdir():
-        if entry.name not in ("runner", "__pycache__"):
+    # The core's root and the operator's, as the image copies them; the runner's root is left out.
+    for entry in [*(ROOT / "src" / "cudanalyst").iterdir(), ROOT / "operator" / "cudanalyst" / "operator"]:
+        if entry.name != "__pycache__":
             (site_dir / "cudanalyst" / entry.name).symlink_to(entry)
     for dist in distributions():
         if _norm(dist.metadata["Name"]) not in closure:

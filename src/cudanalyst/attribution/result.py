@@ -224,7 +224,7 @@ def _null(keys: Sequence[str]) -> dict[str, Estimate]:
 
 
 @dataclass
-class _Units:
+class GameUnits:
     """A game's included programs, averaged into units of replication."""
 
     rates: FloatArray  # (J, C): each unit's rate per coalition (mean over its programs' rollout means)
@@ -237,7 +237,7 @@ class _Units:
     names: tuple[str, ...] = ()  # (J,): each unit's name (ProgramOutcomes.unit_names): runs pair by it (study.py)
 
 
-def _units(po: ProgramOutcomes, players: Sequence[str]) -> _Units:
+def game_units(po: ProgramOutcomes, players: Sequence[str]) -> GameUnits:
     """Programs with an established outcome in every coalition and rollout they have; the rest leave the
     game (the design stays paired), counted by reason."""
     has_all = po.present.any(axis=2).all(axis=1)
@@ -269,28 +269,28 @@ def _units(po: ProgramOutcomes, players: Sequence[str]) -> _Units:
     rates /= np.maximum(weights, 1)[:, None]
     unit_trials = np.zeros_like(rates)
     np.add.at(unit_trials, unit.reshape(-1), present.sum(axis=2))
-    return _Units(rates, weights, present.sum(axis=(0, 2)).astype(np.float64),
+    return GameUnits(rates, weights, present.sum(axis=(0, 2)).astype(np.float64),
                   hits.sum(axis=(0, 2)).astype(np.float64), int(include.sum()), exclusions, unit_trials,
                   tuple(po.unit_names[int(i)] for i in unit_ids))
 
 
-def _nominal_dof(u: _Units) -> float:
+def _nominal_dof(u: GameUnits) -> float:
     return len(u.weights) - 1 + PRIOR_UNITS if len(u.weights) > 1 else 0.0
 
 
-def _rate_part(u: _Units, keys: list[str], confidence: float) -> _Part:
+def _rate_part(u: GameUnits, keys: list[str], confidence: float) -> _Part:
     levels = unit_levels(u.rates, u.unit_trials, confidence)
     return _Part(keys, contrast_intervals(rate_contrasts(u.rates, u.trials, u.unit_trials), u.weights, levels,
                                           u.programs, confidence))
 
 
-def _boot_rates(u: _Units, replicates: int, rng: np.random.Generator) -> FloatArray:
+def _boot_rates(u: GameUnits, replicates: int, rng: np.random.Generator) -> FloatArray:
     """(B, C) rates with whole units resampled (all their coalitions together)."""
     w = unit_weights(len(u.weights), replicates, rng) * u.weights
     return (w @ u.rates) / w.sum(axis=1, keepdims=True)
 
 
-def _exact_parts(u: _Units, n: int, order: int, confidence: float, replicates: int, seed: int,
+def _exact_parts(u: GameUnits, n: int, order: int, confidence: float, replicates: int, seed: int,
                  keys: dict[str, list[str]]) -> dict[str, _Part]:
     singles, pairs = masks_of_order(n, 1), masks_of_order(n, order)
     sizes = [n, len(pairs), n, 1 << n]
@@ -319,7 +319,7 @@ def _exact_parts(u: _Units, n: int, order: int, confidence: float, replicates: i
             for i, name in enumerate(names)}
 
 
-def _msr_parts(u: _Units, masks: np.ndarray, n: int, order: int, confidence: float, replicates: int, seed: int,
+def _msr_parts(u: GameUnits, masks: np.ndarray, n: int, order: int, confidence: float, replicates: int, seed: int,
                keys: dict[str, list[str]]) -> tuple[dict[str, _Part], float, str]:
     sampled = masks.size < 1 << n
     p = adjusted_rate(u.successes.sum(), u.trials.sum(), confidence)
@@ -379,7 +379,7 @@ def attribute_game(
         "moebius": [coalition_key(m, players) for m in range(1 << n)],
     }
     value_keys = [coalition_key(int(m), players) for m in po.masks]
-    u = _units(po, players)
+    u = game_units(po, players)
     unit = po.unit_kind
     common = dict(
         metric=metric, generation=generation, pooled=generation is None, estimator=chosen,
@@ -432,7 +432,7 @@ def attribute_game(
 def _control(po: ProgramOutcomes, arm: str, players: Sequence[str], metric: str, generation: int | None,
              confidence: float) -> ControlResult:
     keys = [coalition_key(int(m), players) for m in po.masks]
-    u = _units(po, players)
+    u = game_units(po, players)
     common = dict(arm=arm, metric=metric, generation=generation, pooled=generation is None, programs=u.programs,
                   excluded_programs=len(po.programs) - u.programs)
     if u.programs == 0:

@@ -1,0 +1,494 @@
+"""The kernel stage's one boundary: candidates in, outcome records out (`KernelStage`).
+
+1. Each job is checked (known task, some source, kernel signatures as the contract says); a broken one
+   is `fail` with its reason. Bad input never raises.
+2. Candidates, frozen programs and task baselines compile in the CPU compile pool (nvcc -> cubin). A
+   candidate whose cubin calls the device heap (malloc, free) is `compile` and never runs: heap memory
+   outlives a launch and no reset reaches it (cubin_globals.py).
+3. Without a GPU the stage stops there: compiled sources are `compile`, with `evaluatedUpTo` `compile`
+   (pass and fast are not evaluated, never guessed).
+4. With a GPU, each candidate is verified in persistent workers as soon as its compile is done (nvcc
+   and verification overlap; a verdict already stored is read instead: verdicts.py). Each frozen
+   program and each task baseline is verified the same way, once per source. A candidate's time limit
+   is a multiple of its task baseline's verification time, with a floor, and the spec's
+   `timeoutSeconds` as the cap, so a kernel that never terminates costs seconds, not a minute.
+5. Once every compile and verification is over, the correct candidates are timed with the GPU alone,
+   in interleaved trials beside their reference (timing.py): the frozen program when it verified
+   correct, else the task baseline (the record's `reference` says which). A candidate whose timed
+   launches gave wrong outputs fails verification (`compile`), with the reason.
+
+Labels: fail (no code, contract broken, compile error) < compile (built, but refused, or failed to load,
+run or verify) < pass (correct) < fast (correct and reference time / candidate time > 1 + fastTolerance).
+Records go to `on_outcome` as soon as they are final, in the caller's thread, so a killed shard keeps
+what it finished.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudanalyst.outcomes import Label, OutcomeRecord
+from cudanalyst.runner.kernels.compile.nvcc import CompilePool, CompileResult, shared_cache, task_translation_unit
+from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, heap_calls
+from cudanalyst.runner.kernels.feedback.reports import frozen_program_reports
+from cudanalyst.runner.kernels.workers.pool import WorkerPool
+from cudanalyst.runner.kernels.workers.requests import (
+    EvalSettings,
+    TimedProgram,
+    compare_request,
+    verify_request,
+)
+from cudanalyst.runner.kernels.timing.trials import speedup
+from cudanalyst.runner.kernels.verify.verdicts import VerdictCache, verify_once
+from cudanalyst.tasks import Task, UnknownTaskError, get_task
+from cudanalyst.tasks.conformance import contract_problems
+from cudanalyst.tasks.source_text import same_code
+
+LIMIT_FLOOR_S = 10.0  # a candidate's verification time limit is never below this ...
+LIMIT_MULTIPLE = 20.0  # ... and otherwise this many times the task baseline's verification time
+CANDIDATES_PER_COMPARISON = 8  # candidates timed in one request beside their reference
+
+
+@dataclass
+class KernelJob:
+    key: str
+    task: str
+    source: str | None  # None when the LLM stage extracted no code
+    frozen_source: str | None = None
+    unit: dict[str, Any] | None = None  # the unit's identity (outcomes.unit_identity); a bare key without
+
+
+def label_for(correct: bool, speedup_vs_reference: float | None, fast_tolerance: float) -> Label:
+    """pass or fast for a verified candidate; `compile` when it built but is not correct (pure)."""
+    if not correct:
+        return Label.COMPILE
+    if speedup_vs_reference is not None and speedup_vs_reference > 1.0 + fast_tolerance:
+        return Label.FAST
+    return Label.PASS
+
+
+def time_limit(reference_seconds: float | None, cap: float) -> float:
+    """A candidate's verification time limit: a multiple of its reference's, with a floor, under the cap (pure)."""
+    if reference_seconds is None or reference_seconds <= 0:
+        return cap
+    return min(cap, max(LIMIT_FLOOR_S, LIMIT_MULTIPLE * reference_seconds))
+
+
+@functools.cache
+def gpu_status() -> tuple[bool, str]:
+    """(whether pycuda sees a GPU, why not), asked in a child process so this one never creates a CUDA
+    context. The reason names the real cause: pycuda missing is not the same as no GPU."""
+    probe = "import pycuda.driver as d; d.init(); print(d.Device.count())"
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"the GPU probe did not answer ({exc})"
+    if out.returncode == 0 and out.stdout.strip().isdigit():
+        count = int(out.stdout.strip())
+        return (True, "") if count > 0 else (False, "no GPU on this machine (the CUDA driver sees none)")
+    if "No module named 'pycuda'" in out.stderr:
+        return False, "pycuda is not installed here (the `gpu` extra), so no kernel could run"
+    last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    return False, f"the CUDA driver could not be used here ({last})"
+
+
+def gpu_available() -> bool:
+    return gpu_status()[0]
+
+
+def _heap_calls(cubin: bytes) -> list[str]:
+    try:
+        return heap_calls(cubin)
+    except CubinFormatError:
+        return []  # not a cubin we can read: loading it fails, with the driver's reason
+
+
+def _compile_errors(result: CompileResult, limit: int = 5) -> str:
+    errors = [d.render() for d in result.errors][:limit]
+    return "; ".join(errors) or (result.log.strip().splitlines() or ["nvcc failed"])[-1]
+
+
+def _resources(result: CompileResult) -> dict[str, Any]:
+    return {name: res.model_dump(by_alias=True) for name, res in result.kernels.items()}
+
+
+@dataclass
+class _Reference:
+    """A frozen program or a task baseline: its compile and, with a GPU, its verdict."""
+
+    source: str
+    compiled: Future[CompileResult]
+    verdict: Future[dict[str, Any]] | None = None
+    waiting: list[Callable[[], None]] = field(default_factory=list)
+
+    def correct(self) -> bool:
+        v = self.verdict.result() if self.verdict is not None else None
+        return bool(v and v.get("ok") and v.get("correct"))
+
+
+def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | None = None,
+                        pool: WorkerPool | None = None,
+                        on_result: Callable[[OutcomeRecord], None] | None = None,
+                        phases: dict[str, float] | None = None) -> list[OutcomeRecord]:
+    """Outcomes for `jobs`, in the same order (the stage over one batch; see KernelStage)."""
+    with KernelStage(settings, gpu=gpu, pool=pool, on_outcome=on_result, phases=phases) as stage:
+        stage.add(jobs)
+        results = stage.finish()
+    return [results[j.key] for j in jobs]
+
+
+class KernelStage:
+    """The stage as a stream: `add(jobs)` any number of times (each job is checked, compiled and, with a
+    GPU, verified at once, while later jobs are still coming), `poll()` now and then to take in finished
+    compiles and verifications, then `finish()`: the rest is waited for, and the correct candidates are
+    timed with the GPU alone. Records go to `on_outcome` as they are final (in the caller's thread).
+
+    `phases` is filled with where the time went: `compileAndVerify` and `timing` (wall seconds), `timed`,
+    `verifiedBefore` (verdicts found stored), `timingRequests`, `timingWorker`, `workerRestarts` and
+    `restartSeconds`, `references` (units timed against each reference), and what the candidates' compiles and
+    verifications cost where they ran: `compiles` / `compileSeconds` (nvcc runs, their summed wall) and
+    `verifications` / `verifySeconds` (in the GPU workers), with `gpuWorkers`: which of the two keeps a lane's
+    kernel stage behind its LLM stage."""
+
+    def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
+                 on_outcome: Callable[[OutcomeRecord], None] | None = None,
+                 phases: dict[str, float] | None = None, nice: int = 0) -> None:
+        """`nice` > 0: nvcc and the GPU workers at a lower CPU priority (beside a model server)."""
+        self.phases: dict[str, Any] = {} if phases is None else phases
+        self.started = time.monotonic()
+        self.cfg = EvalSettings.of(settings)
+        self.on_outcome = on_outcome
+        self.results: dict[str, OutcomeRecord] = {}
+        self.use_gpu, self.no_gpu_reason = gpu_status() if gpu is None else (gpu, "" if gpu else "no GPU was given")
+        self.own_pool = self.use_gpu and pool is None
+        if self.own_pool:
+            pool = WorkerPool(self.cfg.gpu_workers, nice=nice)
+        self.pool = pool
+        self.nice = nice
+        self.cache = shared_cache()
+        self.stored = VerdictCache.beside(self.cache)  # the LLM stage may have verified some already
+        self._compiler: CompilePool | None = None  # made at the first job that needs nvcc
+        workers = max(1, len(pool.workers)) if pool else 1
+        self.verifier = ThreadPoolExecutor(workers, thread_name_prefix="verify")
+        # References are verified apart, so a candidate waiting for its time limit never blocks them.
+        self.reference_verifier = ThreadPoolExecutor(2, thread_name_prefix="verify-reference")
+        self.jobs: dict[str, KernelJob] = {}
+        self.tasks: dict[str, Task] = {}
+        self.order: dict[str, int] = {}  # arrival order of the jobs that go to nvcc
+        self.compiled: dict[str, CompileResult] = {}
+        self.compile_keys: set[str] = set()
+        self.correct: list[KernelJob] = []
+        self.verdicts: dict[str, dict[str, Any]] = {}
+        self.references: dict[tuple[str, str], _Reference] = {}
+        # The compile pool hands identical sources the same future, so a future may stand for several jobs.
+        self.by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}
+
+    # ---- records ------------------------------------------------------------------------------
+
+    def _emit(self, job: KernelJob, label: Label, up_to: Label, reason: str, **evidence: Any) -> None:
+        unit = job.unit or {"key": job.key, "run": "", "task": job.task, "generation": 0, "program_id": "",
+                            "coalition": []}
+        record = OutcomeRecord(**unit, label=label, evaluated_up_to=up_to, reason=reason,
+                               unchanged=same_code(job.source, job.frozen_source), **evidence)
+        self.results[job.key] = record
+        if self.on_outcome is not None:
+            self.on_outcome(record)
+
+    def _fail(self, job: KernelJob, reason: str) -> None:
+        # Nothing the GPU could show changes a missing or broken source: every metric is established.
+        self._emit(job, Label.FAIL, Label.FAST, reason)
+
+    # ---- compile and verify ------------------------------------------------------------------------
+
+    @property
+    def compiler(self) -> CompilePool:
+        if self._compiler is None:
+            self._compiler = CompilePool(self.cfg.compile_workers, cache=self.cache, nice=self.nice)
+        return self._compiler
+
+    def _reference(self, task: Task, source: str) -> _Reference:
+        """The frozen program or baseline `source` of `task`, compiled (and verified) once."""
+        key = (task.name, source)
+        if key not in self.references:
+            ref = _Reference(source, self.compiler.submit(task_translation_unit(task, source)))
+            if self.use_gpu:
+                ref.verdict = self.reference_verifier.submit(self._verify_reference, task, ref)
+            self.references[key] = ref
+        return self.references[key]
+
+    def _verify_reference(self, task: Task, ref: _Reference) -> dict[str, Any]:
+        c = ref.compiled.result()
+        if not c.ok or c.cubin is None:
+            return {"ok": True, "correct": False, "reason": "compile error: " + _compile_errors(c)}
+        return verify_once(self.pool, self.stored, verify_request(task, c.cubin, self.cfg), self.cfg.timeout_seconds)
+
+    def _limit(self, task: Task) -> float:
+        """The task baseline's verdict decides the candidates' time limit (waited for: it comes first)."""
+        base = self.references[(task.name, task.baseline_source)]
+        try:
+            verdict = base.verdict.result(timeout=self.cfg.timeout_seconds) if base.verdict else None
+        except TimeoutError:
+            verdict = None
+        seconds = float(verdict["seconds"]) if verdict and verdict.get("correct") and "seconds" in verdict else None
+        return time_limit(seconds, self.cfg.timeout_seconds)
+
+    def add(self, jobs: Sequence[KernelJob]) -> None:
+        for job in jobs:
+            self.jobs[job.key] = job
+            try:
+                task = self.tasks[job.key] = get_task(job.task)
+            except UnknownTaskError as exc:
+                self._fail(job, str(exc))
+                continue
+            if job.source is None or not job.source.strip():
+                self._fail(job, "no kernel source was extracted from the completion")
+                continue
+            if problems := contract_problems(task, job.source):
+                self._fail(job, "contract: " + "; ".join(problems))
+                continue
+            self.order[job.key] = len(self.order)
+            if self.use_gpu:  # the references are only timed against (and set the time limit)
+                self._reference(task, task.baseline_source)
+                if job.frozen_source:
+                    self._reference(task, job.frozen_source)
+            fut = self.compiler.submit(task_translation_unit(task, job.source))
+            self.by_future.setdefault(fut, []).append(("compile", job))
+
+    def poll(self, timeout: float | None = 0.0) -> int:
+        """Take in the compiles and verifications finished within `timeout` seconds (None: all of them);
+        returns how many are still pending."""
+        pending = set(self.by_future)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            finished, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                for step, job in self.by_future.pop(fut):
+                    if step == "compile":
+                        if (verify := self._after_compile(job, fut.result())) is not None:
+                            self.by_future[verify] = [("verify", job)]
+                            pending.add(verify)
+                    else:
+                        self._after_verify(job, fut.result())
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        return len(self.by_future)
+
+    def _after_compile(self, job: KernelJob, c: CompileResult) -> Future[Any] | None:
+        """Record a compile; return the verification it starts, if any."""
+        self.compiled[job.key] = c
+        if not c.cached and c.key not in self.compile_keys:  # jobs of one source share one nvcc run
+            self.compile_keys.add(c.key)
+            self.phases["compiles"] = self.phases.get("compiles", 0) + 1
+            self.phases["compileSeconds"] = self.phases.get("compileSeconds", 0.0) + c.seconds
+        if not c.ok or c.cubin is None:
+            self._fail(job, "compile error: " + _compile_errors(c))
+        elif calls := _heap_calls(c.cubin):
+            # Built, but never run: no reset reaches the device heap (cubin_globals.py), so a timed launch
+            # could answer from what a verified launch stored there.
+            self._emit(job, Label.COMPILE, Label.FAST, resources=_resources(c),
+                       reason=f"refused before it ran: it calls the device heap ({', '.join(calls)}), whose "
+                       "memory outlives a launch, so timed launches could reuse what verified ones computed")
+        elif not self.use_gpu:
+            self._emit(job, Label.COMPILE, Label.COMPILE, resources=_resources(c),
+                       reason=f"compiled; not run: {self.no_gpu_reason}; pass and fast were not evaluated")
+        else:
+            task = self.tasks[job.key]
+            request = verify_request(task, c.cubin, self.cfg)
+            return self.verifier.submit(lambda: verify_once(self.pool, self.stored, request, self._limit(task)))
+        return None
+
+    def _after_verify(self, job: KernelJob, verdict: dict[str, Any]) -> None:
+        self.phases["verifiedBefore"] = self.phases.get("verifiedBefore", 0) + (1 if verdict.get("cached") else 0)
+        if not verdict.get("cached") and "seconds" in verdict:
+            self.phases["verifications"] = self.phases.get("verifications", 0) + 1
+            self.phases["verifySeconds"] = self.phases.get("verifySeconds", 0.0) + float(verdict["seconds"])
+        if verdict.get("ok") and verdict.get("correct"):
+            self.correct.append(job)
+            self.verdicts[job.key] = verdict
+            return
+        why = str(verdict.get("reason")) if verdict.get("ok") else f"{verdict.get('kind')}: {verdict.get('error')}"
+        self._emit(job, Label.COMPILE, Label.FAST, why, resources=_resources(self.compiled[job.key]),
+                   gpu_seconds=float(verdict.get("seconds", 0.0)))
+
+    # ---- timing ---------------------------------------------------------------------------------
+
+    def finish(self) -> dict[str, OutcomeRecord]:
+        """Every job is in: take in the rest of the compiles and verifications and time the correct candidates;
+        all records by key. A group of candidates (one task, one frozen program) is timed once each of its
+        candidates is settled and no verification is running or waiting: verification goes first. Timing
+        needs the GPU alone (pool.py), so a timing request made while verifications run waits for all of
+        them and holds new ones back; on the H200 (2,640 units) timing each group as soon as it was settled
+        made that convoy take 75 s of wall for 22 s of timing. Verification runs on several workers at once
+        and decides which groups are complete; timing fills the gaps while nvcc works through its backlog."""
+        groups: dict[tuple[str, str | None], list[KernelJob]] = {}
+        for key in sorted(self.order, key=self.order.__getitem__):  # the jobs that went to nvcc, in arrival order
+            job = self.jobs[key]
+            groups.setdefault((job.task, job.frozen_source), []).append(job)
+        timing = Timing(self)
+        while groups:
+            pending = self.poll(timeout=0.0)
+            ready = self._ready(groups)
+            if ready and not self._verifying():
+                jobs = [j for j in groups.pop(ready[0]) if j.key in self.verdicts]  # the correct ones
+                if jobs:
+                    timing.run(jobs)
+                continue
+            if not pending and not ready and groups:
+                raise RuntimeError(f"kernel stage: {len(groups)} group(s) never settled")  # a bug, never a state
+            if pending:
+                self.poll(timeout=0.05)
+            else:  # only a reference is still being verified (not a future of ours to wait on)
+                time.sleep(0.02)
+        self.phases["compileAndVerify"] = time.monotonic() - self.started - timing.seconds
+        self.phases["timed"] = len(self.correct)
+        self.phases["timing"] = timing.seconds
+        self.phases["references"] = dict(timing.count)
+        if self.pool is not None:
+            self.phases["gpuWorkers"] = len(self.pool.workers)
+            self.phases["workerRestarts"] = self.pool.restarts
+            self.phases["restartSeconds"] = round(self.pool.restart_seconds, 3)
+        return self.results
+
+    def _verifying(self) -> bool:
+        """Whether a verification (of a candidate or a reference) is running or waiting for a worker; a compile
+        still running is not: nvcc does not use the GPU."""
+        return (any(step == "verify" for steps in self.by_future.values() for step, _ in steps)
+                or any(ref.verdict is not None and not ref.verdict.done() for ref in self.references.values()))
+
+    def _ready(self, groups: dict[tuple[str, str | None], list[KernelJob]]) -> list[tuple[str, str | None]]:
+        """The groups whose every job has a record or a verdict of correct (waiting to be timed)."""
+        return [g for g, jobs in groups.items()
+                if all(j.key in self.results or j.key in self.verdicts for j in jobs)]
+
+    def close(self) -> None:
+        if self._compiler is not None:
+            self._compiler.close(drop_queued=True)
+        self.verifier.shutdown(wait=True, cancel_futures=True)
+        self.reference_verifier.shutdown(wait=True, cancel_futures=True)
+        if self.own_pool and self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self) -> KernelStage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Timing:
+    """The correct candidates of one stage timed against their references (see the module's docstring)."""
+
+    def __init__(self, stage: KernelStage) -> None:
+        self.stage = stage
+        self.cfg = stage.cfg
+        self.count: dict[str, int] = {}  # units timed against each reference
+        self.seconds = 0.0  # wall time spent timing
+
+    def run(self, correct: Sequence[KernelJob]) -> None:
+        """Time the correct candidates of one group (one task, one frozen program), a few per request."""
+        started = time.monotonic()
+        task = self.stage.tasks[correct[0].key]
+        frozen = correct[0].frozen_source
+        for start in range(0, len(correct), CANDIDATES_PER_COMPARISON):
+            self._time_group(task, frozen, list(correct[start:start + CANDIDATES_PER_COMPARISON]))
+        self.seconds += time.monotonic() - started
+
+    def _references(self, task: Task, frozen: str | None) -> list[tuple[str, bytes]]:
+        """The references a group is timed beside: the frozen program and the task baseline, those of them
+        that verified correct (the baseline once, when the frozen program is the baseline itself)."""
+        out = []
+        for name, source in (("frozen", frozen), ("baseline", task.baseline_source)):
+            ref = self.stage.references.get((task.name, source)) if source else None
+            if ref is None or not ref.correct() or (name == "baseline" and source == frozen):
+                continue
+            c = ref.compiled.result()
+            if c.cubin is not None:
+                out.append((name, c.cubin))
+        return out
+
+    def _compare(self, task: Task, programs: list[TimedProgram]) -> dict[str, Any]:
+        assert self.stage.pool is not None
+        request = compare_request(task, programs, self.cfg)
+        reply = self.stage.pool.compare(request, max(self.cfg.timeout_seconds, 60.0))
+        phases = self.stage.phases
+        phases["timingWorker"] = phases.get("timingWorker", 0.0) + float(reply.get("seconds", 0.0))
+        phases["timingRequests"] = phases.get("timingRequests", 0) + 1
+        phases["timingPrep"] = phases.get("timingPrep", 0.0) + float(reply.get("prepSeconds", 0.0))
+        return reply
+
+    def _time_group(self, task: Task, frozen: str | None, jobs: list[KernelJob]) -> None:
+        refs = self._references(task, frozen)
+        if not refs:
+            for job in jobs:
+                self._untimed(job, "neither the frozen program nor the task baseline verified correct, "
+                                   "so there is nothing to time against")
+            return
+        programs = [TimedProgram(name, cubin) for name, cubin in refs]
+        programs += [TimedProgram(j.key, self.stage.compiled[j.key].cubin or b"") for j in jobs]
+        reply = self._compare(task, programs)
+        if not reply.get("ok"):
+            if len(jobs) > 1:  # one candidate may have broken the request: each on its own
+                for job in jobs:
+                    self._time_group(task, frozen, [job])
+            else:
+                self._untimed(jobs[0], f"correct, but timing failed: {reply.get('kind')}: {reply.get('error')}")
+            return
+        timed = reply["programs"]
+        usable = {name: timed[name] for name, _ in refs if timed.get(name, {}).get("ok") and not timed[name].get("problem")}
+        if frozen == task.baseline_source and "frozen" in usable:
+            usable["baseline"] = usable["frozen"]
+        reference = next((name for name in ("frozen", "baseline") if name in usable), None)
+        if reference is None:
+            why = "; ".join(f"{name}: {timed.get(name, {}).get('problem') or timed.get(name, {}).get('error')}"
+                            for name, _ in refs)
+            for job in jobs:
+                self._untimed(job, f"correct, but no reference could be timed ({why})")
+            return
+        share = float(reply.get("seconds", 0.0)) / len(programs)
+        for job in jobs:
+            self._label(job, reference, usable, timed.get(job.key, {}), share)
+
+    def _label(self, job: KernelJob, ref_name: str, references: dict[str, dict[str, Any]], reply: dict[str, Any],
+               gpu_s: float) -> None:
+        c = self.stage.compiled[job.key]
+        verdict = self.stage.verdicts[job.key]
+        gpu_s += float(verdict.get("seconds", 0.0))
+        if not reply.get("ok"):
+            self._untimed(job, f"correct, but timing failed: {reply.get('error')}")
+            return
+        if reply.get("problem"):  # wrong outputs in a timed launch: not the work that was verified
+            self.stage._emit(job, Label.COMPILE, Label.FAST, f"fails verification: {reply['problem']}",
+                             resources=_resources(c), gpu_seconds=gpu_s)
+            return
+        mine, theirs = reply["stats"], references[ref_name]["stats"]
+        s = speedup(theirs["median_ms"], mine["median_ms"])
+        base = references.get("baseline")
+        label = label_for(True, s, self.cfg.fast_tolerance)
+        what = ("the frozen program" if ref_name == "frozen"
+                else "the task baseline (the frozen program could not be timed)")
+        why = (f"{verdict.get('reason')}; {mine['median_ms']:.4g} ms median of {mine['trials']} trials "
+               f"(IQR/median {mine['iqr_over_median']:.1%}), interleaved with {what} at {theirs['median_ms']:.4g} ms: "
+               f"speedup {s:.3f}x (fast needs > {1 + self.cfg.fast_tolerance:.2f}x)")
+        self.count[ref_name] = self.count.get(ref_name, 0) + 1
+        self.stage._emit(job, label, Label.FAST if s is not None else Label.PASS, why, speedup=s,
+                         speedup_vs_baseline=speedup(base["stats"]["median_ms"], mine["median_ms"]) if base else None,
+                         reference=ref_name, time_ms=mine["median_ms"], resources=_resources(c), gpu_seconds=gpu_s)
+
+    def _untimed(self, job: KernelJob, reason: str) -> None:
+        c = self.stage.compiled[job.key]
+        gpu_s = float(self.stage.verdicts[job.key].get("seconds", 0.0))
+        self.stage._emit(job, Label.PASS, Label.PASS, reason, resources=_resources(c), gpu_seconds=gpu_s)
+
+
+def feedback_reports(task: str, source: str, settings: Any, *, gpu: bool | None = None) -> dict[str, str]:
+    """The debugger, analyzer and profiler raw reports of one frozen program (compute once per program)."""
+    use_gpu = gpu_available() if gpu is None else gpu
+    return frozen_program_reports(task, source, EvalSettings.of(settings), gpu=use_gpu)

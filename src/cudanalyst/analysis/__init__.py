@@ -1,0 +1,1 @@
+"""Research analyses built on the core's public API (the study across run folders)."""
