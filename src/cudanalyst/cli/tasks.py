@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cudanalyst.cli.common import die
-from cudanalyst.tasks import UnknownTaskError, all_tasks, get_task
+from cudanalyst.tasks import Task, UnknownTaskError, all_tasks, get_task
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,11 +30,26 @@ def run(args: argparse.Namespace) -> int:
             print("\nBaseline kernel:\n" + task.baseline_source.strip())
         return 0
     rows = [
-        (t.name, ", ".join(f"{k}={v}" for k, v in t.sizes.items()), t.dtype, str(len(t.kernels)))
+        (t.name, t.family, ", ".join(f"{k}={v}" for k, v in t.sizes.items()), _dtypes(t), _tolerance(t),
+         str(len(t.kernels)))
         for t in all_tasks()
     ]
-    head = ("NAME", "SIZES", "DTYPE", "KERNELS")
+    head = ("NAME", "FAMILY", "SIZES", "DTYPE", "TOLERANCE", "KERNELS")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for row in [head, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _tolerance(task: Task) -> str:
+    """`rtol=1e-05,atol=0.005`, or with `(spec)` where the AttributionRun's evaluation.rtol/atol (whose
+    defaults these are) apply instead: tasks without a tolerance of their own."""
+    tol = task.tolerance()
+    text = f"rtol={tol.rtol:g},atol={tol.atol:g}"
+    return text if task.tolerance_override is not None else f"{text}(spec)"
+
+
+def _dtypes(task: Task) -> str:
+    """The data dtype, then any other dtype a parameter has (int32 index arrays): `float32,int32`."""
+    others = sorted({p.dtype for p in task.params if p.is_array or p.role.value == "scalar"} - {task.dtype})
+    return ",".join([task.dtype, *others])

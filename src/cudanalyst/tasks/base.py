@@ -60,9 +60,32 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 }
 
 
+# The kinds of workload of the suite: the paper's suites (PolyBench-ACC, deep-learning operators in the
+# style of KernelBench, XSBench, the NAS Parallel Benchmarks). `cudanalyst tasks` lists each task's family.
+FAMILIES: dict[str, str] = {
+    "polybench": "PolyBench/C 4.2 kernels (linear algebra, data mining, stencils)",
+    "dl": "deep-learning operators in the style of KernelBench levels 1 and 2",
+    "xsbench": "XSBench-style macroscopic cross-section lookups (binary search, irregular access)",
+    "npb": "NAS Parallel Benchmarks kernels (CG's sparse matrix-vector product, MG's residual)",
+}
+
+
+def _dim_parts(dim: str) -> tuple[str, int]:
+    """`"NROWS+1"` -> ("NROWS", 1); `"N"` -> ("N", 0). A dimension is a size, or a size plus a constant
+    (CSR's row pointers have NROWS+1 entries); the C text is the same expression."""
+    name, plus, extra = dim.partition("+")
+    return name.strip(), int(extra) if plus else 0
+
+
+def dim_value(sizes: Mapping[str, int], dim: str) -> int:
+    name, extra = _dim_parts(dim)
+    return int(sizes[name]) + extra
+
+
 @dataclass(frozen=True)
 class Param:
-    """One kernel parameter. `shape` names sizes (e.g. ("NI", "NK")); empty for scalars and steps."""
+    """One kernel parameter. `shape` names sizes (e.g. ("NI", "NK")), or a size plus a constant
+    ("NROWS+1"); empty for scalars and steps."""
 
     name: str
     role: Role
@@ -105,6 +128,7 @@ class Task:
     """A task of the suite. Sizes are part of the value: `with_sizes` makes a smaller copy for tests."""
 
     name: str
+    family: str  # the kind of workload (FAMILIES): polybench, dl, xsbench, npb
     summary: str  # one line: what the task computes, in math
     sizes: Mapping[str, int]
     params: tuple[Param, ...]
@@ -121,8 +145,10 @@ class Task:
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise ValueError(f"task {self.name}: duplicate parameter names in {names}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"task {self.name}: family {self.family!r} is not one of {sorted(FAMILIES)}")
         for p in self.params:
-            unknown = [d for d in p.shape if d not in self.sizes]
+            unknown = [d for d in p.shape if _dim_parts(d)[0] not in self.sizes]
             if unknown:
                 raise ValueError(f"task {self.name}: parameter {p.name} uses unknown sizes {unknown}")
         if self.repeat_size is not None and self.repeat_size not in self.sizes:
@@ -154,7 +180,7 @@ class Task:
 
     def shape(self, name: str) -> tuple[int, ...]:
         """Concrete shape of a parameter under this task's sizes (() for scalars)."""
-        return tuple(int(self.sizes[d]) for d in self.param(name).shape)
+        return tuple(dim_value(self.sizes, d) for d in self.param(name).shape)
 
     def tolerance(self) -> Tolerance:
         return self.tolerance_override or DEFAULT_TOLERANCES[self.dtype]
@@ -248,6 +274,9 @@ def _param_lines(task: Task) -> list[str]:
 
 def render_contract(task: Task) -> str:
     sizes = ", ".join(f"{k}={v}" for k, v in task.sizes.items())
+    # The data dtype, then index dtypes where some arrays hold them ("float32, int32 index arrays").
+    index_types = sorted({p.dtype for p in task.params if p.role is not Role.STEP} - {task.dtype})
+    dtypes = task.dtype + "".join(f", {t} index arrays" for t in index_types)
     kernels = "\n".join(f"  {i}. {k.name}: {k.does}" for i, k in enumerate(task.kernels, start=1))
     sig = "\n".join(f"  {task.signature(k)}" for k in task.kernel_names)
     launch = "\n".join(
@@ -265,7 +294,7 @@ def render_contract(task: Task) -> str:
         [
             f"Task {task.name}: {task.summary}",
             f"Sizes (prepended as #define lines; use the names, not the numbers): {sizes}.",
-            f"Parameters ({task.dtype}; {task.layout_note}):",
+            f"Parameters ({dtypes}; {task.layout_note}):",
             *_param_lines(task),
             order,
             kernels,

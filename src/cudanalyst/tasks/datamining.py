@@ -69,6 +69,7 @@ extern "C" __constant__ int LAUNCH_covariance_cov[6] = {(M + 15) / 16, (M + 15) 
 
 COVARIANCE = Task(
     name="covariance",
+    family="polybench",
     summary="cov = sample covariance of the M columns (features) of data over its N rows (samples).",
     sizes={"M": 1200, "N": 1400},
     params=(
@@ -141,6 +142,7 @@ extern "C" __constant__ int LAUNCH_correlation_corr[6] = {(M + 15) / 16, (M + 15
 
 CORRELATION = Task(
     name="correlation",
+    family="polybench",
     summary=(
         "corr = Pearson correlation matrix of the M columns of data over its N rows "
         f"(a column with stddev <= {CORRELATION_EPS} uses stddev 1; the diagonal is exactly 1)."

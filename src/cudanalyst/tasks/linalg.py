@@ -51,6 +51,7 @@ extern "C" __constant__ int LAUNCH_gemm[6] = {(NJ + 15) / 16, (NI + 15) / 16, 1,
 
 GEMM = Task(
     name="gemm",
+    family="polybench",
     summary="C = alpha * A @ B + beta * C (matrix multiply and accumulate).",
     sizes={"NI": 1024, "NJ": 1024, "NK": 1024},
     params=(
@@ -104,6 +105,7 @@ extern "C" __constant__ int LAUNCH_mm2_d[6] = {(NL + 15) / 16, (NI + 15) / 16, 1
 
 MM2 = Task(
     name="2mm",
+    family="polybench",
     summary="D = alpha * A @ B @ C + beta * D (two matrix multiplies).",
     sizes={"NI": 1024, "NJ": 1024, "NK": 1024, "NL": 1024},
     params=(
@@ -166,6 +168,7 @@ extern "C" __constant__ int LAUNCH_mm3_g[6] = {(NL + 15) / 16, (NI + 15) / 16, 1
 
 MM3 = Task(
     name="3mm",
+    family="polybench",
     summary="G = (A @ B) @ (C @ D) (three matrix multiplies).",
     sizes={"NI": 1024, "NJ": 1024, "NK": 1024, "NL": 1024, "NM": 1024},
     params=(
@@ -221,6 +224,7 @@ extern "C" __constant__ int LAUNCH_atax_y[6] = {(N + 255) / 256, 1, 1, 256, 1, 1
 
 ATAX = Task(
     name="atax",
+    family="polybench",
     summary="y = A^T @ (A @ x) (matrix transpose and vector multiply).",
     sizes={"M": 1900, "N": 2100},
     params=(
@@ -267,6 +271,7 @@ extern "C" __constant__ int LAUNCH_bicg_q[6] = {(N + 255) / 256, 1, 1, 256, 1, 1
 
 BICG = Task(
     name="bicg",
+    family="polybench",
     summary="s = A^T @ r and q = A @ p (BiCG sub-kernel).",
     sizes={"M": 1900, "N": 2100},
     params=(
@@ -318,6 +323,7 @@ extern "C" __constant__ int LAUNCH_mvt_x2[6] = {(N + 255) / 256, 1, 1, 256, 1, 1
 
 MVT = Task(
     name="mvt",
+    family="polybench",
     summary="x1 += A @ y1 and x2 += A^T @ y2 (matrix vector product and transpose).",
     sizes={"N": 2000},
     params=(
@@ -363,6 +369,7 @@ extern "C" __constant__ int LAUNCH_gesummv[6] = {(N + 255) / 256, 1, 1, 256, 1, 
 
 GESUMMV = Task(
     name="gesummv",
+    family="polybench",
     summary="y = alpha * A @ x + beta * B @ x (scalar, vector and matrix multiplication).",
     sizes={"N": 2048},
     params=(
@@ -409,6 +416,7 @@ extern "C" __constant__ int LAUNCH_syrk[6] = {(N + 15) / 16, (N + 15) / 16, 1, 1
 
 SYRK = Task(
     name="syrk",
+    family="polybench",
     summary="C = alpha * A @ A^T + beta * C on the lower triangle (j <= i); the upper triangle is unchanged.",
     sizes={"N": 1200, "M": 1000},
     params=(_arr("C", Role.INOUT, "N", "N"), _arr("A", Role.IN, "N", "M"), ALPHA, BETA),
@@ -441,6 +449,7 @@ extern "C" __constant__ int LAUNCH_syr2k[6] = {(N + 15) / 16, (N + 15) / 16, 1, 
 
 SYR2K = Task(
     name="syr2k",
+    family="polybench",
     summary=(
         "C = alpha * (A @ B^T + B @ A^T) + beta * C on the lower triangle (j <= i); "
         "the upper triangle is unchanged."

@@ -48,6 +48,7 @@ _FIVE_POINT = "0.2 * (X[i][j] + X[i][j-1] + X[i][j+1] + X[i+1][j] + X[i-1][j])"
 
 JACOBI_2D = Task(
     name="jacobi-2d",
+    family="polybench",
     summary="TSTEPS Jacobi sweeps of a 5-point stencil, A -> B then B -> A; border cells never change.",
     sizes={"N": 1300, "TSTEPS": 20},
     params=(Param("A", Role.INOUT, ("N", "N")), Param("B", Role.INOUT, ("N", "N"))),
@@ -105,6 +106,7 @@ extern "C" __constant__ int LAUNCH_fdtd_2d_hz[6] = {(NY + 15) / 16, (NX + 15) / 
 
 FDTD_2D = Task(
     name="fdtd-2d",
+    family="polybench",
     summary="TMAX steps of a 2-D finite-difference time-domain (Yee) update of the fields ex, ey, hz.",
     sizes={"NX": 1000, "NY": 1200, "TMAX": 20},
     params=(
@@ -172,6 +174,7 @@ extern "C" __constant__ int LAUNCH_conv2d[6] = {(NJ + 15) / 16, (NI + 15) / 16, 
 
 CONV2D = Task(
     name="conv2d",
+    family="polybench",
     summary="B = A cross-correlated with the KS x KS filter W, same size, zeros outside A (KS odd).",
     sizes={"NI": 2048, "NJ": 2048, "KS": 3},
     params=(

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from cudanalyst.tasks.base import Task
 from cudanalyst.tasks.datamining import DATAMINING_TASKS
+from cudanalyst.tasks.dl import DL_TASKS
 from cudanalyst.tasks.linalg import LINALG_TASKS
+from cudanalyst.tasks.npb import NPB_TASKS
 from cudanalyst.tasks.stencils import STENCIL_TASKS
+from cudanalyst.tasks.xsbench import XSBENCH_TASKS
 
-_TASKS: dict[str, Task] = {t.name: t for t in (*LINALG_TASKS, *DATAMINING_TASKS, *STENCIL_TASKS)}
+_TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (*LINALG_TASKS, *DATAMINING_TASKS, *STENCIL_TASKS, *DL_TASKS, *XSBENCH_TASKS, *NPB_TASKS)
+}
 
 
 class UnknownTaskError(KeyError):
