@@ -526,3 +526,12 @@ def test_each_family_names_a_baseline_that_leaves_a_large_speedup() -> None:
     for family in NEW_FAMILIES:
         rows = [line for line in docs.splitlines() if f"| {family} |" in line]
         assert any("large speedup" in line for line in rows), family
+
+
+def test_gelu_without_scipy_is_the_same(monkeypatch) -> None:  # noqa: ANN001 - pytest fixture
+    from cudanalyst.tasks import dl
+
+    z = np.linspace(-6.0, 6.0, 241)
+    with_scipy = dl.gelu(z)
+    monkeypatch.setitem(__import__("sys").modules, "scipy.special", None)  # `from scipy.special import` fails
+    np.testing.assert_allclose(dl.gelu(z), with_scipy, rtol=1e-15, atol=1e-15)
