@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cudanalyst.cli.common import die
-from cudanalyst.tasks import Task, UnknownTaskError, all_tasks, get_task
+from cudanalyst.tasks import Role, Task, UnknownTaskError, all_tasks, get_task
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,5 +51,5 @@ def _tolerance(task: Task) -> str:
 
 def _dtypes(task: Task) -> str:
     """The data dtype, then any other dtype a parameter has (int32 index arrays): `float32,int32`."""
-    others = sorted({p.dtype for p in task.params if p.is_array or p.role.value == "scalar"} - {task.dtype})
+    others = sorted({p.dtype for p in task.params if p.role is not Role.STEP} - {task.dtype})
     return ",".join([task.dtype, *others])
