@@ -7,6 +7,7 @@ needs no copy. The rule is numpy.isclose's with equal_nan, the one verification 
 only where the same one is expected. It counts the elements that break it, how many of those are still
 the NaN the harness prefilled (never written), and the first such index.
 
+The same module holds the fences' audit kernel (fences.py): one cubin of trusted code per request.
 The source is compiled by the kernel stage with the same nvcc as the candidates (cached), and travels
 as a cubin in each `compare` request, so the worker never compiles.
 """
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 from functools import cache
 
+from cudanalyst.runner.kernels.verify.fences import AUDIT_SOURCE
+
 CHECKER_SOURCE = r"""
 template <typename T>
 __device__ void check(const T* got, const T* want, unsigned long long n, double rtol, double atol,
                       unsigned long long* result) {
     // result[0]: elements that break the rule; result[1]: of those, NaN where a number was expected;
-    // result[2]: the first such index (starts at ~0 and only goes down).
+    // result[2]: ~(the first such index), so a slot zeroed by one memset is ready (0: none).
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         double g = (double)got[i], w = (double)want[i];
@@ -31,7 +34,7 @@ __device__ void check(const T* got, const T* want, unsigned long long n, double 
         if (!ok) {
             atomicAdd(&result[0], 1ULL);
             if (isnan(g)) atomicAdd(&result[1], 1ULL);
-            atomicMin(&result[2], i);
+            atomicMax(&result[2], ~i);
         }
     }
 }
@@ -50,9 +53,14 @@ extern "C" __global__ void check_int32(const int* got, const int* want, unsigned
                                        double rtol, double atol, unsigned long long* result) {
     check<int>(got, want, n, rtol, atol, result);
 }
-"""
+""" + AUDIT_SOURCE
 
-RESULT_WORDS = 3  # unsigned 64-bit words per check: bad, bad that are NaN, first bad index
+RESULT_WORDS = 3  # unsigned 64-bit words per check: bad, bad that are NaN, ~first bad index (0: none)
+
+
+def first_index(stored: int) -> int:
+    """The first bad index from the checker's third word (stored complemented, so zero means none; pure)."""
+    return (~int(stored)) & ((1 << 64) - 1)
 THREADS = 256
 MAX_BLOCKS = 1024
 
