@@ -329,14 +329,17 @@ def verify_candidate(
     """(correct, reason, max abs error) over all seeds; stops at the first failed check. With `checker`
     (the trusted module holding the audit kernel), the arrays are fenced and audited after each run."""
     worst = 0.0
-    for seed in seeds:
+    for k, seed in enumerate(seeds):
+        # Reasons name the input set by its place, never by its seed: a reason may reach a user or a
+        # report, and the seeds of a run are its secret.
+        which = f"input set {k + 1} of {len(seeds)}"
         inputs, want = references(seed) if references else _fresh(task, seed)
         bounds = {name: threshold(want[name], tol) for name in task.outputs}  # shared by both runs
         buffers = Buffers(session.cuda, task, inputs, session.fenced_arrays(task) if checker else None)
         try:
             first = run_once(session, task, launch, buffers, checker)
             if first.fence:  # its writes may have reached anything: no second run
-                return False, f"seed {seed}, first run: {first.fence}", worst
+                return False, f"{which}, first run: {first.fence}", worst
             second = run_once(session, task, launch, buffers, checker)
         finally:
             buffers.free()
@@ -353,9 +356,9 @@ def verify_candidate(
                     seed_worst = max(seed_worst, err)
             if problem:
                 run = "first" if reading is first else "second"
-                return False, f"seed {seed}, {run} run: {problem}", worst
+                return False, f"{which}, {run} run: {problem}", worst
         if (problem := compare_runs(first.outputs, second.outputs, tol)) is not None:
-            return False, f"seed {seed}: {problem}", worst
+            return False, f"{which}: {problem}", worst
         worst = max(worst, seed_worst)  # counted once the seed passed every check, as reported
     return True, f"correct on {len(seeds)} seeds, each run twice", worst
 
