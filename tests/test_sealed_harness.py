@@ -213,3 +213,15 @@ def test_the_digest_sees_any_change_and_depends_on_the_key():
     changed[999] ^= 1
     assert digest_host(moved, 5) != base and digest_host(changed, 5) != base
     assert digest_host(words, 6) != base and digest_host(words, 5) == base
+
+
+def test_expected_outputs_are_kept_masked_and_unmask_with_the_key():
+    from cudanalyst.runner.kernels.verify.checker import mask
+
+    for dtype in ("float32", "float64", "int32"):
+        want = (np.arange(1000) * 0.5).astype(dtype)
+        hidden = mask(want, key=99)
+        assert hidden.dtype == want.dtype and hidden.shape == want.shape
+        assert (hidden.view(f"u{want.itemsize}") != want.view(f"u{want.itemsize}")).mean() > 0.99  # noise
+        assert np.array_equal(mask(hidden, key=99).view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
+        assert not np.array_equal(mask(hidden, key=98).view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
