@@ -256,10 +256,6 @@ class TaskData:
         found = auditor.digests(self.regions, stream)  # trusted: no candidate has run since the upload
         self.digests = [found[i] for i in range(len(self.regions))]
 
-    @property
-    def live_ptrs(self) -> dict[str, int]:
-        return self.live.device
-
     def nbytes(self, name: str) -> int:
         p = self.task.param(name)
         return max(4, int(np.prod(self.task.shape(name))) * np.dtype(p.dtype).itemsize)

@@ -387,9 +387,13 @@ def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any
     except cuda.Error as exc:
         return {"ok": True, "correct": False, "stage": "load", "seconds": time.monotonic() - started,
                 "reason": f"the module could not be loaded: {exc}", "sticky": not session.healthy()}
+    checker = request.get("checker") or b""
+    if checker:
+        # Before this candidate runs: anything found now was done earlier (by a program timed here, which
+        # audits only its own task's data) and is repaired without blame, so this candidate is never charged.
+        audit(session, checker, None, harness=True)
     try:
         launcher = ContractLauncher(cuda, task, module)
-        checker = request.get("checker") or b""
         correct, reason, worst = verify_candidate(session, task, launcher, request["seeds"], tol,
                                                   lambda seed: session.reference_for(task, seed), checker)
         # Timing's kept data once per request (its digests read tens of MB): nothing else ran here meanwhile,

@@ -403,6 +403,7 @@ class Auditor:
 
     def __init__(self, cuda: Any, module: Any, key: int | None = None) -> None:
         self.cuda = cuda
+        self.module = module  # held: the session's module cache may drop it, and the function dies with it
         self.function = module.get_function("audit")
         # The Regions struct by value: 3 x MAX_REGIONS u64, then guard, key, count and the output pointer.
         self.function.prepare(f"{3 * MAX_REGIONS}QIQIP")
