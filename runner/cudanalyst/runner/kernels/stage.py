@@ -197,6 +197,7 @@ class KernelStage:
         self.correct: list[KernelJob] = []
         self.verdicts: dict[str, dict[str, Any]] = {}
         self.references: dict[tuple[str, str], _Reference] = {}
+        self.warmed: set[str] = set()  # tasks whose timing references a worker was asked to make
         # The compile pool hands identical sources the same future, so a future may stand for several jobs.
         self.by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}
 
@@ -233,6 +234,16 @@ class KernelStage:
             self.references[key] = ref
         return self.references[key]
 
+    def _warm(self, task: Task) -> None:
+        """Have a verification worker make the task's timing inputs and references (shared by the pool's
+        workers, references.py) while nvcc and verification run, so the timing worker finds them made: timing
+        runs on seeds of its own, which verification never needs."""
+        if task.name in self.warmed or self.pool is None:
+            return
+        self.warmed.add(task.name)
+        wire = {"op": "references", "task": task.name, "sizes": dict(task.sizes), "seeds": list(self.seeds.timing)}
+        self.reference_verifier.submit(self.pool.call, wire, self.cfg.timeout_seconds)
+
     def _verify_reference(self, task: Task, ref: _Reference) -> dict[str, Any]:
         c = ref.compiled.result()
         if not c.ok or c.cubin is None:
@@ -266,6 +277,7 @@ class KernelStage:
                 continue
             self.order[job.key] = len(self.order)
             if self.use_gpu:  # the references are only timed against (and set the time limit)
+                self._warm(task)
                 self._reference(task, task.baseline_source)
                 if job.frozen_source:
                     self._reference(task, job.frozen_source)
