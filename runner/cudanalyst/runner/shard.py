@@ -231,8 +231,9 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
           f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s: "
           f"{int(phases.get('timingRequests', 0))} requests, {phases.get('timingWorker', 0.0):.1f} s in the worker "
           f"of which {phases.get('timingPrep', 0.0):.1f} s loading; units per reference {phases.get('references', {})}; "
-          f"fences {phases.get('fences', 'unused')}, {int(phases.get('fenceReruns', 0))} timing reruns without a "
-          f"culprit, {int(phases.get('rebuiltTaskData', 0))} kept task data rebuilt; "
+          f"fences {phases.get('fences', 'unused')}: audits {phases.get('verifyAuditSeconds', 0.0):.1f} s in verification, "
+          f"{phases.get('timingAuditSeconds', 0.0):.1f} s of GPU in timing, {int(phases.get('fenceReruns', 0))} timing "
+          f"reruns without a culprit, {int(phases.get('rebuiltTaskData', 0))} kept task data rebuilt; "
           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')})",  # which GPU, in local mode's lanes
           file=sys.stderr)
     return failures

@@ -162,7 +162,8 @@ class KernelStage:
     verifications cost where they ran: `compiles` / `compileSeconds` (nvcc runs, their summed wall) and
     `verifications` / `verifySeconds` (in the GPU workers), with `gpuWorkers`: which of the two keeps a lane's
     kernel stage behind its LLM stage; `fences` ("vmm" or "guards"), `fenceReruns` and `rebuiltTaskData`
-    (fences.py)."""
+    (fences.py), and what the fences' audits cost: `verifyAuditSeconds` (worker wall, within verifySeconds) and
+    `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker)."""
 
     def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
                  on_outcome: Callable[[OutcomeRecord], None] | None = None,
@@ -335,6 +336,8 @@ class KernelStage:
         if not verdict.get("cached") and "seconds" in verdict:
             self.phases["verifications"] = self.phases.get("verifications", 0) + 1
             self.phases["verifySeconds"] = self.phases.get("verifySeconds", 0.0) + float(verdict["seconds"])
+            self.phases["verifyAuditSeconds"] = (self.phases.get("verifyAuditSeconds", 0.0)
+                                                 + float(verdict.get("auditSeconds", 0.0)))
         if verdict.get("ok") and verdict.get("correct"):
             self.correct.append(job)
             self.verdicts[job.key] = verdict
@@ -453,6 +456,7 @@ class Timing:
             phases["fences"] = reply["fences"]
         phases["fenceReruns"] = phases.get("fenceReruns", 0) + int(reply.get("fenceReruns", 0))
         phases["rebuiltTaskData"] = phases.get("rebuiltTaskData", 0) + int(reply.get("rebuiltTaskData", 0))
+        phases["timingAuditSeconds"] = phases.get("timingAuditSeconds", 0.0) + float(reply.get("auditSeconds", 0.0))
         return reply
 
     def _time_group(self, task: Task, frozen: str | None, jobs: list[KernelJob]) -> None:

@@ -449,6 +449,7 @@ def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
     replies: dict[str, dict[str, Any]] = {}
     refused: dict[str, str] = {}
     reruns = 0
+    session.audit_seconds = 0.0
     prepared = started
     while True:
         data = _task_data(session, task, request.seeds, auditor)
@@ -468,6 +469,7 @@ def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "programs": replies, "seconds": time.monotonic() - started,
             "prepSeconds": prepared - started, "l2FlushBytes": session.flush_buffer()[1] * 4,
             "trials": request.trials, "fences": session.fence_mode, "fenceReruns": reruns,
+            "auditSeconds": session.audit_seconds,
             "rebuiltTaskData": session.__dict__.pop("_rebuilt", 0)}
 
 
@@ -585,6 +587,13 @@ def _run(session: GpuSession, data: TaskData, programs: dict[str, Program], requ
     stream.synchronize()
     slot.free()
     found = [read_findings(regions, audits[i], expected, data.live.sizes) for i in range(len(launches))]
+    # What the audits cost the GPU: one more, timed alone (into a row already read), times the number made.
+    start, end = cuda.Event(), cuda.Event()
+    start.record(stream)
+    auditor.launch(regions, audits[0], stream)
+    end.record(stream)
+    end.synchronize()
+    session.audit_seconds = getattr(session, "audit_seconds", 0.0) + end.time_since(start) / 1e3 * len(launches)
     culprits = blame(launches, found)
     times = {name: [end.time_since(start) for start, end in events[name]] for name in programs}
     checks = {name: [(r, host[s].tolist()) for r, s in slots[name]] for name in programs}

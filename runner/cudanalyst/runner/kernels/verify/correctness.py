@@ -286,6 +286,14 @@ def audit(session: GpuSession, checker: bytes, own: FencedArrays | None, harness
     named by array) and, with `harness`, the digests of the data timing keeps; why the run wrote outside
     its arrays, or None. Guards hit are poisoned again and written harness data is dropped (rebuilt from
     the host when next needed), so nothing after this candidate is charged for what it did."""
+    began = time.monotonic()
+    try:
+        return _audit(session, checker, own, harness)
+    finally:  # what the fences cost verification, summed per request (the reply's auditSeconds)
+        session.audit_seconds = getattr(session, "audit_seconds", 0.0) + time.monotonic() - began
+
+
+def _audit(session: GpuSession, checker: bytes, own: FencedArrays | None, harness: bool) -> str | None:
     regions, expected = session.resident_regions(own)
     if not harness:
         regions = [r for i, r in enumerate(regions) if i not in expected]
@@ -388,6 +396,7 @@ def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any
         return {"ok": True, "correct": False, "stage": "load", "seconds": time.monotonic() - started,
                 "reason": f"the module could not be loaded: {exc}", "sticky": not session.healthy()}
     checker = request.get("checker") or b""
+    session.audit_seconds = 0.0
     if checker:
         # Before this candidate runs: anything found now was done earlier (by a program timed here, which
         # audits only its own task's data) and is repaired without blame, so this candidate is never charged.
@@ -413,4 +422,4 @@ def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any
         gc.collect()  # unload a candidate's module now: it may hold large static device arrays
     return {"ok": True, "correct": correct, "stage": "verify", "reason": reason, "maxAbsError": worst,
             "tolerance": {"rtol": tol.rtol, "atol": tol.atol}, "seconds": time.monotonic() - started,
-            "fences": session.fence_mode if request.get("checker") else "none"}
+            "fences": session.fence_mode if request.get("checker") else "none", "auditSeconds": session.audit_seconds}

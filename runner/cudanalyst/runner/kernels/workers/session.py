@@ -48,6 +48,7 @@ class GpuSession:
         self._allocator: PlainAllocator | VmmAllocator | None = None
         self._auditor: Auditor | None = None
         self._fenced: OrderedDict[tuple[Any, ...], FencedArrays] = OrderedDict()
+        self.audit_seconds = 0.0  # what the fences' audits cost the current request (its reply says)
 
     # ---- fences (fences.py) ---------------------------------------------------------------------
 
