@@ -225,3 +225,27 @@ def test_expected_outputs_are_kept_masked_and_unmask_with_the_key():
         assert (hidden.view(f"u{want.itemsize}") != want.view(f"u{want.itemsize}")).mean() > 0.99  # noise
         assert np.array_equal(mask(hidden, key=99).view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
         assert not np.array_equal(mask(hidden, key=98).view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_the_vmm_structures_match_cuda_h():
+    """CUmemAllocationProp and CUmemAccessDesc as cuda.h (13.0) lays them out: ctypes passes them by pointer."""
+    import ctypes
+
+    from cudanalyst.runner.kernels.verify import fences
+
+    prop, access = fences._CUmemAllocationProp, fences._CUmemAccessDesc
+    assert (ctypes.sizeof(prop), prop.location.offset, prop.win32HandleMetaData.offset, prop.allocFlags.offset) == \
+        (32, 8, 16, 24)
+    assert (ctypes.sizeof(access), access.flags.offset) == (12, 8)
+
+
+def test_without_the_driver_the_fences_fall_back_to_plain_guards_and_say_so():
+    import ctypes.util
+
+    from cudanalyst.runner.kernels.verify.fences import allocator
+
+    if ctypes.util.find_library("cuda"):
+        pytest.skip("a CUDA driver is installed here: the VMM path is taken (tests/gpu/test_sealed.py covers it)")
+    chosen = allocator(cuda=object())
+    assert chosen.mode == "guards"
+    assert allocator(cuda=object(), prefer_vmm=False).mode == "guards"
