@@ -288,7 +288,9 @@ class VmmAllocator:
 
     mode = "vmm"
 
-    def __init__(self) -> None:
+    def __init__(self, cuda: Any) -> None:
+        self.plain = PlainAllocator(cuda)  # for an array the driver will not map (counted in `fallbacks`)
+        self.fallbacks = 0
         lib = ctypes.CDLL("libcuda.so.1")
         u64, sz = ctypes.c_ulonglong, ctypes.c_size_t
         self._reserve = lib.cuMemAddressReserve
@@ -333,6 +335,13 @@ class VmmAllocator:
         return vmm_layout(nbytes, self.granularity)
 
     def alloc(self, nbytes: int) -> Fenced:
+        try:
+            return self._alloc(nbytes)
+        except OSError:
+            self.fallbacks += 1
+            return self.plain.alloc(nbytes)
+
+    def _alloc(self, nbytes: int) -> Fenced:
         layout = self.layout(nbytes)
         base = ctypes.c_ulonglong()
         self._check(self._reserve(ctypes.byref(base), layout.reserved, self.granularity, 0, 0), "cuMemAddressReserve")
@@ -361,7 +370,7 @@ def allocator(cuda: Any, prefer_vmm: bool = True) -> PlainAllocator | VmmAllocat
     """Unmapped pages around each array where the driver allows, else plain guards (see `mode`)."""
     if prefer_vmm:
         try:
-            return VmmAllocator()
+            return VmmAllocator(cuda)
         except (OSError, AttributeError):
             pass
     return PlainAllocator(cuda)

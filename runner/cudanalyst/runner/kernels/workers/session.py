@@ -60,8 +60,10 @@ class GpuSession:
 
     @property
     def fence_mode(self) -> str:
-        """"vmm" (unmapped pages around each array, guards within) or "guards" (plain guards only)."""
-        return self.allocator.mode
+        """"vmm" (unmapped pages around each array, guards within) or "guards" (plain guards only); "vmm, N on
+        guards" when the driver would not map N arrays (they got plain guards)."""
+        fallbacks = getattr(self.allocator, "fallbacks", 0)
+        return f"{self.allocator.mode}, {fallbacks} on guards" if fallbacks else self.allocator.mode
 
     def auditor(self, checker: bytes) -> Auditor:
         """The audit kernel of the trusted checker module, with this worker's secret digest key."""
