@@ -166,6 +166,17 @@ def test_b_a_saboteur_changes_no_one_elses_label_in_this_request_or_later(mode, 
         print(f"fences {mode}: far-table: {first['far-table'].reason[:160]}")
 
 
+def test_b_a_write_just_past_the_guard_faults_at_once(pool, fresh_cache, session):
+    """Where the driver allows (an H200 does), each array has unmapped pages around it: a write 2 MiB past y
+    (beyond its mapped granule, whose rest is its guard) is an illegal address, not a silent hit."""
+    assert session.fence_mode == "vmm", f"fences in force: {session.fence_mode}"
+    results = _evaluate(pool, {"past-the-guard": BASE.replace(STORE_Y, "y[j] = acc; if (j == 0) y[(2 << 20) / 4] = 1.0f;"),
+                               **_honest(1)})
+    r = results["past-the-guard"]
+    assert r.label == "compile" and "context was lost" in r.reason, r.reason
+    _assert_honest(results, ["honest-0"])
+
+
 # ---- B (continued): writes into the harness's own data, aimed exactly ---------------------------------------
 # Run in this process, so the test knows where timing keeps its data and can aim a kernel at it: the case a
 # far write that lands in mapped harness memory stands for.

@@ -190,6 +190,8 @@ class KernelStage:
         self.verifier = ThreadPoolExecutor(workers, thread_name_prefix="verify")
         # References are verified apart, so a candidate waiting for its time limit never blocks them.
         self.reference_verifier = ThreadPoolExecutor(2, thread_name_prefix="verify-reference")
+        # Timing's references are made apart too, one task at a time, so they never delay a reference's verdict.
+        self.warmer = ThreadPoolExecutor(1, thread_name_prefix="timing-references")
         self.jobs: dict[str, KernelJob] = {}
         self.tasks: dict[str, Task] = {}
         self.order: dict[str, int] = {}  # arrival order of the jobs that go to nvcc
@@ -243,7 +245,7 @@ class KernelStage:
             return
         self.warmed.add(task.name)
         wire = {"op": "references", "task": task.name, "sizes": dict(task.sizes), "seeds": list(self.seeds.timing)}
-        self.reference_verifier.submit(self.pool.call, wire, self.cfg.timeout_seconds)
+        self.warmer.submit(self.pool.call, wire, self.cfg.timeout_seconds)
 
     def _verify_reference(self, task: Task, ref: _Reference) -> dict[str, Any]:
         c = ref.compiled.result()
@@ -401,6 +403,7 @@ class KernelStage:
             self._compiler.close(drop_queued=True)
         self.verifier.shutdown(wait=True, cancel_futures=True)
         self.reference_verifier.shutdown(wait=True, cancel_futures=True)
+        self.warmer.shutdown(wait=True, cancel_futures=True)
         if self.own_pool and self.pool is not None:
             self.pool.close()
 
