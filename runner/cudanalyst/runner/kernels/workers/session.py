@@ -78,7 +78,7 @@ class GpuSession:
             sizes = {p.name: max(4, int(np.prod(task.shape(p.name))) * np.dtype(p.dtype).itemsize)
                      for p in task.params if p.is_array}
             self._fenced[key] = FencedArrays(self.cuda, self.allocator, sizes, task.name)
-            while len(self._fenced) > 4:
+            while len(self._fenced) > 8:  # tasks arrive interleaved; each kept set costs its arrays + 2 MiB each
                 self._fenced.popitem(last=False)[1].free()
         self._fenced.move_to_end(key)
         return self._fenced[key]
