@@ -17,7 +17,8 @@ import sys
 from typing import Any
 
 from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
-from cudanalyst.runner.kernels.workers.requests import EvalSettings, TimedProgram, compare_request
+from cudanalyst.runner.kernels.verify.checker import checker_cubin
+from cudanalyst.runner.kernels.workers.requests import EvalSettings, TimedProgram, compare_request, seeds_for
 from cudanalyst.runner.kernels.timing.trials import Program, TaskData, graph_api, handle_compare, speedup
 from cudanalyst.runner.kernels.workers.worker import GpuSession
 from cudanalyst.tasks import get_task
@@ -70,7 +71,7 @@ def main() -> int:
             medians.append(stats["median_ms"])
             cvs.append(stats["cv"])
         ours = statistics.median(medians)
-        data = TaskData(session, task, [1000 + i for i in range(cfg.correctness_trials)])
+        data = TaskData(session, task, list(seeds_for(cfg).timing), session.auditor(checker_cubin()))
         program = Program(session, data, "baseline", cubin)
         stream = session.cuda.Stream()
         data.prepare_async(0, stream)

@@ -369,15 +369,23 @@ class _StandInPool:
         self.wrong, self.medians, self.problems = wrong, medians, problems
         self.compares: list[list[str]] = []
         self.verified: list[bytes] = []
+        self.verify_seeds: list[list[int]] = []
+        self.calls: list[dict] = []
         self.restarts, self.restart_seconds = 0, 0.0
+
+    def call(self, request, timeout_s):
+        self.calls.append(request)
+        return {"ok": True}
 
     def verify(self, request, timeout_s):
         self.verified.append(request.cubin)
+        self.verify_seeds.append(list(request.seeds))
         correct = request.cubin not in self.wrong
         return {"ok": True, "correct": correct, "reason": "correct" if correct else "seed 1000: wrong", "seconds": 0.01}
 
     def compare(self, request, timeout_s):
         self.compares.append([p.name for p in request.programs])
+        self.compare_seeds = list(request.seeds)
         out = {}
         for p in request.programs:
             median = self.medians.get(p.cubin, 1.0)
@@ -428,6 +436,24 @@ def test_groups_are_timed_beside_their_references_with_the_right_labels(tmp_path
     # one request per group, each beside its references: the correct frozen program and the baseline
     assert sorted(map(sorted, pool.compares)) == sorted([sorted(["frozen", "baseline", "copy", "fast", "cheat"]),
                                                          sorted(["baseline", "orphan"])])
+
+
+
+@needs_nvcc
+def test_the_stage_judges_on_the_runs_secret_inputs_and_times_on_others(tmp_path, monkeypatch):
+    """Every verification of a stage uses the seeds of its secret; timing uses the secret's timing seeds, none of
+    them a verification seed; a worker is asked once per task to make the timing references ahead of time."""
+    from cudanalyst.runner.kernels.workers.requests import derive_seeds
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    pool = _StandInPool(wrong=set(), medians={}, problems={})
+    base = GEMM.baseline_source
+    jobs = [KernelJob(f"c{k}", "gemm", base + f"// {k}\n", base) for k in range(3)]
+    evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool, secret=31)
+    seeds = derive_seeds(31, EvalSettings().correctness_trials)
+    assert pool.verify_seeds and all(s == list(seeds.verify) for s in pool.verify_seeds)
+    assert pool.compare_seeds == list(seeds.timing) and not set(pool.compare_seeds) & set(seeds.verify)
+    assert [(c["op"], c["task"], c["seeds"]) for c in pool.calls] == [("references", "gemm", list(seeds.timing))]
 
 
 def test_a_worker_dies_with_the_runner_however_the_runner_dies(tmp_path):

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from cudanalyst.runner.kernels.verify import verdicts
-from cudanalyst.runner.kernels.workers.requests import EvalSettings, verify_request
 from cudanalyst.runner.kernels.verify.verdicts import VerdictCache, verify_once
+from cudanalyst.runner.kernels.workers.requests import EvalSettings, derive_seeds, verify_request
 from cudanalyst.tasks import get_task
 
 GEMM = get_task("gemm")
@@ -29,6 +29,7 @@ class CountingPool:
 
 
 def _request(cubin: bytes = b"\x7fELF-1", **cfg: Any) -> dict[str, Any]:
+    cfg.setdefault("seed", 7)  # a fixed seed: the same inputs each call (else each call draws a secret)
     return verify_request(GEMM, cubin, EvalSettings(**cfg))
 
 
@@ -57,7 +58,7 @@ def test_anything_that_decides_the_verdict_is_in_its_key(tmp_path, change):
 def test_other_sizes_and_another_harness_miss(tmp_path, monkeypatch):
     cache = VerdictCache(tmp_path)
     cache.put(_request(), {"ok": True, "correct": True, "reason": "correct"})
-    other = verify_request(GEMM.with_sizes(NI=64), b"\x7fELF-1", EvalSettings())
+    other = verify_request(GEMM.with_sizes(NI=64), b"\x7fELF-1", EvalSettings(seed=7))
     assert cache.get(other) is None
     monkeypatch.setattr(verdicts, "harness_version", lambda: "another-harness")
     assert cache.get(_request()) is None
@@ -74,3 +75,15 @@ def test_timeouts_crashes_and_non_verdicts_are_not_kept(tmp_path, reply):
     verify_once(pool, cache, _request(), 10)
     verify_once(pool, cache, _request(), 10)
     assert pool.calls == 2 and not list(tmp_path.rglob("*.json"))
+
+
+def test_a_verdict_is_keyed_by_the_inputs_it_was_made_on(tmp_path):
+    """Runs with different secrets judge on different inputs: a verdict of one is never read by the other;
+    the same secret (a resumed run, another shard) finds it."""
+    cache = VerdictCache(tmp_path)
+    one = verify_request(GEMM, b"\x7fELF-1", EvalSettings(), derive_seeds(11, 5))
+    cache.put(one, {"ok": True, "correct": True, "reason": "correct"})
+    assert cache.get(verify_request(GEMM, b"\x7fELF-1", EvalSettings(), derive_seeds(11, 5))) is not None
+    assert cache.get(verify_request(GEMM, b"\x7fELF-1", EvalSettings(), derive_seeds(12, 5))) is None
+    # No secret and no fixed seed: a fresh secret per call, so nothing is shared by accident.
+    assert cache.get(verify_request(GEMM, b"\x7fELF-1", EvalSettings())) is None

@@ -3,6 +3,9 @@
   spec.json                     the AttributionRun as started (operator or `cudanalyst run`: `write_start`)
   plan.json                     the schedule's summary (units, shards, digest); the units themselves are a
                                 pure function of spec + trajectory, so they are not stored
+  secret.json                   the run's secret input seed, drawn from the OS's randomness when the run starts
+                                (written once, read by every shard; never in the plan, a prompt or the spec),
+                                so nobody knows the inputs candidates are judged on before the run starts
   feedback/<programId>.json     the feedback tools' reports of one frozen program, computed once
   feedback/summaries/<programId>/<player>.json   the summarizer's text, per program and player
   plans/<groupKey>.json         the planner model's text, shared by the samples of one rollout (written once,
@@ -21,6 +24,8 @@ outcomes.jsonl.gz, every outcome record one JSON line, instead of outcomes/; the
 
 from __future__ import annotations
 
+import json
+import secrets
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -30,6 +35,7 @@ from cudanalyst.store import ObjectNotFound, ObjectStore
 
 SPEC = "spec.json"
 PLAN = "plan.json"
+SECRET = "secret.json"
 FEEDBACK = "feedback/"
 PLANNER_TEXTS = "plans/"
 CANDIDATES = "candidates/"
@@ -87,6 +93,28 @@ def write_start(store: ObjectStore, run: Any, plan_summary: dict[str, Any]) -> N
     plan.json, as the operator and `cudanalyst run` both record a run they start."""
     store.put_json(SPEC, {k: v for k, v in run.to_dict().items() if k != "status"})
     store.put_json(PLAN, plan_summary)
+    run_secret(store, run.spec.evaluation)
+
+
+def run_secret(store: ObjectStore, evaluation: Any) -> int:
+    """The seed every input a candidate is judged on derives from (the runner's requests.derive_seeds).
+
+    `evaluation.seed` when the spec fixes one (a bit-for-bit replay; the inputs are then public). Else the
+    run folder's secret.json, drawn from the OS's randomness by the first caller (the run's start: the
+    operator or `cudanalyst run`) and written once, so a resumed run and every shard judge on the same
+    inputs. It is kept out of plan.json: the plan's digest is a pure function of spec and trajectory."""
+    fixed = getattr(evaluation, "seed", None)
+    if fixed is not None:
+        return int(fixed)
+    drawn = {"seed": secrets.randbits(63)}
+    store.put_if_absent(SECRET, json.dumps(drawn).encode(), "application/json")  # the first writer wins
+    try:
+        seed = store.get_json(SECRET)["seed"]
+    except (KeyError, TypeError):
+        raise ValueError(f"{store.uri_of(SECRET)}: not a secret seed file (expected {{\"seed\": <int>}})") from None
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"{store.uri_of(SECRET)}: seed must be a non-negative integer, got {seed!r}")
+    return seed
 
 
 # ---- shard progress: written by the runner (runner.units.ProgressTracker), read by the operator and

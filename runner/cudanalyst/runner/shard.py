@@ -31,7 +31,7 @@ from typing import Any
 from cudanalyst.api import AttributionRun, SpecError, load_run
 from cudanalyst.outcomes import OutcomeRecord, unit_identity
 from cudanalyst.plan import Unit, shard_units
-from cudanalyst.runfolder import feedback_key
+from cudanalyst.runfolder import feedback_key, run_secret
 from cudanalyst.runner.llm.client import ClientSettings
 from cudanalyst.runner.llm.model_servers import StageSettings
 from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
@@ -204,8 +204,10 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
     try:
         # Beside the LLM stage, the model server and its clients come first.
         nice = SIDE_JOB_NICE if follow is not None else 0
+        # The inputs derive from the run folder's secret (written when the run started), never from the spec.
+        secret = run_secret(store.store, run.spec.evaluation)
         with kernels.KernelStage(run.spec.evaluation, on_outcome=store_outcome, phases=phases,
-                                 nice=nice) as stage:
+                                 nice=nice, secret=secret) as stage:
             while True:
                 over = follow is None or follow()  # asked before listing: nothing stored after it is missed
                 stage.add(new_jobs())
@@ -229,6 +231,9 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
           f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s: "
           f"{int(phases.get('timingRequests', 0))} requests, {phases.get('timingWorker', 0.0):.1f} s in the worker "
           f"of which {phases.get('timingPrep', 0.0):.1f} s loading; units per reference {phases.get('references', {})}; "
+          f"fences {phases.get('fences', 'unused')}: audits {phases.get('verifyAuditSeconds', 0.0):.1f} s in verification, "
+          f"{phases.get('timingAuditSeconds', 0.0):.1f} s of GPU in timing, {int(phases.get('fenceReruns', 0))} timing "
+          f"reruns without a culprit, {int(phases.get('rebuiltTaskData', 0))} kept task data rebuilt; "
           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')})",  # which GPU, in local mode's lanes
           file=sys.stderr)
     return failures

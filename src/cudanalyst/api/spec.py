@@ -168,6 +168,11 @@ class EvaluationSpec(Model):
     timeout_seconds: float = Field(60, gt=0, le=3600, description="Limit for one candidate's verification.")
     compile_workers: int = Field(4, ge=1, le=256, description="Parallel nvcc processes.")
     gpu_workers: int = Field(2, ge=1, le=64, description="Persistent GPU worker processes (one CUDA context each).")
+    seed: int | None = Field(
+        None, ge=0, le=2**63 - 1, description="Fixes the seed every verification and timing input derives from, "
+        "for a bit-for-bit replay. This makes the inputs public: a candidate can then be written to recognise "
+        "them. Unset (the default), a secret seed is drawn when the run starts and kept in the run folder."
+    )
 
 
 class AttributionSpec(Model):

@@ -35,18 +35,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudanalyst.outcomes import Label, OutcomeRecord
-from cudanalyst.runner.kernels.compile.nvcc import CompilePool, CompileResult, shared_cache, task_translation_unit
 from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, heap_calls
+from cudanalyst.runner.kernels.compile.nvcc import (
+    CompilePool,
+    CompileResult,
+    shared_cache,
+    task_translation_unit,
+)
 from cudanalyst.runner.kernels.feedback.reports import frozen_program_reports
+from cudanalyst.runner.kernels.timing.trials import speedup
+from cudanalyst.runner.kernels.verify.verdicts import VerdictCache, verify_once
 from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.workers.requests import (
     EvalSettings,
     TimedProgram,
     compare_request,
+    seeds_for,
     verify_request,
 )
-from cudanalyst.runner.kernels.timing.trials import speedup
-from cudanalyst.runner.kernels.verify.verdicts import VerdictCache, verify_once
 from cudanalyst.tasks import Task, UnknownTaskError, get_task
 from cudanalyst.tasks.conformance import contract_problems
 from cudanalyst.tasks.source_text import same_code
@@ -136,9 +142,9 @@ class _Reference:
 def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | None = None,
                         pool: WorkerPool | None = None,
                         on_result: Callable[[OutcomeRecord], None] | None = None,
-                        phases: dict[str, float] | None = None) -> list[OutcomeRecord]:
+                        phases: dict[str, float] | None = None, secret: int | None = None) -> list[OutcomeRecord]:
     """Outcomes for `jobs`, in the same order (the stage over one batch; see KernelStage)."""
-    with KernelStage(settings, gpu=gpu, pool=pool, on_outcome=on_result, phases=phases) as stage:
+    with KernelStage(settings, gpu=gpu, pool=pool, on_outcome=on_result, phases=phases, secret=secret) as stage:
         stage.add(jobs)
         results = stage.finish()
     return [results[j.key] for j in jobs]
@@ -155,15 +161,20 @@ class KernelStage:
     `restartSeconds`, `references` (units timed against each reference), and what the candidates' compiles and
     verifications cost where they ran: `compiles` / `compileSeconds` (nvcc runs, their summed wall) and
     `verifications` / `verifySeconds` (in the GPU workers), with `gpuWorkers`: which of the two keeps a lane's
-    kernel stage behind its LLM stage."""
+    kernel stage behind its LLM stage; `fences` ("vmm" or "guards"), `fenceReruns` and `rebuiltTaskData`
+    (fences.py), and what the fences' audits cost: `verifyAuditSeconds` (worker wall, within verifySeconds) and
+    `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker)."""
 
     def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
                  on_outcome: Callable[[OutcomeRecord], None] | None = None,
-                 phases: dict[str, float] | None = None, nice: int = 0) -> None:
-        """`nice` > 0: nvcc and the GPU workers at a lower CPU priority (beside a model server)."""
+                 phases: dict[str, float] | None = None, nice: int = 0, secret: int | None = None) -> None:
+        """`nice` > 0: nvcc and the GPU workers at a lower CPU priority (beside a model server). `secret`: the
+        run's (runfolder.run_secret), which every input derives from; without one (and no fixed `seed` in the
+        settings) a fresh secret is drawn, so nobody can know the inputs in advance either way."""
         self.phases: dict[str, Any] = {} if phases is None else phases
         self.started = time.monotonic()
         self.cfg = EvalSettings.of(settings)
+        self.seeds = seeds_for(self.cfg, secret)
         self.on_outcome = on_outcome
         self.results: dict[str, OutcomeRecord] = {}
         self.use_gpu, self.no_gpu_reason = gpu_status() if gpu is None else (gpu, "" if gpu else "no GPU was given")
@@ -179,6 +190,8 @@ class KernelStage:
         self.verifier = ThreadPoolExecutor(workers, thread_name_prefix="verify")
         # References are verified apart, so a candidate waiting for its time limit never blocks them.
         self.reference_verifier = ThreadPoolExecutor(2, thread_name_prefix="verify-reference")
+        # Timing's references are made apart too, one task at a time, so they never delay a reference's verdict.
+        self.warmer = ThreadPoolExecutor(1, thread_name_prefix="timing-references")
         self.jobs: dict[str, KernelJob] = {}
         self.tasks: dict[str, Task] = {}
         self.order: dict[str, int] = {}  # arrival order of the jobs that go to nvcc
@@ -187,6 +200,7 @@ class KernelStage:
         self.correct: list[KernelJob] = []
         self.verdicts: dict[str, dict[str, Any]] = {}
         self.references: dict[tuple[str, str], _Reference] = {}
+        self.warmed: set[str] = set()  # tasks whose timing references a worker was asked to make
         # The compile pool hands identical sources the same future, so a future may stand for several jobs.
         self.by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}
 
@@ -223,11 +237,22 @@ class KernelStage:
             self.references[key] = ref
         return self.references[key]
 
+    def _warm(self, task: Task) -> None:
+        """Have a verification worker make the task's timing inputs and references (shared by the pool's
+        workers, references.py) while nvcc and verification run, so the timing worker finds them made: timing
+        runs on seeds of its own, which verification never needs."""
+        if task.name in self.warmed or self.pool is None:
+            return
+        self.warmed.add(task.name)
+        wire = {"op": "references", "task": task.name, "sizes": dict(task.sizes), "seeds": list(self.seeds.timing)}
+        self.warmer.submit(self.pool.call, wire, self.cfg.timeout_seconds)
+
     def _verify_reference(self, task: Task, ref: _Reference) -> dict[str, Any]:
         c = ref.compiled.result()
         if not c.ok or c.cubin is None:
             return {"ok": True, "correct": False, "reason": "compile error: " + _compile_errors(c)}
-        return verify_once(self.pool, self.stored, verify_request(task, c.cubin, self.cfg), self.cfg.timeout_seconds)
+        return verify_once(self.pool, self.stored, verify_request(task, c.cubin, self.cfg, self.seeds),
+                           self.cfg.timeout_seconds)
 
     def _limit(self, task: Task) -> float:
         """The task baseline's verdict decides the candidates' time limit (waited for: it comes first)."""
@@ -255,6 +280,7 @@ class KernelStage:
                 continue
             self.order[job.key] = len(self.order)
             if self.use_gpu:  # the references are only timed against (and set the time limit)
+                self._warm(task)
                 self._reference(task, task.baseline_source)
                 if job.frozen_source:
                     self._reference(task, job.frozen_source)
@@ -301,15 +327,19 @@ class KernelStage:
                        reason=f"compiled; not run: {self.no_gpu_reason}; pass and fast were not evaluated")
         else:
             task = self.tasks[job.key]
-            request = verify_request(task, c.cubin, self.cfg)
+            request = verify_request(task, c.cubin, self.cfg, self.seeds)
             return self.verifier.submit(lambda: verify_once(self.pool, self.stored, request, self._limit(task)))
         return None
 
     def _after_verify(self, job: KernelJob, verdict: dict[str, Any]) -> None:
         self.phases["verifiedBefore"] = self.phases.get("verifiedBefore", 0) + (1 if verdict.get("cached") else 0)
+        if "fences" in verdict:
+            self.phases["fences"] = verdict["fences"]
         if not verdict.get("cached") and "seconds" in verdict:
             self.phases["verifications"] = self.phases.get("verifications", 0) + 1
             self.phases["verifySeconds"] = self.phases.get("verifySeconds", 0.0) + float(verdict["seconds"])
+            self.phases["verifyAuditSeconds"] = (self.phases.get("verifyAuditSeconds", 0.0)
+                                                 + float(verdict.get("auditSeconds", 0.0)))
         if verdict.get("ok") and verdict.get("correct"):
             self.correct.append(job)
             self.verdicts[job.key] = verdict
@@ -373,6 +403,7 @@ class KernelStage:
             self._compiler.close(drop_queued=True)
         self.verifier.shutdown(wait=True, cancel_futures=True)
         self.reference_verifier.shutdown(wait=True, cancel_futures=True)
+        self.warmer.shutdown(wait=True, cancel_futures=True)
         if self.own_pool and self.pool is not None:
             self.pool.close()
 
@@ -416,12 +447,19 @@ class Timing:
 
     def _compare(self, task: Task, programs: list[TimedProgram]) -> dict[str, Any]:
         assert self.stage.pool is not None
-        request = compare_request(task, programs, self.cfg)
+        request = compare_request(task, programs, self.cfg, self.stage.seeds)
         reply = self.stage.pool.compare(request, max(self.cfg.timeout_seconds, 60.0))
         phases = self.stage.phases
         phases["timingWorker"] = phases.get("timingWorker", 0.0) + float(reply.get("seconds", 0.0))
         phases["timingRequests"] = phases.get("timingRequests", 0) + 1
         phases["timingPrep"] = phases.get("timingPrep", 0.0) + float(reply.get("prepSeconds", 0.0))
+        # The fences' cost shows in timingWorker; what they did, here: the mode in force, the requests timed
+        # again without a culprit, the kept task data found written and made again.
+        if "fences" in reply:
+            phases["fences"] = reply["fences"]
+        phases["fenceReruns"] = phases.get("fenceReruns", 0) + int(reply.get("fenceReruns", 0))
+        phases["rebuiltTaskData"] = phases.get("rebuiltTaskData", 0) + int(reply.get("rebuiltTaskData", 0))
+        phases["timingAuditSeconds"] = phases.get("timingAuditSeconds", 0.0) + float(reply.get("auditSeconds", 0.0))
         return reply
 
     def _time_group(self, task: Task, frozen: str | None, jobs: list[KernelJob]) -> None:

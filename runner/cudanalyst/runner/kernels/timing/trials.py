@@ -12,6 +12,13 @@ Timing measures the work that verification checked (DESIGN.md, section 5):
   by counting them or at random (the GPU's clock), is caught on the first one it skips. Checking only two
   (the last and a random one) let a program that skips each launch with probability p through with
   probability (1 - p)^2. Warm-up launches come in a random number, from the operating system's randomness.
+- Every launch (warm-up and timed) is audited on the GPU (fences.py): the guards around the live arrays
+  and the digests of the harness's data (the pristine inputs, the expected outputs, the snapshots of the
+  programs' variables). The first launch after which something changed names its program, which is refused
+  (`problem`); the task data is rebuilt from the host and the others are timed again without it, so no
+  program is charged for another's writes. The kept task data is also audited before each request uses it.
+- Timing runs on its own seeds (requests.Seeds.timing), none of them a verification seed: a kernel that
+  recognises the verification inputs and writes stored answers is wrong here.
 - The device heap (malloc in a kernel) outlives every reset above; a program that calls it is refused
   before it runs (stage.py).
 - The programs take turns: each round times every program once, in a fresh random order, on the same
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -37,9 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cudanalyst.runner.kernels.verify.checker import RESULT_WORDS, checker_function, launch_shape
 from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, writable_variables
-from cudanalyst.runner.kernels.workers.requests import CompareRequest
+from cudanalyst.runner.kernels.verify.checker import (
+    CHECKER_ARGS,
+    RESULT_WORDS,
+    checker_function,
+    first_index,
+    launch_shape,
+    mask,
+)
 from cudanalyst.runner.kernels.verify.correctness import (
     POISON_WORD,
     ContractError,
@@ -48,6 +62,16 @@ from cudanalyst.runner.kernels.verify.correctness import (
     resolve_task,
     tolerance_for,
 )
+from cudanalyst.runner.kernels.verify.fences import (
+    DIGEST,
+    REGION_WORDS,
+    Auditor,
+    FencedArrays,
+    Region,
+    read_findings,
+    round_up,
+)
+from cudanalyst.runner.kernels.workers.requests import CompareRequest
 from cudanalyst.tasks.base import Role, Task
 
 if TYPE_CHECKING:
@@ -203,43 +227,65 @@ class Graph:
 
 class TaskData:
     """One task's timing data, kept by the worker between requests: per seed, a pristine device copy of the
-    inputs and the expected outputs; the live arrays every program runs on; the scalars per seed."""
+    inputs and the expected outputs (harness data: digested, `regions` / `digests`); the live arrays every
+    program runs on (fenced); the scalars per seed."""
 
-    def __init__(self, session: GpuSession, task: Task, seeds: Sequence[int]) -> None:
+    def __init__(self, session: GpuSession, task: Task, seeds: Sequence[int], auditor: Auditor) -> None:
         cuda = session.cuda
         self.cuda, self.task, self.seeds = cuda, task, list(seeds)
         self.arrays = [p for p in task.params if p.is_array]
-        self.live = {p.name: cuda.mem_alloc(self.nbytes(p.name)) for p in self.arrays}
+        self.live = FencedArrays(cuda, session.allocator, {p.name: self.nbytes(p.name) for p in self.arrays},
+                                 f"{task.name} (timing)")
         self.pristine: list[dict[str, Any]] = []
         self.want: list[dict[str, Any]] = []
         self.scalars: list[dict[str, np.ndarray]] = []
+        self.regions: list[Region] = []
+        self.mask_key = secrets.randbits(64)  # the expected outputs are kept masked (checker.mask)
         for seed in self.seeds:
             inputs, want = session.reference_for(task, seed)
             self.pristine.append({p.name: cuda.to_device(np.ascontiguousarray(inputs[p.name]))
                                   for p in self.arrays if p.role in (Role.IN, Role.INOUT)})
-            self.want.append({name: cuda.to_device(np.ascontiguousarray(want[name])) for name in task.outputs})
+            self.want.append({name: cuda.to_device(mask(want[name], self.mask_key)) for name in task.outputs})
             self.scalars.append({p.name: inputs[p.name] for p in task.params if p.role is Role.SCALAR})
+            s = len(self.pristine) - 1
+            self.regions += [Region(int(m), self.nbytes(n) // 4, DIGEST, what=f"the kept input {n} of timing seed {s + 1}")
+                             for n, m in self.pristine[-1].items()]
+            self.regions += [Region(int(m), self.nbytes(n) // 4, DIGEST, what=f"the expected output {n} of timing seed {s + 1}")
+                             for n, m in self.want[-1].items()]
+        stream = cuda.Stream()
+        found = auditor.digests(self.regions, stream)  # trusted: no candidate has run since the upload
+        self.digests = [found[i] for i in range(len(self.regions))]
 
     def nbytes(self, name: str) -> int:
         p = self.task.param(name)
         return max(4, int(np.prod(self.task.shape(name))) * np.dtype(p.dtype).itemsize)
 
     def args(self, seed_index: int, step: int) -> list[Any]:
-        return launch_args(self.task, self.live, self.scalars[seed_index], step)
+        return launch_args(self.task, self.live.device, self.scalars[seed_index], step)
 
     def prepare_async(self, seed_index: int, stream: Any) -> None:
         """In and in/out arrays from the seed's pristine copy, outputs and temps to NaN."""
         cuda = self.cuda
         for p in self.arrays:
+            live = self.live.device[p.name]
             if p.role in (Role.IN, Role.INOUT):
-                cuda.memcpy_dtod_async(self.live[p.name], self.pristine[seed_index][p.name], self.nbytes(p.name), stream)
+                cuda.memcpy_dtod_async(live, self.pristine[seed_index][p.name], self.nbytes(p.name), stream)
             else:
-                cuda.memset_d32_async(self.live[p.name], POISON_WORD[p.dtype], self.nbytes(p.name) // 4, stream)
+                cuda.memset_d32_async(live, POISON_WORD[p.dtype], self.nbytes(p.name) // 4, stream)
+
+    def intact(self, auditor: Auditor) -> bool:
+        """Whether the kept data and the live arrays' guards are as made (asked before a request uses them)."""
+        regions = self.regions + self.live.guards
+        host = self.cuda.pagelocked_zeros((len(regions), REGION_WORDS), dtype=np.uint64)
+        stream = self.cuda.Stream()
+        auditor.launch(regions, host, stream)
+        stream.synchronize()
+        return not read_findings(regions, host, dict(enumerate(self.digests)))
 
     def free(self) -> None:
-        for mem in (*self.live.values(), *(m for d in (*self.pristine, *self.want) for m in d.values())):
+        self.live.free()
+        for mem in (m for d in (*self.pristine, *self.want) for m in d.values()):
             mem.free()
-        self.live.clear()
         self.pristine.clear()
         self.want.clear()
 
@@ -270,7 +316,8 @@ class Program:
                 self.reload_each_trial = True  # a variable we cannot address: a fresh module per trial instead
                 continue
             if size > 0:
-                snapshot = cuda.mem_alloc(size)
+                snapshot = cuda.mem_alloc(round_up(size, 4))  # whole words, so the audit digests all of it
+                cuda.memset_d32(snapshot, 0, round_up(size, 4) // 4)
                 cuda.memcpy_dtod(snapshot, address, size)
                 self.variables.append((address, snapshot, size))
 
@@ -287,6 +334,11 @@ class Program:
             return
         for address, snapshot, size in self.variables:
             self.cuda.memcpy_dtod_async(address, snapshot, size, stream)
+
+    def regions(self) -> list[Region]:
+        """The snapshots of this program's variables: harness data (a rival could rewrite them)."""
+        return [Region(int(snapshot), round_up(size, 4) // 4, DIGEST, what=f"the snapshot of {self.name}'s variables")
+                for _, snapshot, size in self.variables]
 
     def _record(self, seed_index: int, stream: Any) -> None:
         task = self.data.task
@@ -328,12 +380,16 @@ class Program:
 # ---- the request ------------------------------------------------------------------------------------------
 
 
-def _task_data(session: GpuSession, task: Task, seeds: Sequence[int]) -> TaskData:
-    """The worker keeps a few tasks' data between requests (made from the pool's shared references)."""
+def _task_data(session: GpuSession, task: Task, seeds: Sequence[int], auditor: Auditor) -> TaskData:
+    """The worker keeps a few tasks' data between requests (made from the pool's shared references); kept
+    data is audited before it is used and made again if anything wrote it since."""
     cache: OrderedDict[Any, TaskData] = session.__dict__.setdefault("_timing_data", OrderedDict())
     key = (task.name, tuple(sorted(task.sizes.items())), tuple(seeds))
+    if key in cache and not cache[key].intact(auditor):
+        cache.pop(key).free()
+        session.__dict__["_rebuilt"] = session.__dict__.get("_rebuilt", 0) + 1
     if key not in cache:
-        cache[key] = TaskData(session, task, seeds)
+        cache[key] = TaskData(session, task, seeds, auditor)
         while len(cache) > 6:
             cache.popitem(last=False)[1].free()
     cache.move_to_end(key)
@@ -342,9 +398,10 @@ def _task_data(session: GpuSession, task: Task, seeds: Sequence[int]) -> TaskDat
 
 def _problem(task: Task, name: str, trial: int, trials: int, result: Sequence[int], tol: Any) -> str | None:
     """Why a checked timed launch's output `name` is wrong, from the checker's counts; None when right."""
-    bad, nan, first = (int(x) for x in result)
+    bad, nan, stored = (int(x) for x in result)
     if bad == 0:
         return None
+    first = first_index(stored)
     shape = task.shape(name)
     where = [int(i) for i in np.unravel_index(first, shape)] if shape else []
     unwritten = f", {nan} of them NaN (never written in that launch)" if nan else ""
@@ -353,27 +410,79 @@ def _problem(task: Task, name: str, trial: int, trials: int, result: Sequence[in
             f"first at {where}. Timing did not measure the work verification checked")
 
 
+def blame(launches: Sequence[tuple[str, str]], findings: Sequence[Any]) -> dict[str, str]:
+    """Per program, why it is refused: the first of its launches after which an audit found something
+    (`launches[i]` = (program, which launch), `findings[i]` its audit's Findings). Harness data written by
+    one launch stays changed in every later audit, so only the first launch that changed it is blamed (pure)."""
+    out: dict[str, str] = {}
+    seen: set[str] = set()
+    for (name, which), found in zip(launches, findings, strict=True):
+        fresh = [c for c in found.corrupted if c not in seen]
+        seen.update(found.corrupted)
+        if name in out or not (found.breaches or fresh):
+            continue
+        parts = list(found.breaches)
+        if fresh:
+            parts.append("wrote outside its arrays into the harness's own data (" + ", ".join(fresh) + ")")
+        out[name] = f"{which}: " + "; ".join(parts)
+    return out
+
+
 def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
-    """The worker's `compare` request (requests.CompareRequest): per program, its times or why not."""
+    """The worker's `compare` request (requests.CompareRequest): per program, its times or why not.
+
+    A program whose launch wrote outside its arrays is refused; the task data is made again and the others
+    are timed again without it (at most once per program), so none of them is charged for its writes."""
     started = time.monotonic()
     request = CompareRequest.from_wire(wire)
     task = resolve_task(request.task, request.sizes)
     tol = tolerance_for(task, request.rtol, request.atol)
-    cuda = session.cuda
-    data = _task_data(session, task, request.seeds)
     checker = session.module(request.checker)  # trusted and unchanging: kept loaded
+    auditor = session.auditor(request.checker)
     check = {}
     for out in task.outputs:
         dtype = task.param(out).dtype
         if dtype not in check:
             check[dtype] = checker.get_function(checker_function(dtype))
-            check[dtype].prepare("PPQddP")
+            check[dtype].prepare(CHECKER_ARGS)
 
+    replies: dict[str, dict[str, Any]] = {}
+    refused: dict[str, str] = {}
+    reruns = 0
+    session.audit_seconds = 0.0
+    prepared = started
+    while True:
+        data = _task_data(session, task, request.seeds, auditor)
+        todo = [p for p in request.programs if p.name not in refused and p.name not in replies]
+        attempt, culprits, prepared = _attempt(session, data, task, tol, request, todo, check, auditor, started)
+        if not culprits:
+            replies.update(attempt)
+            break
+        refused.update(culprits)
+        for name, why in culprits.items():
+            replies[name] = {"ok": True, "problem": why, "fences": session.fence_mode}
+        cache = session.__dict__.get("_timing_data", {})
+        for key in [k for k, v in cache.items() if v is data]:
+            cache.pop(key).free()  # rebuilt from the host: nothing the culprit wrote is used again
+        session.repoison()
+        reruns += 1
+    return {"ok": True, "programs": replies, "seconds": time.monotonic() - started,
+            "prepSeconds": prepared - started, "l2FlushBytes": session.flush_buffer()[1] * 4,
+            "trials": request.trials, "fences": session.fence_mode, "fenceReruns": reruns,
+            "auditSeconds": session.audit_seconds,
+            "rebuiltTaskData": session.__dict__.pop("_rebuilt", 0)}
+
+
+def _attempt(session: GpuSession, data: TaskData, task: Task, tol: Any, request: CompareRequest,
+             todo: Sequence[Any], check: dict[str, Any], auditor: Auditor,
+             started: float) -> tuple[dict[str, dict[str, Any]], dict[str, str], float]:
+    """One try at timing `todo`: (replies, culprits, when preparation ended)."""
+    cuda = session.cuda
     replies: dict[str, dict[str, Any]] = {}
     programs: dict[str, Program] = {}
     stream = cuda.Stream()
     try:
-        for p in request.programs:
+        for p in todo:
             try:
                 programs[p.name] = Program(session, data, p.name, p.cubin)
             except (cuda.Error, ContractError) as exc:
@@ -389,8 +498,13 @@ def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
                 for program in programs.values():  # all or none: the programs are compared alike
                     program.close_graphs()
                 use_graphs = False
+        snapshots = [r for program in programs.values() for r in program.regions()]
+        snapshot_digests = auditor.digests(snapshots, stream)  # before any of them ran
         prepared = time.monotonic()
-        times, checks = _run(session, data, programs, request, check, stream)
+        times, checks, culprits = _run(session, data, programs, request, check, stream, auditor,
+                                       (snapshots, snapshot_digests))
+        if culprits:
+            return replies, culprits, prepared
         for name, program in programs.items():
             problems = [why for trial, result in checks[name]
                         for out, res in zip(task.outputs, result, strict=True)
@@ -398,43 +512,56 @@ def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
             stats = timing_stats(times[name])
             replies[name] = {"ok": True, "stats": stats.to_dict(), "timesMs": times[name],
                              "checked": sorted(t + 1 for t, _ in checks[name]), "problem": problems[0] if problems else None,
-                             "graph": use_graphs and program.launches > 1,
+                             "graph": use_graphs and program.launches > 1, "fences": session.fence_mode,
                              "resetVariables": len(program.variables), "reloadEachTrial": program.reload_each_trial}
     finally:
         for program in programs.values():
             program.close()
-    return {"ok": True, "programs": replies, "seconds": time.monotonic() - started,
-            "prepSeconds": prepared - started, "l2FlushBytes": session.flush_buffer()[1] * 4,
-            "trials": request.trials}
+    return replies, {}, prepared
 
 
 def _run(session: GpuSession, data: TaskData, programs: dict[str, Program], request: CompareRequest,
-         check: dict[str, Any], stream: Any) -> tuple[dict[str, list[float]], dict[str, list[tuple[int, list[list[int]]]]]]:
-    """Warm-up, then the interleaved timed rounds; returns per program its trial times and checks."""
+         check: dict[str, Any], stream: Any, auditor: Auditor, snapshots: tuple[list[Region], dict[int, int]],
+         ) -> tuple[dict[str, list[float]], dict[str, list[tuple[int, list[list[int]]]]], dict[str, str]]:
+    """Warm-up, then the interleaved timed rounds, every launch audited; returns per program its trial times
+    and checks, and the programs whose launches wrote outside their arrays (with why)."""
     cuda, task = session.cuda, data.task
     schedule = make_schedule(list(programs), request.trials, request.warmup, random.SystemRandom())
     flush, words = session.flush_buffer()
     n_seeds = len(data.seeds)
     outputs = task.outputs
-    n_checks = sum(len(c) for c in schedule.checked.values())
-    results = cuda.mem_alloc(max(1, n_checks * len(outputs)) * RESULT_WORDS * 8)
-    host = np.zeros((max(1, n_checks), len(outputs), RESULT_WORDS), dtype=np.uint64)
-    host[..., 2] = np.iinfo(np.uint64).max
-    cuda.memcpy_htod(results, host)
     tol = tolerance_for(task, request.rtol, request.atol)
+    # What every audit reads: the live arrays' guards, the task data, the programs' variable snapshots.
+    regions = list(data.live.guards) + data.regions + snapshots[0]
+    shift = len(data.live.guards)
+    expected = {shift + i: d for i, d in enumerate(data.digests)}
+    expected.update({shift + len(data.regions) + i: d for i, d in snapshots[1].items()})
+    n_launches = sum(schedule.warmups.values()) + request.trials * len(programs)
+    audits = cuda.pagelocked_zeros((max(1, n_launches), len(regions), REGION_WORDS), dtype=np.uint64)
+    n_checks = sum(len(c) for c in schedule.checked.values())
+    # Each check's counts go to a slot zeroed right before it and copied out right after, so no later
+    # launch can change what an earlier check found (or frame another program).
+    slot = cuda.mem_alloc(max(1, len(outputs)) * RESULT_WORDS * 8)
+    host = cuda.pagelocked_zeros((max(1, n_checks), len(outputs), RESULT_WORDS), dtype=np.uint64)
+    launches: list[tuple[str, str]] = []
 
     def trial(program: Program, seed_index: int, marker: int) -> None:
         data.prepare_async(seed_index, stream)
         program.reset_async(stream)
         cuda.memset_d32_async(flush, marker, words, stream)  # a different value each time: real writes
 
+    def audit(name: str, which: str) -> None:
+        auditor.launch(regions, audits[len(launches)], stream)
+        launches.append((name, which))
+
     for name, program in programs.items():
         for w in range(schedule.warmups[name]):
             trial(program, (schedule.seed_offset + w) % n_seeds, w)
             program.launch((schedule.seed_offset + w) % n_seeds, stream)
+            audit(name, f"warm-up launch {w + 1}")
     events = {name: [(cuda.Event(), cuda.Event()) for _ in range(request.trials)] for name in programs}
     slots: dict[str, list[tuple[int, int]]] = {name: [] for name in programs}
-    slot = 0
+    n = 0
     for r, order in enumerate(schedule.rounds):
         seed_index = (schedule.seed_offset + r) % n_seeds
         for name in order:
@@ -445,18 +572,29 @@ def _run(session: GpuSession, data: TaskData, programs: dict[str, Program], requ
             program.launch(seed_index, stream)
             end.record(stream)
             if r in schedule.checked[name]:
+                cuda.memset_d32_async(slot, 0, max(1, len(outputs)) * RESULT_WORDS * 2, stream)
                 for o, out in enumerate(outputs):
-                    n = int(np.prod(task.shape(out)))
-                    grid, block = launch_shape(n)
-                    check[task.param(out).dtype].prepared_async_call(grid, block, stream, data.live[out], data.want[seed_index][out],
-                                              np.uint64(n), np.float64(tol.rtol), np.float64(tol.atol),
-                                              int(results) + (slot * len(outputs) + o) * RESULT_WORDS * 8)
-                slots[name].append((r, slot))
-                slot += 1
+                    size = int(np.prod(task.shape(out)))
+                    grid, block = launch_shape(size)
+                    check[task.param(out).dtype].prepared_async_call(
+                        grid, block, stream, data.live.device[out], data.want[seed_index][out], np.uint64(size),
+                        np.float64(tol.rtol), np.float64(tol.atol), np.uint64(data.mask_key),
+                        int(slot) + o * RESULT_WORDS * 8)
+                cuda.memcpy_dtoh_async(host[n], slot, stream)
+                slots[name].append((r, n))
+                n += 1
+            audit(name, f"timed launch {r + 1} of {request.trials}")
     stream.synchronize()
-    cuda.memcpy_dtoh(host, results)
-    results.free()
+    slot.free()
+    found = [read_findings(regions, audits[i], expected, data.live.sizes) for i in range(len(launches))]
+    # What the audits cost the GPU: one more, timed alone (into a row already read), times the number made.
+    start, end = cuda.Event(), cuda.Event()
+    start.record(stream)
+    auditor.launch(regions, audits[0], stream)
+    end.record(stream)
+    end.synchronize()
+    session.audit_seconds = getattr(session, "audit_seconds", 0.0) + end.time_since(start) / 1e3 * len(launches)
+    culprits = blame(launches, found)
     times = {name: [end.time_since(start) for start, end in events[name]] for name in programs}
     checks = {name: [(r, host[s].tolist()) for r, s in slots[name]] for name in programs}
-    return times, checks
-
+    return times, checks, culprits

@@ -7,7 +7,10 @@ For every seed (fresh random inputs each), the candidate runs twice. Each run:
   still running after the launch stream finished (a side stream, or work outliving the launch): fail;
 - the inputs are read back and must be bit-for-bit unchanged;
 - outputs must have the reference's shape and match it within the task's per-dtype tolerance;
-- the second run must match the first within the same tolerance (no state carried across calls).
+- the second run must match the first within the same tolerance (no state carried across calls);
+- the arrays are fenced (fences.py): after each run the audit kernel checks the guards around every array
+  and the digests of the harness data the worker keeps on the device; a candidate that wrote outside its
+  arrays fails, with the array and how far out it wrote.
 
 The checks on host arrays are pure functions (unit-tested without a GPU); `handle_verify` is the
 worker's entry point and needs pycuda.
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cudanalyst.runner.kernels.verify.fences import REGION_WORDS, FencedArrays, read_findings
 from cudanalyst.tasks import get_task
 from cudanalyst.tasks.base import Role, Task, Tolerance
 
@@ -216,11 +220,16 @@ class ContractLauncher:
 
 
 class Buffers:
-    """Device arrays for one set of inputs; `reset` restores the state before a run."""
+    """Device arrays for one set of inputs; `reset` restores the state before a run. With `fenced`, the
+    arrays are those (kept by the session, guarded; not freed here), else allocated plainly."""
 
-    def __init__(self, cuda: Any, task: Task, inputs: Mapping[str, np.ndarray]) -> None:
-        self.cuda, self.task, self.inputs = cuda, task, inputs
+    def __init__(self, cuda: Any, task: Task, inputs: Mapping[str, np.ndarray],
+                 fenced: FencedArrays | None = None) -> None:
+        self.cuda, self.task, self.inputs, self.fenced = cuda, task, inputs, fenced
         self.device: dict[str, Any] = {}
+        if fenced is not None:
+            self.device = dict(fenced.device)
+            return
         for p in task.params:
             if p.is_array:
                 nbytes = max(1, int(np.prod(task.shape(p.name))) * np.dtype(p.dtype).itemsize)
@@ -258,8 +267,9 @@ class Buffers:
         return out
 
     def free(self) -> None:
-        for mem in self.device.values():
-            mem.free()
+        if self.fenced is None:
+            for mem in self.device.values():
+                mem.free()
         self.device.clear()
 
 
@@ -271,9 +281,41 @@ class RunReading:
     outputs: dict[str, np.ndarray]  # read after the launch stream's sync, on a non-blocking stream
     outputs_after_device_sync: dict[str, np.ndarray]
     inputs_after: dict[str, np.ndarray]
+    fence: str | None = None  # why the run wrote outside its arrays, or None
 
 
-def run_once(session: GpuSession, task: Task, launch: Launch, buffers: Buffers) -> RunReading:
+def audit(session: GpuSession, checker: bytes, own: FencedArrays | None, harness: bool) -> str | None:
+    """After a run (the device synchronized): the guards of every fenced array the worker keeps (`own`'s
+    named by array) and, with `harness`, the digests of the data timing keeps; why the run wrote outside
+    its arrays, or None. Guards hit are poisoned again and written harness data is dropped (rebuilt from
+    the host when next needed), so nothing after this candidate is charged for what it did."""
+    began = time.monotonic()
+    try:
+        return _audit(session, checker, own, harness)
+    finally:  # what the fences cost verification, summed per request (the reply's auditSeconds)
+        session.audit_seconds = getattr(session, "audit_seconds", 0.0) + time.monotonic() - began
+
+
+def _audit(session: GpuSession, checker: bytes, own: FencedArrays | None, harness: bool) -> str | None:
+    regions, expected = session.resident_regions(own)
+    if not harness:
+        regions = [r for i, r in enumerate(regions) if i not in expected]
+        expected = {}
+    if not regions:
+        return None
+    host = session.pinned("audit", (len(regions), REGION_WORDS), "uint64")
+    stream = session.cuda.Stream()
+    session.auditor(checker).launch(regions, host, stream)
+    stream.synchronize()
+    found = read_findings(regions, np.array(host), expected, own.sizes if own is not None else None)
+    if found.corrupted:
+        session.drop_harness()
+    if found.breaches:
+        session.repoison()
+    return found.reason() if found else None
+
+
+def run_once(session: GpuSession, task: Task, launch: Launch, buffers: Buffers, checker: bytes = b"") -> RunReading:
     cuda = session.cuda
     buffers.reset()
     stream = cuda.Stream()
@@ -286,28 +328,36 @@ def run_once(session: GpuSession, task: Task, launch: Launch, buffers: Buffers) 
     session.context.synchronize()
     late = buffers.read(task.outputs)
     ins = buffers.read([p.name for p in task.params if p.role is Role.IN])
-    return RunReading(early, late, ins)
+    fence = audit(session, checker, buffers.fenced, harness=False) if checker and buffers.fenced else None
+    return RunReading(early, late, ins, fence)
 
 
 def verify_candidate(
     session: GpuSession, task: Task, launch: Launch, seeds: Sequence[int], tol: Tolerance,
     references: Callable[[int], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] | None = None,
+    checker: bytes = b"",
 ) -> tuple[bool, str, float]:
-    """(correct, reason, max abs error) over all seeds; stops at the first failed check."""
+    """(correct, reason, max abs error) over all seeds; stops at the first failed check. With `checker`
+    (the trusted module holding the audit kernel), the arrays are fenced and audited after each run."""
     worst = 0.0
-    for seed in seeds:
+    for k, seed in enumerate(seeds):
+        # Reasons name the input set by its place, never by its seed: a reason may reach a user or a
+        # report, and the seeds of a run are its secret.
+        which = f"input set {k + 1} of {len(seeds)}"
         inputs, want = references(seed) if references else _fresh(task, seed)
         bounds = {name: threshold(want[name], tol) for name in task.outputs}  # shared by both runs
-        buffers = Buffers(session.cuda, task, inputs)
+        buffers = Buffers(session.cuda, task, inputs, session.fenced_arrays(task) if checker else None)
         try:
-            first = run_once(session, task, launch, buffers)
-            second = run_once(session, task, launch, buffers)
+            first = run_once(session, task, launch, buffers, checker)
+            if first.fence:  # its writes may have reached anything: no second run
+                return False, f"{which}, first run: {first.fence}", worst
+            second = run_once(session, task, launch, buffers, checker)
         finally:
             buffers.free()
         ins = {p.name: inputs[p.name] for p in task.params if p.role is Role.IN}
         seed_worst = 0.0
         for reading in (first, second):
-            problem = (late_writes(reading.outputs, reading.outputs_after_device_sync)
+            problem = (reading.fence or late_writes(reading.outputs, reading.outputs_after_device_sync)
                        or modified_inputs(ins, reading.inputs_after))
             for name in task.outputs:
                 if problem:
@@ -317,9 +367,9 @@ def verify_candidate(
                     seed_worst = max(seed_worst, err)
             if problem:
                 run = "first" if reading is first else "second"
-                return False, f"seed {seed}, {run} run: {problem}", worst
+                return False, f"{which}, {run} run: {problem}", worst
         if (problem := compare_runs(first.outputs, second.outputs, tol)) is not None:
-            return False, f"seed {seed}: {problem}", worst
+            return False, f"{which}: {problem}", worst
         worst = max(worst, seed_worst)  # counted once the seed passed every check, as reported
     return True, f"correct on {len(seeds)} seeds, each run twice", worst
 
@@ -348,10 +398,20 @@ def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any
     except cuda.Error as exc:
         return {"ok": True, "correct": False, "stage": "load", "seconds": time.monotonic() - started,
                 "reason": f"the module could not be loaded: {exc}", "sticky": not session.healthy()}
+    checker = request.get("checker") or b""
+    session.audit_seconds = 0.0
+    if checker:
+        # Before this candidate runs: anything found now was done earlier (by a program timed here, which
+        # audits only its own task's data) and is repaired without blame, so this candidate is never charged.
+        audit(session, checker, None, harness=True)
     try:
         launcher = ContractLauncher(cuda, task, module)
         correct, reason, worst = verify_candidate(session, task, launcher, request["seeds"], tol,
-                                                  lambda seed: session.reference_for(task, seed))
+                                                  lambda seed: session.reference_for(task, seed), checker)
+        # Timing's kept data once per request (its digests read tens of MB): nothing else ran here meanwhile,
+        # so a change is this candidate's.
+        if checker and (why := audit(session, checker, None, harness=True)):
+            correct, reason = False, f"after its runs: {why}"
     except ContractError as exc:
         return {"ok": True, "correct": False, "stage": "contract", "reason": str(exc),
                 "seconds": time.monotonic() - started}
@@ -364,4 +424,5 @@ def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any
         del module
         gc.collect()  # unload a candidate's module now: it may hold large static device arrays
     return {"ok": True, "correct": correct, "stage": "verify", "reason": reason, "maxAbsError": worst,
-            "tolerance": {"rtol": tol.rtol, "atol": tol.atol}, "seconds": time.monotonic() - started}
+            "tolerance": {"rtol": tol.rtol, "atol": tol.atol}, "seconds": time.monotonic() - started,
+            "fences": session.fence_mode if request.get("checker") else "none", "auditSeconds": session.audit_seconds}

@@ -1,6 +1,7 @@
 """Verification verdicts on disk, beside the compile cache, so a verification is never done twice.
 
-A verdict is decided by the cubin, the task and its sizes, the seeds, the tolerances and the code that
+A verdict is decided by the cubin, the task and its sizes, the seeds (so the inputs: a run with another
+secret never meets this verdict), the tolerances and the code that
 verifies (the harness and the task's reference): the key hashes all of them, the code by the text of
 its source files, so a changed harness or reference never meets an old verdict. Only verdicts are
 kept (the worker answered, correct or not, with its reason); a timeout or a crashed worker may be the
@@ -20,16 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst import tasks
+from cudanalyst.runner.kernels.compile.nvcc import CompileCache, _atomic_write
+from cudanalyst.runner.kernels.verify import checker, fences
 from cudanalyst.runner.kernels.verify import correctness as verify
 from cudanalyst.runner.kernels.workers import references, worker
-from cudanalyst.runner.kernels.compile.nvcc import CompileCache, _atomic_write
 from cudanalyst.runner.kernels.workers.requests import VerifyRequest
 
 
 @functools.cache
 def harness_version() -> str:
     """A hash of the source of everything that decides a verdict: the harness and the task suite."""
-    files = [Path(m.__file__) for m in (verify, worker, references) if m.__file__]
+    files = [Path(m.__file__) for m in (verify, checker, fences, worker, references) if m.__file__]
     files += sorted(Path(tasks.__file__).parent.glob("*.py"))
     digest = hashlib.sha256()
     for f in files:

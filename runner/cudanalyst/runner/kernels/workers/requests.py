@@ -6,6 +6,8 @@ the worker turns them back into these types (`from_wire`), and the verdict cache
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -16,12 +18,13 @@ from cudanalyst.api.spec import EvaluationSpec
 from cudanalyst.runner.kernels.verify.checker import checker_cubin
 from cudanalyst.tasks import Task
 
-SEED_BASE = 1000  # correctness seeds are SEED_BASE + 0..correctnessTrials-1; timing rotates over them
+TIMING_SEEDS = 2  # inputs timing runs on, none of them a verification seed (checked on the GPU there)
 
 
 @dataclass(frozen=True)
 class VerifyRequest:
-    """Run a cubin on every seed (twice each) and check it; see verify.py."""
+    """Run a cubin on every seed (twice each) and check it; see correctness.py. `checker`: the trusted
+    module (checker.py) whose audit kernel checks the fences after each run (empty: no fences)."""
 
     task: str
     sizes: dict[str, int]
@@ -29,6 +32,7 @@ class VerifyRequest:
     seeds: list[int]
     rtol: float
     atol: float
+    checker: bytes = b""
 
     op = "verify"
 
@@ -39,7 +43,7 @@ class VerifyRequest:
     def from_wire(cls, request: dict[str, Any]) -> VerifyRequest:
         return cls(task=request["task"], sizes=dict(request.get("sizes") or {}), cubin=request["cubin"],
                    seeds=[int(s) for s in request["seeds"]], rtol=float(request["rtol"]),
-                   atol=float(request["atol"]))
+                   atol=float(request["atol"]), checker=request.get("checker") or b"")
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,9 @@ class TimedProgram:
 
 @dataclass(frozen=True)
 class CompareRequest:
-    """Time several programs of one task in interleaved trials, on the correctness seeds' inputs, with the
-    outputs of some timed launches checked on the GPU by `checker` (a cubin of checker.py's source)."""
+    """Time several programs of one task in interleaved trials, on the timing seeds' inputs (none of them a
+    verification seed), with the outputs of every timed launch checked on the GPU by `checker` (a cubin of
+    checker.py's source)."""
 
     task: str
     sizes: dict[str, int]
@@ -98,17 +103,56 @@ class EvalSettings(EvaluationSpec):
         return cls(**{k: getattr(settings, k) for k in cls.model_fields if hasattr(settings, k)})
 
 
-def correctness_seeds(cfg: EvalSettings) -> list[int]:
-    return [SEED_BASE + i for i in range(cfg.correctness_trials)]
+@dataclass(frozen=True)
+class Seeds:
+    """The seeds of one run's inputs: `verify` (one per correctness trial) and `timing` (disjoint from them),
+    so a kernel that memorised the verification inputs' answers is wrong when timed."""
+
+    verify: tuple[int, ...]
+    timing: tuple[int, ...]
 
 
-def verify_request(task: Task, cubin: bytes, cfg: EvalSettings) -> VerifyRequest:
-    """What a worker is asked to verify a cubin (also the verdict cache's key)."""
-    return VerifyRequest(task=task.name, sizes=dict(task.sizes), cubin=cubin, seeds=correctness_seeds(cfg),
-                         rtol=cfg.rtol, atol=cfg.atol)
+def derive_seed(secret: int, kind: str, index: int) -> int:
+    """A numpy seed (31 bits) for input `index` of `kind`, from the run's secret (pure)."""
+    digest = hashlib.sha256(f"cudanalyst-inputs:{int(secret)}:{kind}:{int(index)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def compare_request(task: Task, programs: Sequence[TimedProgram], cfg: EvalSettings) -> CompareRequest:
-    return CompareRequest(task=task.name, sizes=dict(task.sizes), seeds=correctness_seeds(cfg), rtol=cfg.rtol,
+def derive_seeds(secret: int, correctness_trials: int, timing: int = TIMING_SEEDS) -> Seeds:
+    """The run's seeds from its secret (runfolder.run_secret); timing's never repeat verification's (pure)."""
+    verify = tuple(derive_seed(secret, "verify", i) for i in range(correctness_trials))
+    out: list[int] = []
+    i = 0
+    while len(out) < timing:  # a 31-bit collision with a verification seed is rare; skip it all the same
+        s = derive_seed(secret, "timing", i)
+        if s not in verify and s not in out:
+            out.append(s)
+        i += 1
+    return Seeds(verify=verify, timing=tuple(out))
+
+
+def fresh_secret() -> int:
+    """A secret for a caller with no run folder (tests, one-off evaluations): nobody knows it in advance."""
+    return secrets.randbits(63)
+
+
+def seeds_for(cfg: EvalSettings, secret: int | None = None) -> Seeds:
+    """The spec's fixed seed if it sets one, else `secret`, else a fresh secret."""
+    base = cfg.seed if cfg.seed is not None else (secret if secret is not None else fresh_secret())
+    return derive_seeds(base, cfg.correctness_trials)
+
+
+def verify_request(task: Task, cubin: bytes, cfg: EvalSettings, seeds: Seeds | None = None) -> VerifyRequest:
+    """What a worker is asked to verify a cubin (also the verdict cache's key: the seeds are in it). Without
+    `seeds`: the spec's fixed seed, else a fresh secret (a caller with no run, e.g. the feedback reports)."""
+    seeds = seeds or seeds_for(cfg)
+    return VerifyRequest(task=task.name, sizes=dict(task.sizes), cubin=cubin, seeds=list(seeds.verify),
+                         rtol=cfg.rtol, atol=cfg.atol, checker=checker_cubin())
+
+
+def compare_request(task: Task, programs: Sequence[TimedProgram], cfg: EvalSettings,
+                    seeds: Seeds | None = None) -> CompareRequest:
+    seeds = seeds or seeds_for(cfg)
+    return CompareRequest(task=task.name, sizes=dict(task.sizes), seeds=list(seeds.timing), rtol=cfg.rtol,
                           atol=cfg.atol, programs=list(programs), checker=checker_cubin(), warmup=cfg.warmup,
                           trials=cfg.trials)

@@ -6,10 +6,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
+
+from cudanalyst.runner.kernels.verify.fences import (
+    Auditor,
+    FencedArrays,
+    PlainAllocator,
+    Region,
+    VmmAllocator,
+    allocator,
+)
 from cudanalyst.runner.kernels.workers.references import SharedArrays, task_inputs, task_reference
+
+FENCES_ENV = "CUDANALYST_FENCES"  # "guards": plain guards even where the driver offers unmapped pages (to compare)
 
 
 class GpuSession:
@@ -32,6 +45,73 @@ class GpuSession:
         self._pinned: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.l2_bytes = int(self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
         self._flush: Any = None
+        self._allocator: PlainAllocator | VmmAllocator | None = None
+        self._auditor: Auditor | None = None
+        self._fenced: OrderedDict[tuple[Any, ...], FencedArrays] = OrderedDict()
+        self.audit_seconds = 0.0  # what the fences' audits cost the current request (its reply says)
+
+    # ---- fences (fences.py) ---------------------------------------------------------------------
+
+    @property
+    def allocator(self) -> PlainAllocator | VmmAllocator:
+        if self._allocator is None:
+            self._allocator = allocator(self.cuda, prefer_vmm=os.environ.get(FENCES_ENV, "vmm") != "guards")
+        return self._allocator
+
+    @property
+    def fence_mode(self) -> str:
+        """"vmm" (unmapped pages around each array, guards within) or "guards" (plain guards only); "vmm, N on
+        guards" when the driver would not map N arrays (they got plain guards)."""
+        fallbacks = getattr(self.allocator, "fallbacks", 0)
+        return f"{self.allocator.mode}, {fallbacks} on guards" if fallbacks else self.allocator.mode
+
+    def auditor(self, checker: bytes) -> Auditor:
+        """The audit kernel of the trusted checker module, with this worker's secret digest key."""
+        if self._auditor is None:
+            self._auditor = Auditor(self.cuda, self.module(checker))
+        return self._auditor
+
+    def fenced_arrays(self, task: Any) -> FencedArrays:
+        """A task's fenced candidate arrays for verification, kept for the next candidates of the task."""
+        key = (task.name, tuple(sorted(task.sizes.items())))
+        if key not in self._fenced:
+            sizes = {p.name: max(4, int(np.prod(task.shape(p.name))) * np.dtype(p.dtype).itemsize)
+                     for p in task.params if p.is_array}
+            self._fenced[key] = FencedArrays(self.cuda, self.allocator, sizes, task.name)
+            while len(self._fenced) > 8:  # tasks arrive interleaved; each kept set costs its arrays + 2 MiB each
+                self._fenced.popitem(last=False)[1].free()
+        self._fenced.move_to_end(key)
+        return self._fenced[key]
+
+    def resident_regions(self, own: FencedArrays | None = None) -> tuple[list[Region], dict[int, int]]:
+        """What a launch must have left alone, with the digests it must have: the guards of every fenced array
+        the worker keeps (`own`'s first, named by array; others' prefixed by their task) and the harness data
+        kept between requests (timing's task data). Audited after every launch, since one worker may verify
+        and time: a far write is blamed on the launch that made it, never on the next user of what it hit."""
+        regions: list[Region] = list(own.guards) if own is not None else []
+        expected: dict[int, int] = {}
+        others = [f for f in self._fenced.values() if f is not own]
+        for data in self.__dict__.get("_timing_data", {}).values():
+            others.append(data.live)
+            for region, digest in zip(data.regions, data.digests, strict=True):
+                expected[len(regions)] = digest
+                regions.append(region)
+        for f in others:
+            regions += [Region(g.ptr, g.words, g.kind, f"{f.owner}:{g.array}", g.side) for g in f.guards]
+        return regions, expected
+
+    def repoison(self) -> None:
+        """Every kept guard back to the guard word (after a breach: the culprit is refused, the rest go on)."""
+        for f in self._fenced.values():
+            f.poison()
+        for data in self.__dict__.get("_timing_data", {}).values():
+            data.live.poison()
+
+    def drop_harness(self) -> None:
+        """Forget timing's kept data (rebuilt from the host when next needed): some of it was written."""
+        cache = self.__dict__.get("_timing_data", {})
+        while cache:
+            cache.popitem()[1].free()
 
     def inputs_for(self, task: Any, seed: int) -> Any:
         """The task's inputs for a seed, made once: every candidate of a task is timed on the same ones,

@@ -235,6 +235,11 @@ def _handle(session_box: list[GpuSession | None], device: int, request: dict[str
     if op == "probe":
         return {"ok": True, "name": session.device.name(), "l2Bytes": session.l2_bytes,
                 "computeCapability": list(session.device.compute_capability())}
+    if op == "references":  # make a task's inputs and references for these seeds ahead of their use (timing's)
+        task = verify.resolve_task(request["task"], request.get("sizes"))
+        for seed in request["seeds"]:
+            session.reference_for(task, int(seed))
+        return {"ok": True}
     if op == VerifyRequest.op:
         return verify.handle_verify(session, request)
     if op == CompareRequest.op:
