@@ -529,14 +529,13 @@ def arm_table(runs: Mapping[str, StudyRun], roles: Sequence[str], confidence: fl
 def finding2(sr: StudyRun | None, attribute: Callable[[list[OutcomeRecord], AttributionRun], Any],
              fast: str = "fast") -> dict[str, Any]:
     """Per generation (and pooled) Banzhaf values and pairwise interactions of the main run, from the report's
-    own attribution (`attribute` is report.compute.attribution), and the rows of the paper's claims, whose fast is
-    `fast` (the paper's where the study asks for it: every metric the study shows is attributed then)."""
+    own attribution (`attribute` is report.compute.attribution) of the metrics the study shows (whatever its folder's
+    spec.json names: a resumed folder may name others), and the rows of the paper's claims, whose fast is `fast`
+    (the paper's where the study asks for it)."""
     if sr is None or sr.missing or sr.run is None:
         return {"verdict": "not run", "reason": sr.missing if sr else "no spec main.yaml in the study"}
-    run = sr.run
-    if fast != "fast":
-        attribution = run.spec.attribution.model_copy(update={"metrics": list(sr.metrics)})
-        run = run.model_copy(update={"spec": run.spec.model_copy(update={"attribution": attribution})})
+    attribution = sr.run.spec.attribution.model_copy(update={"metrics": list(sr.metrics)})
+    run = sr.run.model_copy(update={"spec": sr.run.spec.model_copy(update={"attribution": attribution})})
     result = attribute(sr.records, run)
     games = [g for g in result.games if g.evaluated]
     gens = sorted({g.generation for g in games if g.generation is not None})
