@@ -14,7 +14,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from cudanalyst.analysis.study import load_specs, study
+from cudanalyst.analysis.study import load_specs, readme, study
 from cudanalyst.api import load_run
 from cudanalyst.api.spec import METRICS, AttributionSpec
 from cudanalyst.api.status import Results
@@ -285,3 +285,8 @@ def test_a_study_that_asks_for_the_papers_fast_compares_on_it(tmp_path: Path) ->
     got = next(r for r in result["rows"] if r.get("claim") == "real-feedback-vs-dummy-plan"
                and r["metric"] == "fastVsBaseline" and r["copies"] == "count")
     assert got["value"] == pytest.approx(sum(full[p] - dummy[p] for p in full) / len(full))
+    page = readme(result, specs, "2026-12-01")
+    assert "| fastVsBaseline (count) | fastVsFrozen (count) |" in page and "the paper's fast, used by every" in page
+    header = next(line for line in page.splitlines() if line.startswith("| arm | units | copies |"))
+    rule = page.splitlines()[page.splitlines().index(header) + 1]
+    assert header.count("|") == rule.count("|") == 12  # 3 + 2 x 4 columns
