@@ -16,7 +16,7 @@ import yaml
 from apiserver_crd import apiserver_with_crd
 
 from cudanalyst.api import API_GROUP, API_VERSION, PLURAL, AttributionRunStatus
-from cudanalyst.api.status import Condition, PlayerValue, Results, RunProgress
+from cudanalyst.api.status import Condition, MetricCount, PlayerValue, Results, RunProgress
 from cudanalyst.crd import CHART_PATH, build_crd
 
 pytestmark = pytest.mark.cluster
@@ -60,7 +60,11 @@ def test_defaults_filled_and_status_round_trips(api):
         progress=RunProgress(done=3, total=72, percent=4.2, text="3/72", eta_seconds=60),
         results=Results(top_player="analyzer", metric="compiled",
                         banzhaf=[PlayerValue(player="analyzer", metric="compiled", generation="pooled",
-                                             value=0.25, low=0.1, high=0.4)]),
+                                             value=0.25, low=0.1, high=0.4),
+                                 PlayerValue(player="analyzer", metric="fastVsBaseline", generation="pooled",
+                                             value=0.05)],
+                        reached=[MetricCount(metric=m, reached=r, known=70, units=72)
+                                 for m, r in (("fastVsBaseline", 9), ("fastVsFrozen", 4))]),
         report_uri="runs/roundtrip/report/report.json",
     ).model_dump(by_alias=True, exclude_none=True, mode="json")
     co.patch_namespaced_custom_object_status(API_GROUP, API_VERSION, NS, PLURAL, "roundtrip", {"status": status})
@@ -96,6 +100,10 @@ def test_spec_frozen_once_started_except_suspend(api):
         ("dup-gens", lambda s: s["trajectory"].update(generations=[0, 0]), "generations must be unique"),
         ("bad-planning", lambda s: s.update(planning="sometimes"), "spec.planning"),
         ("zero-samples", lambda s: s["sampling"].update(samplesPerCoalition=0), "samplesPerCoalition"),
+        ("fast-twice", lambda s: s["attribution"].update(metrics=["pass", "fast", "fastVsFrozen"]),
+         "spec.attribution.metrics must name each metric once"),
+        ("dup-metrics", lambda s: s["attribution"].update(metrics=["pass", "pass"]),
+         "spec.attribution.metrics must name each metric once"),
     ],
 )
 def test_bad_specs_are_refused_naming_the_field(api, name, edit, words):

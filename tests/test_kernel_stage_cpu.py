@@ -456,6 +456,36 @@ def test_the_stage_judges_on_the_runs_secret_inputs_and_times_on_others(tmp_path
     assert [(c["op"], c["task"], c["seeds"]) for c in pool.calls] == [("references", "gemm", list(seeds.timing))]
 
 
+@needs_nvcc
+def test_each_record_says_both_fast_faster_than_the_baseline_and_than_the_frozen_program(tmp_path, monkeypatch):
+    """fastVsFrozen is the label, fastVsBaseline the record's flag: a kernel faster than the baseline but not its
+    (already fast) frozen program is pass and fastVsBaseline; the reverse is fast and not fastVsBaseline."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    launch = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
+
+    def variant(x: int, y: int) -> str:
+        return base.replace(launch, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
+
+    frozen_good, frozen_slow, cand_a, cand_b = variant(32, 8), variant(8, 32), variant(64, 4), variant(4, 64)
+    cubins = {src: compile_task_source(GEMM, src).cubin for src in (frozen_good, frozen_slow, cand_a, cand_b)}
+    # Medians in ms; the baseline's is 1.0 (the stand-in's default).
+    pool = _StandInPool(wrong=set(), problems={}, medians={cubins[frozen_good]: 0.5, cubins[frozen_slow]: 2.0,
+                                                           cubins[cand_a]: 0.8, cubins[cand_b]: 1.0})
+    jobs = [KernelJob("a", "gemm", cand_a, frozen_good),  # 1.25x the baseline, 0.625x its frozen program
+            KernelJob("b", "gemm", cand_b, frozen_slow),  # 1.0x the baseline, 2x its frozen program
+            KernelJob("copy", "gemm", frozen_good + "// copy\n", frozen_good)]  # 2x the baseline, 1x frozen
+    by = {r.key: r for r in evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool)}
+    assert (by["a"].label, by["a"].fast_vs_baseline, by["a"].speedup_vs_baseline) == ("pass", True, 1.25)
+    assert (by["b"].label, by["b"].fast_vs_baseline, by["b"].speedup) == ("fast", False, 2.0)
+    assert (by["copy"].label, by["copy"].fast_vs_baseline, by["copy"].unchanged) == ("pass", True, True)
+    assert "1.250x against the task baseline" in by["a"].reason
+    wire = by["a"].model_dump(by_alias=True, mode="json")
+    assert wire["fastVsBaseline"] is True and wire["reference"] == "frozen"
+
+
 def test_a_worker_dies_with_the_runner_however_the_runner_dies(tmp_path):
     """A runner killed with SIGKILL (out of memory, a closed terminal) leaves no GPU worker behind."""
     import signal

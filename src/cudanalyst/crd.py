@@ -138,6 +138,11 @@ def openapi_schema() -> dict[str, Any]:
          "fieldPath": ".feedback.modes"},
         {"rule": "self.trajectory.generations.all(g, self.trajectory.generations.exists_one(h, h == g))",
          "message": "spec.trajectory.generations must be unique", "fieldPath": ".trajectory.generations"},
+        {"rule": "!has(self.attribution) || !has(self.attribution.metrics) || "
+                 "(self.attribution.metrics.all(m, self.attribution.metrics.exists_one(n, n == m)) && "
+                 "!('fast' in self.attribution.metrics && 'fastVsFrozen' in self.attribution.metrics))",
+         "message": "spec.attribution.metrics must name each metric once (fast is the older name of fastVsFrozen)",
+         "fieldPath": ".attribution.metrics"},
         {"rule": "has(self.trajectory.uri) != has(self.trajectory.recording)",
          "message": "spec.trajectory: give exactly one of uri and recording", "fieldPath": ".trajectory"},
     ], _immutability_rule(AttributionRunSpec, "run", mutable=("suspend",)))

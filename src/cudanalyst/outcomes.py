@@ -1,8 +1,9 @@
 """Unit records: what the LLM stage writes (candidates) and what the kernel stage writes (outcomes).
 
-Labels are ordered fail < compile < pass < fast. A label says what was *established*: on a machine with no
-GPU the kernel stage can only establish `compile`, so `evaluatedUpTo` is `compile` and the pass and fast
-metrics are reported as not evaluated, never guessed.
+Labels are ordered fail < compile < pass < fast, `fast` against the frozen program (the metric fastVsFrozen);
+the paper's fast, against the task's baseline, is the record's `fastVsBaseline` flag (the metric fastVsBaseline).
+A label says what was *established*: on a machine with no GPU the kernel stage can only establish `compile`, so
+`evaluatedUpTo` is `compile` and the pass and fast metrics are reported as not evaluated, never guessed.
 """
 
 from __future__ import annotations
@@ -38,10 +39,18 @@ class Label(StrEnum):
 _RANK = {label: rank for rank, label in enumerate(Label)}  # the enum's order is the order of labels
 LABELS = tuple(label.value for label in Label)
 
-# Cumulative metrics, one per label above fail: a metric is reached by its label and every better one.
-# The metric is named as its label except `compiled` (spec.attribution.metrics, api.spec.METRICS).
-_METRIC_NAME = {Label.COMPILE: "compiled"}
-METRIC_THRESHOLD = {_METRIC_NAME.get(label, label.value): label for label in Label if label.rank > 0}
+# Cumulative metrics: a metric is reached by its label and every better one. Two metrics sit on `fast`, one per
+# reference a speedup is taken against (docs/decisions.md, "Two fast metrics"):
+# - fastVsFrozen: the record's `label` is fast: faster than the frozen program (against the task's baseline where
+#   the frozen program cannot be timed, as `reference` says). Ours: did feedback improve on where the agent was?
+# - fastVsBaseline: pass or better and `fastVsBaseline` (speedupVsBaseline > 1 + fastTolerance). The paper's:
+#   "performance gain over baseline".
+# - fast: the name of fastVsFrozen in specs and run folders written before there were two; it means what it meant.
+# spec.attribution.metrics is api.spec.METRICS; a metric keeps the name the spec gives it in every table.
+METRIC_THRESHOLD = {"compiled": Label.COMPILE, "pass": Label.PASS, "fastVsBaseline": Label.FAST,
+                    "fastVsFrozen": Label.FAST, "fast": Label.FAST}
+VS_BASELINE = frozenset({"fastVsBaseline"})  # metrics judged on the baseline label (`OutcomeRecord.baseline_label`)
+SAME_METRIC = {"fast": "fastVsFrozen"}  # older name -> the metric it names
 
 
 def reaches(label: Label, metric: str) -> bool:
@@ -51,6 +60,11 @@ def reaches(label: Label, metric: str) -> bool:
 def evaluated(evaluated_up_to: Label, metric: str) -> bool:
     """Whether the evaluation could establish `metric` at all."""
     return evaluated_up_to.rank >= METRIC_THRESHOLD[metric].rank
+
+
+def beats(speedup: float | None, fast_tolerance: float) -> bool:
+    """The one speedup rule of both fast metrics: faster by more than the tolerance (pure)."""
+    return speedup is not None and speedup > 1.0 + fast_tolerance
 
 
 class _Record(BaseModel):
@@ -127,8 +141,41 @@ class OutcomeRecord(UnitRef):
     reference: Literal["frozen", "baseline"] | None = Field(
         None, description="What `fast` was measured against: the frozen program, or the task's baseline kernel "
         "when the frozen program could not be timed (it is itself incorrect or fails). None: not timed.")
+    fast_vs_baseline: bool | None = Field(
+        None, description="Correct and faster than the task's baseline by more than fastTolerance (the paper's "
+        "fast; `label` compares with the frozen program). None: not established (not correct, not timed against "
+        "the baseline, or a record written before this field: `with_fast_vs_baseline` derives it then).")
     unchanged: bool = Field(
         False, description="The candidate is the frozen program, unchanged up to whitespace and comments.")
     time_ms: float | None = None
     resources: dict[str, Any] = Field(default_factory=dict, description="registers, shared, spills, ...")
     gpu_seconds: float = 0.0
+
+    def baseline_label(self) -> Label:
+        """`label` with its top judged against the task's baseline: fast when `fastVsBaseline`, else pass."""
+        if self.label.rank < Label.PASS.rank:
+            return self.label
+        return Label.FAST if self.fast_vs_baseline else Label.PASS
+
+    def baseline_evaluated_up_to(self) -> Label:
+        """How far the baseline comparison could see: a correct record without the flag stops at pass."""
+        if self.label.rank >= Label.PASS.rank and self.fast_vs_baseline is None:
+            return min(self.evaluated_up_to, Label.PASS, key=lambda lab: lab.rank)
+        return self.evaluated_up_to
+
+    def metric_label(self, metric: str) -> tuple[Label, Label]:
+        """(label, evaluatedUpTo) as `metric` reads them."""
+        if metric in VS_BASELINE:
+            return self.baseline_label(), self.baseline_evaluated_up_to()
+        return self.label, self.evaluated_up_to
+
+
+def with_fast_vs_baseline(records: list[OutcomeRecord], fast_tolerance: float) -> list[OutcomeRecord]:
+    """Records written before `fastVsBaseline` existed get it from their `speedupVsBaseline` and the run's
+    tolerance, by the rule the kernel stage applies now (`beats`); a record that has it keeps it."""
+    out = []
+    for r in records:
+        if r.fast_vs_baseline is None and r.label.rank >= Label.PASS.rank and r.speedup_vs_baseline is not None:
+            r = r.model_copy(update={"fast_vs_baseline": beats(r.speedup_vs_baseline, fast_tolerance)})
+        out.append(r)
+    return out

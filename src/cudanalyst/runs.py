@@ -22,6 +22,9 @@ RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
 # A model server's capacity, per role: how long a prompt it takes and how much GPU memory it holds. A unit that
 # finished computes the same with more of either; one its prompt did not fit (prompt-too-long) can then finish.
 RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization")
+# Which metrics are tabulated, not what a unit computes (the estimator does: msr plans fewer coalitions). A spec
+# without `metrics` got [compiled, pass, fast] before both fast metrics existed; its folder resumes with the new ones.
+RESUMABLE_ATTRIBUTION_FIELDS = ("metrics",)
 
 
 class PlanError(ValueError):
@@ -101,4 +104,6 @@ def outcome_spec(spec: AttributionRunSpec) -> dict[str, Any]:
     dumped = spec.model_dump(by_alias=True, mode="json")
     models = {role: {k: v for k, v in model.items() if k not in RESUMABLE_MODEL_FIELDS}
               for role, model in (dumped.get("models") or {}).items() if isinstance(model, dict)}
-    return {**{k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}, "models": models}
+    attribution = {k: v for k, v in (dumped.get("attribution") or {}).items() if k not in RESUMABLE_ATTRIBUTION_FIELDS}
+    return {**{k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}, "models": models,
+            "attribution": attribution}

@@ -26,6 +26,9 @@ def test_faster_candidate_is_fast_and_timings_are_tight():
     assert fast.speedup_vs_baseline == pytest.approx(1.0, rel=0.05) and fast.reference == "frozen"
     assert "median of 30 trials" in fast.reason and "interleaved with the frozen program" in fast.reason
     assert same.label == "pass" and same.speedup == pytest.approx(1.0, rel=0.05) and same.unchanged
+    # Faster than its (slow) frozen program, not than the baseline it is: fastVsFrozen, not fastVsBaseline.
+    assert fast.fast_vs_baseline is False and same.fast_vs_baseline is False
+    assert "against the task baseline" in fast.reason
     assert fast.gpu_seconds > 0
 
 

@@ -248,8 +248,10 @@ async def add_pod(kmock: Any, run: str, shard: int, status: dict[str, Any]) -> N
         assert resp.status == 200, await resp.text()
 
 
-def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...]], str]) -> int:
-    """What the runner pods would leave in the store: one outcome record per unit, and progress objects."""
+def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...]], str],
+                   fields_of: Callable[[tuple[str, ...]], dict[str, Any]] | None = None) -> int:
+    """What the runner pods would leave in the store: one outcome record per unit (with `fields_of`'s other
+    fields, e.g. fastVsBaseline), and progress objects."""
     from cudanalyst.api import parse_run
     from cudanalyst.outcomes import OutcomeRecord
     from cudanalyst.runfolder import outcome_key, progress_key
@@ -262,7 +264,8 @@ def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...
         record = OutcomeRecord(key=unit.key, run=run.metadata.name, task=unit.task, generation=unit.generation,
                                program_id=unit.program_id, coalition=list(unit.coalition), arm=unit.arm,
                                rollout=unit.rollout, sample=unit.sample, label=label_of(unit.coalition),
-                               evaluated_up_to="fast", gpu_seconds=0.5)
+                               evaluated_up_to="fast", gpu_seconds=0.5,
+                               **(fields_of(unit.coalition) if fields_of else {}))
         store.put_json(outcome_key(unit.key), record.model_dump(by_alias=True, mode="json"))
     for index, shard in enumerate(plan.shards):
         store.put_json(progress_key(index), {"done": len(shard), "total": len(shard), "gpuSeconds": 0.5 * len(shard),

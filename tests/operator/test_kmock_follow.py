@@ -41,7 +41,8 @@ def label_of(coalition: tuple[str, ...]) -> str:
 
 async def test_progress_then_completion_writes_results_and_report(kube: Any, trajectory: str, output: str,
                                                                  tmp_path: Path) -> None:
-    body = run_body("r1", trajectory, output, attribution={"bootstrap": 0})
+    # An older spec's metrics: `fast` reads as it did (tests/operator/test_kmock_fast_metrics.py: the new default).
+    body = run_body("r1", trajectory, output, attribution={"bootstrap": 0, "metrics": ["compiled", "pass", "fast"]})
     kube.objects[RUNS, NS, "r1"] = body
     services = Services(operator_config())
     async with operator_running(services):

@@ -9,8 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from cudanalyst.api import AttributionRun
-from cudanalyst.api.status import InteractionValue, MetricExclusion, PlayerValue, References, Results
+from cudanalyst.api.status import (
+    InteractionValue,
+    MetricCount,
+    MetricExclusion,
+    PlayerValue,
+    References,
+    Results,
+)
 from cudanalyst.attribution.result import AttributionResult, Estimate
+from cudanalyst.attribution.values import GAME_ARM
 from cudanalyst.report import compute
 from cudanalyst.report.build import report_object
 from cudanalyst.report.load import load_run_folder
@@ -32,8 +40,8 @@ def _interval(est: Estimate) -> tuple[float, float | None, float | None] | None:
 def status_results(report: AttributionResult, metrics: list[str], full: dict[str, Any] | None = None) -> Results:
     """status.results: Banzhaf values with intervals (pooled first), the strongest pairwise interactions by
     |value|, the top player on the first evaluated metric, the metrics that could not be evaluated, the
-    programs left out of each metric's games and why, estimator switches, and the references `fast` was
-    measured against (`full`: the report.json object, for the last two)."""
+    programs left out of each metric's games and why, estimator switches, the game's samples reaching each metric
+    and the references `fast` was measured against (`full`: the report.json object, for the last three)."""
     games = sorted(report.games, key=lambda g: (not g.pooled, metrics.index(g.metric) if g.metric in metrics else 99,
                                                 g.generation if g.generation is not None else -1))
     values: list[PlayerValue] = []
@@ -62,6 +70,8 @@ def status_results(report: AttributionResult, metrics: list[str], full: dict[str
             break
     interactions.sort(key=lambda v: -abs(v.value))
     refs = ((full or {}).get("units") or {}).get("references")
+    counts = (((full or {}).get("units") or {}).get("reached") or {}).get(GAME_ARM) or {}
+    units = sum((((full or {}).get("units") or {}).get("labels") or {}).get(GAME_ARM, {}).values())
     return Results(
         top_player=top_player,
         metric=top_metric,
@@ -73,7 +83,9 @@ def status_results(report: AttributionResult, metrics: list[str], full: dict[str
             MetricExclusion(metric=g.metric, excluded=g.excluded_programs, of=g.programs + g.excluded_programs,
                             reason="; ".join(f"{e.programs}: {e.reason}" for e in g.exclusions)[:1024])
             for g in games if g.pooled and g.excluded_programs
-        ][:3],
+        ][:4],
+        reached=[MetricCount(metric=m, reached=counts[m]["reached"], known=counts[m]["known"], units=units)
+                 for m in metrics if m in counts],
         estimator_notes=[n[:1024] for n in (full or {}).get("estimatorNotes", [])][:16],
         references=References(frozen=refs.get("frozen", 0), baseline=refs.get("baseline", 0),
                               not_timed=refs.get("notTimed", 0)) if refs else None,

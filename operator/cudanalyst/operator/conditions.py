@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cudanalyst.api.status import CONDITION_TYPES, Condition
+from cudanalyst.api.status import CONDITION_TYPES, Condition, Results
 from cudanalyst.operator.kueue import waiting_message
 from cudanalyst.operator.pods import job_condition
 
@@ -53,6 +53,7 @@ class Observation:
     aggregated: bool = False
     # A queued run's Workload (kueue.workload_summary), once Kueue has made it.
     workload: dict[str, Any] | None = None
+    reached: str = ""  # the results' samples per metric (reached_text), once aggregated
 
 
 def worst_problem(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -111,8 +112,18 @@ def judge(obs: Observation) -> Verdict:
 
 def _finished(obs: Observation) -> Verdict:
     if obs.aggregated:
-        return Verdict("Succeeded", "Succeeded", f"all {obs.total} units evaluated; attribution written")
+        return Verdict("Succeeded", "Succeeded", f"all {obs.total} units evaluated; attribution written"
+                       + (f" ({obs.reached})" if obs.reached else ""))
     return Verdict("Aggregating", "Aggregating", f"runner Job complete; computing the attribution of {obs.total} units")
+
+
+def reached_text(results: Results) -> str:
+    """'samples reaching compiled 40, pass 30, fastVsBaseline 9, fastVsFrozen 4 of 48': both fast metrics in the
+    message a user sees first (`kubectl get ar`, the Succeeded condition)."""
+    if not results.reached:
+        return ""
+    return ("samples reaching " + ", ".join(f"{c.metric} {c.reached}" for c in results.reached)
+            + f" of {results.reached[0].units}")
 
 
 def invalid(reason: str, message: str) -> Verdict:

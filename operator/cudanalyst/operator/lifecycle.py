@@ -28,6 +28,7 @@ from cudanalyst.operator.conditions import (
     invalid,
     is_finished,
     judge,
+    reached_text,
     status_for,
     transition_event,
 )
@@ -312,6 +313,7 @@ class Operations:
         extra["results"] = results.model_dump(by_alias=True, mode="json")
         extra["reportUri"] = report_uri
         obs.aggregated = True
+        obs.reached = reached_text(results)
         return judge(obs)
 
     # ---- suspend

@@ -41,13 +41,18 @@ from cudanalyst.attribution.contrast import (
 from cudanalyst.attribution.intervals import holm
 from cudanalyst.attribution.result import game_units
 from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables, tabulate
-from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.outcomes import OutcomeRecord, with_fast_vs_baseline
 from cudanalyst.report.load import ReportError, load_outcomes, load_spec
 from cudanalyst.runfolder import PLAN, REPORT_HTML
 from cudanalyst.runs import outcome_spec
 from cudanalyst.store import ObjectStore, StoreError
 
+# The metrics of the comparisons and the tables. Specs that name only the older `fast` (ours, against the frozen
+# program: examples/study/ and its published page) keep the study they had. Specs that ask for fastVsBaseline compare
+# on the paper's fast (against the task's baseline) and show ours beside it in the arms and finding 2's tables.
 METRICS = ("compiled", "pass", "fast")
+PAPER_METRICS = ("compiled", "pass", "fastVsBaseline")
+SHOWN_METRICS = (*PAPER_METRICS, "fastVsFrozen")
 # Fields every paired run must share (the same frozen programs, samples, seeds and judging); the rest is
 # what the runs vary (feedback, planning, controls, models) or does not decide outcomes (runs.outcome_spec; output).
 PAIRED_FIELDS = ("trajectory", "players", "sampling", "evaluation")
@@ -60,6 +65,17 @@ Unchanged = Literal["count", "exclude"]
 
 class StudyError(ValueError):
     """Bad input: the message names the file and field."""
+
+
+def study_metrics(specs: Mapping[str, tuple[str, AttributionRun]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the comparisons' metrics, the metrics the tables show), from the reference spec (main, else the first):
+    the paper's fast where it asks for fastVsBaseline, else the older `fast` alone (module constants)."""
+    if not specs:
+        return METRICS, METRICS
+    _, ref = specs["main"] if "main" in specs else next(iter(specs.values()))
+    if "fastVsBaseline" in ref.spec.attribution.metrics:
+        return PAPER_METRICS, SHOWN_METRICS
+    return METRICS, METRICS
 
 
 # ------------------------------------------------------------------------------------------- the design
@@ -197,12 +213,13 @@ class StudyRun:
     missing: str = ""  # why the run cannot be used ("" when it can)
     notes: list[str] = field(default_factory=list)
     report: str = ""
+    metrics: tuple[str, ...] = METRICS  # what the study tabulates (study_metrics: shown)
     _tables: dict[str, OutcomeTables] = field(default_factory=dict)
 
     def tables(self, unchanged: Unchanged) -> OutcomeTables:
         if unchanged not in self._tables:
             assert self.run is not None
-            self._tables[unchanged] = tabulate(self.records, self.run.spec.players, METRICS, unchanged=unchanged,
+            self._tables[unchanged] = tabulate(self.records, self.run.spec.players, self.metrics, unchanged=unchanged,
                                                pooled_unit="program")
         return self._tables[unchanged]
 
@@ -274,7 +291,8 @@ def attach_run(sr: StudyRun, store: ObjectStore) -> None:
                         f"{sr.spec.metadata.name!r}: request seeds derive from the name, so it is another draw of "
                         "the same design (same programs, settings and models), not the spec's own samples")
     try:
-        sr.records = load_outcomes(store)
+        # Records written before fastVsBaseline existed get it from their speedupVsBaseline (outcomes.py).
+        sr.records = with_fast_vs_baseline(load_outcomes(store), run.spec.evaluation.fast_tolerance)
     except ReportError as exc:
         sr.missing = str(exc)
         return
@@ -436,10 +454,11 @@ def _programs_md(r: Mapping[str, Any]) -> str:
     return f"{r['programs']}" + (f" ({r['unpaired']} unpaired left out)" if r.get("unpaired") else "")
 
 
-def claim_rows(claim: Claim, runs: Mapping[str, StudyRun], confidence: float) -> list[dict[str, Any]]:
+def claim_rows(claim: Claim, runs: Mapping[str, StudyRun], confidence: float,
+               metrics: Sequence[str] = METRICS) -> list[dict[str, Any]]:
     rows = []
     for unchanged in (("count", "exclude") if claim.copies else ("count",)):
-        for metric in METRICS:
+        for metric in metrics:
             row: dict[str, Any] = {"finding": claim.finding, "claim": claim.key, "paper": claim.paper,
                                    "measured": claim.measured, "metric": metric, "copies": unchanged,
                                    "direction": claim.direction}
@@ -472,7 +491,8 @@ def claim_rows(claim: Claim, runs: Mapping[str, StudyRun], confidence: float) ->
     return rows
 
 
-def arm_table(runs: Mapping[str, StudyRun], roles: Sequence[str], confidence: float) -> list[dict[str, Any]]:
+def arm_table(runs: Mapping[str, StudyRun], roles: Sequence[str], confidence: float,
+              metrics: Sequence[str] = METRICS) -> list[dict[str, Any]]:
     """Finding 1's arms: every arm (control, and the game's no-feedback and all-feedback coalitions) of the given
     runs, per metric, with copies counted and left out, and the share of copies."""
     rows = []
@@ -491,7 +511,7 @@ def arm_table(runs: Mapping[str, StudyRun], roles: Sequence[str], confidence: fl
             copies = sum(r.unchanged for r in recs)
             row: dict[str, Any] = {"role": role, "arm": arm.label, "units": len(recs), "copies": copies}
             for unchanged in ("count", "exclude"):
-                for metric in METRICS:
+                for metric in metrics:
                     ar = arm_rates(sr, arm, metric, unchanged)
                     if isinstance(ar, str):
                         row[f"{metric}/{unchanged}"] = {"reason": ar}
@@ -506,12 +526,17 @@ def arm_table(runs: Mapping[str, StudyRun], roles: Sequence[str], confidence: fl
 # ----------------------------------------------------------------------------------------- finding 2
 
 
-def finding2(sr: StudyRun | None, attribute: Callable[[list[OutcomeRecord], AttributionRun], Any]) -> dict[str, Any]:
+def finding2(sr: StudyRun | None, attribute: Callable[[list[OutcomeRecord], AttributionRun], Any],
+             fast: str = "fast") -> dict[str, Any]:
     """Per generation (and pooled) Banzhaf values and pairwise interactions of the main run, from the report's
-    own attribution (`attribute` is report.compute.attribution), and the rows of the paper's claims."""
+    own attribution (`attribute` is report.compute.attribution) of the metrics the study shows (whatever its folder's
+    spec.json names: a resumed folder may name others), and the rows of the paper's claims, whose fast is `fast`
+    (the paper's where the study asks for it)."""
     if sr is None or sr.missing or sr.run is None:
         return {"verdict": "not run", "reason": sr.missing if sr else "no spec main.yaml in the study"}
-    result = attribute(sr.records, sr.run)
+    attribution = sr.run.spec.attribution.model_copy(update={"metrics": list(sr.metrics)})
+    run = sr.run.model_copy(update={"spec": sr.run.spec.model_copy(update={"attribution": attribution})})
+    result = attribute(sr.records, run)
     games = [g for g in result.games if g.evaluated]
     gens = sorted({g.generation for g in games if g.generation is not None})
     table = []
@@ -529,11 +554,12 @@ def finding2(sr: StudyRun | None, attribute: Callable[[list[OutcomeRecord], Attr
 
     rows = []
     for player, metric, scope, direction, paper in BANZHAF_CLAIMS:
+        metric = fast if metric == "fast" else metric
         scopes = {"each": gens, "last": gens[-1:], "pooled": [None]}[scope]
         for gen in scopes:
             t = find("banzhaf", player, metric, gen)
             rows.append(_f2_row(paper, f"Banzhaf value of the {player}", metric, gen, direction, t))
-    for metric in ("pass", "fast"):
+    for metric in ("pass", fast):
         for pair in sorted({t["index"] for t in table if t["kind"] == "interaction"}):
             for gen in gens[-1:]:
                 t = find("interaction", pair, metric, gen)
@@ -559,9 +585,10 @@ def _f2_row(paper: str, measured: str, metric: str, gen: int | None, direction: 
 def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, ObjectStore | None],
           attribute: Callable[[list[OutcomeRecord], AttributionRun], Any]) -> dict[str, Any]:
     """Every finding's rows from the runs that exist; a role without a store (folder absent) is 'not run'."""
+    compared, shown = study_metrics(specs)
     runs: dict[str, StudyRun] = {}
     for role, (file, spec) in specs.items():
-        sr = StudyRun(role, file, spec)
+        sr = StudyRun(role, file, spec, metrics=shown)
         store = stores.get(role)
         if store is None:
             sr.missing = "its run folder is not there"
@@ -572,7 +599,7 @@ def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, 
     rows: list[dict[str, Any]] = []
     for claim in CLAIMS:
         try:
-            rows += claim_rows(claim, runs, confidence)
+            rows += claim_rows(claim, runs, confidence, compared)
         except OutcomeError as exc:  # records that cannot be tabulated: that claim's rows only
             rows.append({"finding": claim.finding, "claim": claim.key, "paper": claim.paper, "verdict": "not run",
                          "reason": str(exc)})
@@ -587,8 +614,8 @@ def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, 
                         "report": sr.report, "outcomes": len(sr.records), "missing": sr.missing, "notes": sr.notes}
                  for role, sr in runs.items()},
         "rows": rows,
-        "arms": arm_table(runs, ["main", "implicit-1.5b"], confidence),
-        "finding2": finding2(runs.get("main"), attribute),
+        "arms": arm_table(runs, ["main", "implicit-1.5b"], confidence, shown),
+        "finding2": finding2(runs.get("main"), attribute, compared[-1]),
     }
 
 
@@ -626,7 +653,7 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
            f"at {conf} on its own; *holm* says yes where it still excludes 0 after Holm's correction over the "
            f"{result.get('holmFamily', 0)} comparisons of findings 1, 3 and 4 with an interval (finding 2: over the "
            "main run's indices); a verdict without it may be one of the few that chance alone gives. Rates are "
-           "best-of-k per frozen program, cumulative metrics (compiled >= compile, pass >= pass, fast).", ""]
+           + _metrics_md(specs), ""]
     notes = [n for r in result["runs"].values() for n in r["notes"]]
     out += [f"- {n}" for n in notes] + ([""] if notes else [])
     for finding, title in FINDINGS.items():
@@ -647,7 +674,7 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
                        f"{_interval(r)} | {r['verdict']} | {'yes' if r.get('holm') else ''} | {progs} |")
         out.append("")
         if finding == 1:
-            out += _arms_md(result["arms"])
+            out += _arms_md(result["arms"], study_metrics(specs)[1])
     out += ["## The runs", "", "| role | spec | run | outcomes | report |", "|---|---|---|---|---|"]
     for role, r in result["runs"].items():
         report = f"[report]({link(r['report'])})" if r["report"] else (f"not run: {r['missing']}" if r["missing"]
@@ -659,21 +686,32 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
     return "\n".join(out) + "\n"
 
 
-def _arms_md(arms: Sequence[Mapping[str, Any]]) -> list[str]:
+def _metrics_md(specs: Mapping[str, tuple[str, AttributionRun]]) -> str:
+    """The sentence that closes the README's method paragraph: what the metrics are."""
+    compared, _ = study_metrics(specs)
+    if compared == METRICS:
+        return "best-of-k per frozen program, cumulative metrics (compiled >= compile, pass >= pass, fast)."
+    return ("best-of-k per frozen program and metric, cumulative metrics (compiled >= compile, pass >= pass, "
+            "fastVsBaseline = pass and faster than the task's baseline, the paper's fast, used by every comparison; "
+            "fastVsFrozen = faster than the frozen program, ours, shown beside it in the arms and finding 2's "
+            "tables).")
+
+
+def _arms_md(arms: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS) -> list[str]:
     out = ["Every arm, with copies (candidates that are the frozen program unchanged) counted and left out "
            "(`attribution.unchanged: count | exclude`). The claim is about what the plans' content does: a copy "
            "passes whenever its frozen program does, so under `count` an arm's rate also measures how often the "
            "coder returns its input (the dummy plan's 47 % copies in the pilot). The claim needs copies left out; "
            "but leaving them out selects on an outcome of the arm (a cell can lose every sample), so a verdict "
            "stands only where both readings agree.", "",
-           "| arm | units | copies | compiled (count) | pass (count) | fast (count) | compiled (exclude) | "
-           "pass (exclude) | fast (exclude) |", "|---|---|---|---|---|---|---|---|---|"]
+           "| arm | units | copies | " + " | ".join(f"{m} ({u})" for u in ("count", "exclude") for m in metrics) + " |",
+           "|---|---|---" + "|---" * 2 * len(metrics) + "|"]
     for a in arms:
         if "arm" not in a:
-            out.append(f"| {a['role']} | not run: {a['reason']} | | | | | | | |")
+            out.append(f"| {a['role']} | not run: {a['reason']} |" + " |" * (2 + 2 * len(metrics)))
             continue
         cells = [_interval(a[f"{m}/{u}"], sign=False) + (f" ({a[f'{m}/{u}']['programs']})"
-                 if a[f"{m}/{u}"].get("programs") else "") for u in ("count", "exclude") for m in METRICS]
+                 if a[f"{m}/{u}"].get("programs") else "") for u in ("count", "exclude") for m in metrics]
         share = f"{a['copies']} ({a['copies'] / a['units']:.0%})" if a["units"] else "0"
         out.append(f"| {a['arm']} | {a['units']} | {share} | " + " | ".join(cells) + " |")
     return out + [""]

@@ -12,14 +12,18 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from cudanalyst.outcomes import SAME_METRIC
+
 API_GROUP = "cudanalyst.dev"
 API_VERSION = "v1alpha1"
 KIND = "AttributionRun"
 PLURAL = "attributionruns"
 SHORT_NAMES = ["ar"]
 
-METRICS = ("compiled", "pass", "fast")
-Metric = Literal["compiled", "pass", "fast"]
+# A new spec's metrics: both fast metrics, the paper's (against the task's baseline) and ours (against the frozen
+# program). `fast` is the older name of fastVsFrozen: specs and run folders that say it keep reading as they did.
+METRICS = ("compiled", "pass", "fastVsBaseline", "fastVsFrozen")
+Metric = Literal["compiled", "pass", "fastVsBaseline", "fastVsFrozen", "fast"]
 FeedbackMode = Literal["off", "raw", "summary"]
 Control = Literal["noFeedback", "randomizedFeedback", "dummyPlan"]
 
@@ -164,7 +168,9 @@ class EvaluationSpec(Model):
     atol: float = Field(1.0e-4, ge=0)
     warmup: int = Field(3, ge=0, le=1000)
     trials: int = Field(30, ge=1, le=10000, description="Timed trials; the median is reported.")
-    fast_tolerance: float = Field(0.12, ge=0, le=10, description="fast = correct and speedup > 1 + fastTolerance.")
+    fast_tolerance: float = Field(0.12, ge=0, le=10, description="fast = correct and speedup > 1 + fastTolerance, "
+                                  "the speedup over the task's baseline (fastVsBaseline) or over the frozen program "
+                                  "(fastVsFrozen, also called fast).")
     timeout_seconds: float = Field(60, gt=0, le=3600, description="Limit for one candidate's verification.")
     compile_workers: int = Field(4, ge=1, le=256, description="Parallel nvcc processes.")
     gpu_workers: int = Field(2, ge=1, le=64, description="Persistent GPU worker processes (one CUDA context each).")
@@ -178,7 +184,11 @@ class EvaluationSpec(Model):
 class AttributionSpec(Model):
     """Which values are computed from the outcomes."""
 
-    metrics: list[Metric] = Field(default_factory=lambda: list(METRICS), min_length=1, max_length=3)
+    metrics: list[Metric] = Field(
+        default_factory=lambda: list(METRICS), min_length=1, max_length=4,
+        description="Cumulative metrics: compiled, pass, fastVsBaseline (pass and faster than the task's baseline: "
+        "the paper's fast), fastVsFrozen (faster than the frozen program, or the baseline where it cannot be "
+        "timed). fast is fastVsFrozen's older name (not both in one list).")
     estimator: Literal["exact", "msr", "auto"] = Field(
         "exact", description="exact enumerates all 2^n coalitions (a game missing one is not evaluated, naming "
         "it); msr samples them (Maximum Sample Reuse); auto plans every coalition and uses msr for a game "
@@ -193,6 +203,16 @@ class AttributionSpec(Model):
         "count", description="Candidates that are the frozen program unchanged (up to whitespace and comments): "
         "count them like any other (as the paper does), or leave them out of the rates."
     )
+
+
+    @model_validator(mode="after")
+    def _distinct_metrics(self) -> AttributionSpec:
+        names = [SAME_METRIC.get(m, m) for m in self.metrics]
+        dupes = sorted({m for m in self.metrics if names.count(SAME_METRIC.get(m, m)) > 1})
+        if dupes:
+            raise ValueError(f"metrics must name each metric once; repeated: {', '.join(dupes)} "
+                             "(fast is the older name of fastVsFrozen)")
+        return self
 
 
 class Toleration(Model):

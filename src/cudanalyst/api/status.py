@@ -85,8 +85,18 @@ class MetricExclusion(Model):
     reason: str = Field("", max_length=1024, description="The records' own reasons, most common first.")
 
 
+class MetricCount(Model):
+    """Unit samples of the game reaching a metric (sample labels, before best-of-k)."""
+
+    metric: Metric
+    reached: int = Field(ge=0, description="Samples that reach the metric.")
+    known: int = Field(ge=0, description="Samples whose outcome for the metric is established (reached or not).")
+    units: int = Field(ge=0, description="Samples of the game in all.")
+
+
 class References(Model):
-    """What `fast` was measured against, counted over outcome records."""
+    """What `fast` (fastVsFrozen) was measured against, counted over outcome records; fastVsBaseline is always
+    measured against the task's baseline."""
 
     frozen: int = Field(0, ge=0, description="Units timed against their frozen program.")
     baseline: int = Field(0, ge=0, description="Units timed against the task's baseline (frozen program untimeable).")
@@ -108,13 +118,18 @@ class Results(Model):
         "fast with no GPU)."
     )
     exclusions: list[MetricExclusion] = Field(
-        default_factory=list, max_length=3, description="Per metric, programs left out of its games, and why."
+        default_factory=list, max_length=4, description="Per metric, programs left out of its games, and why."
+    )
+    reached: list[MetricCount] = Field(
+        default_factory=list, max_length=4, description="Per metric, the game's samples reaching it: both fast "
+        "metrics side by side (fastVsBaseline: the paper's, against the task's baseline; fastVsFrozen or fast: "
+        "against the frozen program)."
     )
     estimator_notes: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=16, description="Games whose estimator switched (auto) or whose exact "
         "estimate failed, and why."
     )
-    references: References | None = Field(None, description="What fast was measured against.")
+    references: References | None = Field(None, description="What fast (fastVsFrozen) was measured against.")
 
 
 class QueueStatus(Model):

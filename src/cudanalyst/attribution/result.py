@@ -66,6 +66,14 @@ NOTES = [
     "A program whose outcome could not be established for a metric (e.g. pass/fast with no GPU) leaves that "
     "metric's games, counted with its reason under exclusions; nothing is guessed.",
 ]
+# Added where a result has either of the two fast metrics (docs/decisions.md, "Two fast metrics").
+FAST_NOTE = (
+    "Two fast metrics: fastVsBaseline = pass or better and faster than the task's baseline by more than "
+    "fastTolerance (the paper's fast, \"performance gain over baseline\"); fastVsFrozen (named fast in older specs) = "
+    "faster than the frozen program, or than the baseline where the frozen program cannot be timed. Best-of-k is "
+    "taken per metric. A copy of a frozen program that already beats the baseline reaches fastVsBaseline, never "
+    "fastVsFrozen."
+)
 
 
 class _Model(BaseModel):
@@ -475,4 +483,5 @@ def attribute_tables(
         players=list(tables.players), metrics=list(tables.metrics), confidence=confidence,
         bootstrap=replicates, order=order, unchanged=tables.unchanged, holm_family=family, games=games,
         controls=controls,
+        notes=NOTES + ([FAST_NOTE] if {"fastVsBaseline", "fastVsFrozen"} & set(tables.metrics) else []),
     )

@@ -1,7 +1,9 @@
 """From outcome records to each frozen program's outcomes: per metric, per generation and pooled, per arm.
 
-A program's outcome under a coalition and rollout is its best over the k samples. Metrics are cumulative
-(compiled = compile or better, pass = pass or fast, fast = fast). v(S) is the mean over the game's
+A program's outcome under a coalition and rollout is its best over the k samples, per metric: the sample that
+reaches fastVsBaseline need not be the one that reaches fastVsFrozen. Metrics are cumulative (compiled = compile
+or better, pass = pass or fast, fastVsFrozen (fast) = fast against the frozen program, fastVsBaseline = pass or
+better and faster than the task's baseline; `outcomes.METRIC_THRESHOLD`). v(S) is the mean over the game's
 programs of each program's rate under S (its mean over rollouts); with every program in every rollout
 that is the mean over rollouts of the fraction of programs reaching the metric. Pooled = the programs of
 every generation together.
@@ -35,7 +37,7 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from cudanalyst.attribution.games import GameError, coalition_mask
-from cudanalyst.outcomes import METRIC_THRESHOLD, Label, OutcomeRecord
+from cudanalyst.outcomes import METRIC_THRESHOLD, VS_BASELINE, Label, OutcomeRecord
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -66,6 +68,10 @@ class OutcomeColumns:
     ceiling: IntArray  # evaluatedUpTo's rank
     unchanged: BoolArray
     reason: tuple[str, ...] = field(default=())  # empty: no reasons recorded
+    # The same against the task's baseline (OutcomeRecord.baseline_label, .baseline_evaluated_up_to), read by the
+    # fastVsBaseline metric; None (simulations): the record's label and ceiling.
+    baseline_label: IntArray | None = None
+    baseline_ceiling: IntArray | None = None
 
     def __len__(self) -> int:
         return len(self.mask)
@@ -146,6 +152,8 @@ def columns_of(records: Sequence[OutcomeRecord], players: Sequence[str]) -> Outc
         ceiling=np.array([r.evaluated_up_to.rank for r in records], dtype=np.int64),
         unchanged=np.array([r.unchanged for r in records], dtype=bool),
         reason=tuple(r.reason for r in records),
+        baseline_label=np.array([r.baseline_label().rank for r in records], dtype=np.int64),
+        baseline_ceiling=np.array([r.baseline_evaluated_up_to().rank for r in records], dtype=np.int64),
     )
 
 
@@ -215,10 +223,6 @@ def tabulate(
     rows, cell = rows[use], cell[use]
     n_used = np.bincount(cell, minlength=len(cells))
 
-    label, ceiling = cols.label[rows], cols.ceiling[rows]
-    # How far each program's evaluation could see, per arm (the highest evaluatedUpTo of its records).
-    top = np.zeros((len(arms), len(prog_keys)), dtype=np.int64)
-    np.maximum.at(top, (arm[rows], prog[rows]), ceiling)
     c_arm, c_prog, c_mask, c_roll = (cells[:, i] for i in range(4))
     present_cell = n_used > 0
     c_gen = np.array([prog_keys[p][1] for p in c_prog], dtype=np.int64)
@@ -226,6 +230,14 @@ def tabulate(
     games: dict[tuple[str, str, int | None], ProgramOutcomes] = {}
     for metric in metrics:
         need = METRIC_THRESHOLD[metric].rank
+        vs_baseline = metric in VS_BASELINE and cols.baseline_label is not None and cols.baseline_ceiling is not None
+        all_labels = cols.baseline_label if vs_baseline else cols.label
+        all_ceilings = cols.baseline_ceiling if vs_baseline else cols.ceiling
+        assert all_labels is not None and all_ceilings is not None
+        label, ceiling = all_labels[rows], all_ceilings[rows]
+        # How far each program's evaluation could see, per arm (the highest evaluatedUpTo of its records).
+        top = np.zeros((len(arms), len(prog_keys)), dtype=np.int64)
+        np.maximum.at(top, (arm[rows], prog[rows]), ceiling)
         reached = np.bincount(cell, weights=label >= need, minlength=len(cells)) > 0
         undetermined_row = (label < need) & (label >= ceiling)
         short = np.bincount(cell, weights=~undetermined_row & (label < need), minlength=len(cells))
@@ -235,7 +247,9 @@ def tabulate(
         for r, c in zip(rows[undetermined_row], cell[undetermined_row], strict=True):
             if reached[c]:
                 continue
-            text = reasons[r] or f"evaluated only up to {_LABEL_NAMES[int(cols.ceiling[r])]}"
+            text = reasons[r] or f"evaluated only up to {_LABEL_NAMES[int(all_ceilings[r])]}"
+            if vs_baseline and cols.ceiling[r] > all_ceilings[r]:
+                text = f"{text}; not timed against the task's baseline"
             why.setdefault((int(c_arm[c]), int(c_prog[c])), Counter())[text] += 1
         for a, arm_name in enumerate(arms):
             for scope in (*generations, None):

@@ -14,10 +14,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from cudanalyst.api.spec import METRICS, EvaluationSpec
 from cudanalyst.attribution.games import GameError, check_players, load_game_file
 from cudanalyst.attribution.result import attribute_tables, check_order, game_indices
 from cudanalyst.attribution.values import OutcomeError, parse_records, tabulate
-from cudanalyst.outcomes import METRIC_THRESHOLD
+from cudanalyst.outcomes import METRIC_THRESHOLD, with_fast_vs_baseline
 from cudanalyst.runfolder import OUTCOMES, SPEC
 from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
 
@@ -43,8 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --game: also print Shapley interactions of that order")
     p.add_argument("--players", help="with --outcomes: comma-separated players in spec order "
                    "(default: from the run's spec.json)")
-    p.add_argument("--metrics", help="with --outcomes: comma-separated subset of compiled,pass,fast "
-                   "(default: the spec's, else all)")
+    p.add_argument("--metrics", help="with --outcomes: comma-separated subset of compiled,pass,fastVsBaseline,"
+                   "fastVsFrozen (fast: fastVsFrozen's older name) (default: the spec's, else compiled,pass,"
+                   "fastVsBaseline,fastVsFrozen)")
     p.add_argument("--estimator", choices=["auto", "exact", "msr"], default=None,
                    help="exact needs every coalition; msr (Maximum Sample Reuse) works from sampled ones; "
                    "auto picks exact when every coalition is present (default: the spec's, else auto)")
@@ -111,7 +113,7 @@ def _outcomes(args: argparse.Namespace) -> dict[str, Any]:
         players = check_players(spec["players"], f"{spec_uri}: spec.players")
     else:
         raise InputError(f"{store.uri}: no spec.json with players; name them with --players a,b,c")
-    metrics = _csv(args.metrics, "--metrics") if args.metrics else list(attribution.get("metrics", METRIC_THRESHOLD))
+    metrics = _csv(args.metrics, "--metrics") if args.metrics else list(attribution.get("metrics", METRICS))
     for m in metrics:
         if m not in METRIC_THRESHOLD:
             raise InputError(f"metric {m!r}: expected one of {', '.join(METRIC_THRESHOLD)}")
@@ -131,6 +133,8 @@ def _outcomes(args: argparse.Namespace) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=16) as pool:
         objects = list(pool.map(store.get_json, keys))
     records = parse_records(zip(map(store.uri_of, keys), objects, strict=True))
+    tolerance = (spec.get("evaluation") or {}).get("fastTolerance", EvaluationSpec().fast_tolerance)
+    records = with_fast_vs_baseline(records, float(tolerance))  # older records: from speedupVsBaseline
     tables = tabulate(records, players, metrics)
     try:
         report = attribute_tables(

@@ -92,6 +92,7 @@ def report_object(folder: RunFolder, result: AttributionResult, created_at: str 
             "planned": (folder.plan or {}).get("units"),
             "outcomes": len(records),
             "labels": compute.label_counts(records),
+            "reached": compute.metric_counts(records, result.metrics),
             "evaluatedUpTo": compute.evaluated_up_to(records),
             "references": compute.references(records),
         },

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from cudanalyst.api import parse_run
-from cudanalyst.outcomes import CandidateRecord, Label, OutcomeRecord
+from cudanalyst.outcomes import CandidateRecord, Label, OutcomeRecord, beats
 from cudanalyst.plan import GAME_ARM, coalitions, control_coalition, unit_key
 from cudanalyst.players import tool_names
 from cudanalyst.runfolder import PLAN, SPEC, candidate_key, outcome_key
@@ -27,7 +27,8 @@ TASKS = ["gemm", "jacobi-2d"]
 
 def demo_spec(name: str = "demo", output_uri: str = "./runs", players: list[str] | None = None,
               generations: tuple[int, ...] = (10, 20), rollouts: int = 2, samples: int = 2,
-              controls: tuple[str, ...] = ("noFeedback",)) -> dict[str, Any]:
+              controls: tuple[str, ...] = ("noFeedback",),
+              metrics: tuple[str, ...] = ("compiled", "pass", "fast")) -> dict[str, Any]:
     return {
         "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": name},
         "spec": {
@@ -36,7 +37,7 @@ def demo_spec(name: str = "demo", output_uri: str = "./runs", players: list[str]
             "controls": list(controls),
             "models": {"planner": {"model": "gemma-3-270m", "serve": "local", "api": "completion"}},
             "sampling": {"rollouts": rollouts, "samplesPerCoalition": samples, "seed": 0},
-            "attribution": {"metrics": ["compiled", "pass", "fast"], "confidence": 0.95, "bootstrap": 200},
+            "attribution": {"metrics": list(metrics), "confidence": 0.95, "bootstrap": 200},
             "output": {"uri": output_uri},
         },
     }
@@ -67,6 +68,8 @@ def write_demo_run(store: ObjectStore, spec: dict[str, Any] | None = None, gpu: 
     s = run.spec
     name = run.metadata.name
     rng = np.random.default_rng(seed)
+    # Speedups over the task's baseline from their own stream, so the labels stay what they were before them.
+    rng_baseline = np.random.default_rng(seed + 1)
     arms = [(GAME_ARM, c) for c in coalitions(s.players)]
     arms += [(arm, control_coalition(arm, s.players)) for arm in s.controls]
     store.put_json(SPEC, run.to_dict())
@@ -91,8 +94,12 @@ def write_demo_run(store: ObjectStore, spec: dict[str, Any] | None = None, gpu: 
                             label = _label(rng, members if arm != "noFeedback" else (), gpu)
                             top = Label.FAST if gpu else Label.COMPILE
                             speedup = float(rng.uniform(1.2, 2.0)) if label == Label.FAST else None
+                            vs_base = (float(rng_baseline.uniform(0.6, 2.0)) if label in (Label.PASS, Label.FAST)
+                                       else None)
                             store.put_json(outcome_key(key), OutcomeRecord.model_validate(
-                                {**ref, "label": label, "evaluatedUpTo": top, "speedup": speedup}))
+                                {**ref, "label": label, "evaluatedUpTo": top, "speedup": speedup,
+                                 "speedupVsBaseline": vs_base,
+                                 "fastVsBaseline": beats(vs_base, s.evaluation.fast_tolerance) if vs_base else None}))
                             written += 1
     store.put_json(PLAN, {"run": name, "players": s.players, "units": units, "digest": "demo"})
     return written

@@ -159,9 +159,17 @@ def _coalitions_section(report: Mapping[str, Any]) -> str:
     lrow = [["arm", "fail", "compile", "pass", "fast"]]
     lrow += [[arm, *(str(c[k]) for k in ("fail", "compile", "pass", "fast"))] for arm, c in labels.items()]
     out += ["<h3>Sample labels (unit records)</h3>", _table(lrow)]
+    reached = report["units"].get("reached")
+    if reached:
+        mrow = [["arm", *att["metrics"]]]
+        mrow += [[arm, *(f"{c[m]['reached']} of {c[m]['known']}" for m in att["metrics"])] for arm, c in reached.items()]
+        out += ["<h3>Samples reaching each metric (unit records)</h3><p class=\"note\">Reached of established. "
+                "fastVsBaseline: pass and faster than the task's baseline (the paper's fast); fastVsFrozen (fast): "
+                "faster than the frozen program. The labels above carry the frozen-program comparison.</p>",
+                _table(mrow)]
     refs = report["units"].get("references")
     if refs:
-        out += ["<h3>What fast was measured against</h3>", _table([["reference", "units"],
+        out += ["<h3>What fast (fastVsFrozen) was measured against</h3>", _table([["reference", "units"],
                 ["frozen program", str(refs.get("frozen", 0))], ["task baseline (frozen program untimeable)",
                 str(refs.get("baseline", 0))], ["not timed", str(refs.get("notTimed", 0))]])]
     out.append(_copies_section(report))

@@ -10,7 +10,7 @@ from typing import Any
 
 from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.attribution.values import OutcomeError, parse_records
-from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.outcomes import OutcomeRecord, with_fast_vs_baseline
 from cudanalyst.runfolder import CANDIDATES, OUTCOMES, OUTCOMES_ARCHIVE, PLAN, SPEC
 from cudanalyst.store import ObjectNotFound, ObjectStore
 
@@ -107,7 +107,8 @@ def load_run_folder(store: ObjectStore) -> RunFolder:
     try:
         run = load_spec(store)
         plan = _get_json(store, PLAN) if store.exists(PLAN) else None
-        outcomes = load_outcomes(store)
+        # Records written before fastVsBaseline existed get it from their speedupVsBaseline (outcomes.py).
+        outcomes = with_fast_vs_baseline(load_outcomes(store), run.spec.evaluation.fast_tolerance)
         folder = RunFolder(store.uri, run, plan, outcomes)
         candidate_keys = []
         for key in store.list(CANDIDATES):

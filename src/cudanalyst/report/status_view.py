@@ -13,8 +13,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from cudanalyst.api.spec import METRICS
 from cudanalyst.api.status import Results
 from cudanalyst.report.build import REPORT_HTML, REPORT_JSON
+from cudanalyst.report.compute import reached_line
 from cudanalyst.report.table import from_report, from_status, render
 from cudanalyst.store import S3Settings, StoreError, open_store
 
@@ -57,7 +59,8 @@ def progress_lines(status: Mapping[str, Any]) -> list[str]:
 
 
 def results_lines(results: Results) -> list[str]:
-    """Metrics not (fully) evaluated with the records' reasons, estimator notes, and references of fast."""
+    """Metrics not (fully) evaluated with the records' reasons, estimator notes, the samples reaching each metric,
+    and references of fast."""
     lines = []
     reasons = {e.metric: e for e in results.exclusions}
     for metric in results.not_evaluated:
@@ -68,6 +71,9 @@ def results_lines(results: Results) -> list[str]:
             lines.append(f"{metric}: {item.excluded} of {item.of} programs not evaluated, left out of "
                          f"its games ({item.reason}); attributed over the rest")
     lines += [f"estimator: {note}" for note in results.estimator_notes]
+    if results.reached:
+        lines.append(reached_line({c.metric: {"reached": c.reached, "known": c.known} for c in results.reached},
+                                  results.reached[0].units))
     refs = results.references
     if refs:
         lines.append(f"fast measured against: frozen program {refs.frozen} units, task baseline "
@@ -117,7 +123,7 @@ def print_status(obj: Mapping[str, Any], console: Console, with_report: bool = T
     """Print everything `cudanalyst status` shows for one AttributionRun object."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     players = list(spec.get("players") or [])
-    metrics = list((spec.get("attribution") or {}).get("metrics") or ["compiled", "pass", "fast"])
+    metrics = list((spec.get("attribution") or {}).get("metrics") or [])
     console.print(f"[bold]{meta.get('namespace', '')}/{meta.get('name', '')}[/]: phase {status.get('phase') or 'Pending'}"
                   f" (observed generation {status.get('observedGeneration', '-')} of {meta.get('generation', '-')})")
     for line in progress_lines(status):
@@ -125,6 +131,9 @@ def print_status(obj: Mapping[str, Any], console: Console, with_report: bool = T
     if status.get("conditions"):
         console.print(conditions_table(status["conditions"]))
     results = _results(status.get("results"), console)
+    if results and not metrics:
+        # The spec as stored names no metrics (the CRD gives no default): the ones its results hold, else the default.
+        metrics = list(dict.fromkeys([v.metric for v in results.banzhaf] + list(results.not_evaluated))) or list(METRICS)
     if results:
         console.print(render(from_status(results, players, metrics), title="Banzhaf values from status (pooled, "
                              f"{results.confidence * 100:g}% intervals)"))

@@ -34,7 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudanalyst.outcomes import Label, OutcomeRecord
+from cudanalyst.outcomes import Label, OutcomeRecord, beats
 from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, heap_calls
 from cudanalyst.runner.kernels.compile.nvcc import (
     CompilePool,
@@ -75,7 +75,7 @@ def label_for(correct: bool, speedup_vs_reference: float | None, fast_tolerance:
     """pass or fast for a verified candidate; `compile` when it built but is not correct (pure)."""
     if not correct:
         return Label.COMPILE
-    if speedup_vs_reference is not None and speedup_vs_reference > 1.0 + fast_tolerance:
+    if beats(speedup_vs_reference, fast_tolerance):
         return Label.FAST
     return Label.PASS
 
@@ -510,14 +510,18 @@ class Timing:
         s = speedup(theirs["median_ms"], mine["median_ms"])
         base = references.get("baseline")
         label = label_for(True, s, self.cfg.fast_tolerance)
+        vs_base = speedup(base["stats"]["median_ms"], mine["median_ms"]) if base else None
         what = ("the frozen program" if ref_name == "frozen"
                 else "the task baseline (the frozen program could not be timed)")
         why = (f"{verdict.get('reason')}; {mine['median_ms']:.4g} ms median of {mine['trials']} trials "
                f"(IQR/median {mine['iqr_over_median']:.1%}), interleaved with {what} at {theirs['median_ms']:.4g} ms: "
                f"speedup {s:.3f}x (fast needs > {1 + self.cfg.fast_tolerance:.2f}x)")
+        if ref_name == "frozen" and vs_base is not None:
+            why += f"; {vs_base:.3f}x against the task baseline"
         self.count[ref_name] = self.count.get(ref_name, 0) + 1
         self.stage._emit(job, label, Label.FAST if s is not None else Label.PASS, why, speedup=s,
-                         speedup_vs_baseline=speedup(base["stats"]["median_ms"], mine["median_ms"]) if base else None,
+                         speedup_vs_baseline=vs_base,
+                         fast_vs_baseline=beats(vs_base, self.cfg.fast_tolerance) if vs_base is not None else None,
                          reference=ref_name, time_ms=mine["median_ms"], resources=_resources(c), gpu_seconds=gpu_s)
 
     def _untimed(self, job: KernelJob, reason: str) -> None:
