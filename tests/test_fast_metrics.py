@@ -22,7 +22,7 @@ from cudanalyst.attribution.values import tabulate
 from cudanalyst.cli import main as cli
 from cudanalyst.operator.completion import status_results
 from cudanalyst.operator.conditions import Observation, judge, reached_text
-from cudanalyst.outcomes import OutcomeRecord, with_fast_vs_baseline
+from cudanalyst.outcomes import UnitOutcome, with_fast_vs_baseline
 from cudanalyst.report import compute
 from cudanalyst.report.build import build, compute_report
 from cudanalyst.report.demo import demo_spec, write_demo_run
@@ -39,14 +39,14 @@ BOTH = ["fastVsBaseline", "fastVsFrozen"]
 
 
 def record(program: str, label: str, *, vs_baseline: bool | None = None, speedup_vs_baseline: float | None = None,
-           sample: int = 0, coalition: tuple[str, ...] = ("a",), up_to: str = "fast") -> OutcomeRecord:
-    return OutcomeRecord.model_validate({
+           sample: int = 0, coalition: tuple[str, ...] = ("a",), up_to: str = "fast") -> UnitOutcome:
+    return UnitOutcome.model_validate({
         "key": f"{program}-{'-'.join(coalition)}-{sample}", "run": "r", "task": "gemm", "generation": 10,
         "programId": program, "coalition": list(coalition), "sample": sample, "label": label,
         "evaluatedUpTo": up_to, "fastVsBaseline": vs_baseline, "speedupVsBaseline": speedup_vs_baseline})
 
 
-def rates(records: list[OutcomeRecord], metrics: list[str]) -> dict[str, dict[str, bool]]:
+def rates(records: list[UnitOutcome], metrics: list[str]) -> dict[str, dict[str, bool]]:
     """Per metric, per program: reached under coalition {a} (one rollout), from the tabulated games."""
     tables = tabulate(records, ["a"], metrics)
     out = {}
@@ -106,7 +106,7 @@ def test_a_record_written_before_the_flag_gets_it_from_its_speedup_over_the_base
 def test_the_record_carries_the_flag_on_the_wire() -> None:
     wire = record("p1", "pass", vs_baseline=True).model_dump(by_alias=True, mode="json")
     assert wire["fastVsBaseline"] is True and wire["label"] == "pass"
-    assert OutcomeRecord.model_validate(wire).baseline_label() == "fast"
+    assert UnitOutcome.model_validate(wire).baseline_label() == "fast"
 
 
 # -------------------------------------------------------------------------------------------------- spec

@@ -49,7 +49,7 @@ LABELS = tuple(label.value for label in Label)
 # spec.attribution.metrics is api.spec.METRICS; a metric keeps the name the spec gives it in every table.
 METRIC_THRESHOLD = {"compiled": Label.COMPILE, "pass": Label.PASS, "fastVsBaseline": Label.FAST,
                     "fastVsFrozen": Label.FAST, "fast": Label.FAST}
-VS_BASELINE = frozenset({"fastVsBaseline"})  # metrics judged on the baseline label (`OutcomeRecord.baseline_label`)
+VS_BASELINE = frozenset({"fastVsBaseline"})  # metrics judged on the baseline label (`UnitOutcome.baseline_label`)
 SAME_METRIC = {"fast": "fastVsFrozen"}  # older name -> the metric it names
 
 
@@ -103,7 +103,7 @@ class ExtractionNote(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class CandidateRecord(UnitRef):
+class UnitCandidate(UnitRef):
     """Written by the LLM stage: the prompts, the completion and the extracted kernel; every field declared
     (an error record, errors/<unitKey>.json, is one too: no code, with `error`, `errorKind` and `phase`)."""
 
@@ -130,7 +130,7 @@ class CandidateRecord(UnitRef):
     extraction: ExtractionNote | None = None
 
 
-class OutcomeRecord(UnitRef):
+class UnitOutcome(UnitRef):
     """Written by the kernel stage: the established label and its evidence."""
 
     label: Label
@@ -170,7 +170,7 @@ class OutcomeRecord(UnitRef):
         return self.label, self.evaluated_up_to
 
 
-def with_fast_vs_baseline(records: list[OutcomeRecord], fast_tolerance: float) -> list[OutcomeRecord]:
+def with_fast_vs_baseline(records: list[UnitOutcome], fast_tolerance: float) -> list[UnitOutcome]:
     """Records written before `fastVsBaseline` existed get it from their `speedupVsBaseline` and the run's
     tolerance, by the rule the kernel stage applies now (`beats`); a record that has it keeps it."""
     out = []

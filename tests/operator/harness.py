@@ -253,7 +253,7 @@ def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...
     """What the runner pods would leave in the store: one outcome record per unit (with `fields_of`'s other
     fields, e.g. fastVsBaseline), and progress objects."""
     from cudanalyst.api import parse_run
-    from cudanalyst.outcomes import OutcomeRecord
+    from cudanalyst.outcomes import UnitOutcome
     from cudanalyst.runfolder import outcome_key, progress_key
     from cudanalyst.runs import plan_run, run_store
 
@@ -261,7 +261,7 @@ def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...
     plan = plan_run(run)
     store = run_store(run)
     for unit in plan.units:
-        record = OutcomeRecord(key=unit.key, run=run.metadata.name, task=unit.task, generation=unit.generation,
+        record = UnitOutcome(key=unit.key, run=run.metadata.name, task=unit.task, generation=unit.generation,
                                program_id=unit.program_id, coalition=list(unit.coalition), arm=unit.arm,
                                rollout=unit.rollout, sample=unit.sample, label=label_of(unit.coalition),
                                evaluated_up_to="fast", gpu_seconds=0.5,

@@ -37,7 +37,7 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from cudanalyst.attribution.games import GameError, coalition_mask
-from cudanalyst.outcomes import METRIC_THRESHOLD, VS_BASELINE, Label, OutcomeRecord
+from cudanalyst.outcomes import METRIC_THRESHOLD, VS_BASELINE, Label, UnitOutcome
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -68,7 +68,7 @@ class OutcomeColumns:
     ceiling: IntArray  # evaluatedUpTo's rank
     unchanged: BoolArray
     reason: tuple[str, ...] = field(default=())  # empty: no reasons recorded
-    # The same against the task's baseline (OutcomeRecord.baseline_label, .baseline_evaluated_up_to), read by the
+    # The same against the task's baseline (UnitOutcome.baseline_label, .baseline_evaluated_up_to), read by the
     # fastVsBaseline metric; None (simulations): the record's label and ceiling.
     baseline_label: IntArray | None = None
     baseline_ceiling: IntArray | None = None
@@ -117,12 +117,12 @@ class OutcomeTables:
     unchanged: Unchanged = "count"
 
 
-def parse_records(raw: Iterable[tuple[str, Any]]) -> list[OutcomeRecord]:
+def parse_records(raw: Iterable[tuple[str, Any]]) -> list[UnitOutcome]:
     """Validate raw JSON objects (named by where they came from) as outcome records."""
     records = []
     for where, obj in raw:
         try:
-            records.append(OutcomeRecord.model_validate(obj))
+            records.append(UnitOutcome.model_validate(obj))
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"]) or "(record)"
@@ -130,7 +130,7 @@ def parse_records(raw: Iterable[tuple[str, Any]]) -> list[OutcomeRecord]:
     return records
 
 
-def columns_of(records: Sequence[OutcomeRecord], players: Sequence[str]) -> OutcomeColumns:
+def columns_of(records: Sequence[UnitOutcome], players: Sequence[str]) -> OutcomeColumns:
     """Records -> columns; an unknown player in a record's coalition is an OutcomeError naming it."""
     if not records:
         raise OutcomeError("no outcome records")
@@ -165,7 +165,7 @@ def _codes(values: Sequence[Any]) -> tuple[list[Any], IntArray]:
 
 
 def tabulate(
-    records: Sequence[OutcomeRecord] | OutcomeColumns,
+    records: Sequence[UnitOutcome] | OutcomeColumns,
     players: Sequence[str],
     metrics: Sequence[str],
     unchanged: Unchanged = "count",

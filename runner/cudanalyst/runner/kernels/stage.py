@@ -34,7 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudanalyst.outcomes import Label, OutcomeRecord, beats
+from cudanalyst.outcomes import Label, UnitOutcome, beats
 from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, heap_calls
 from cudanalyst.runner.kernels.compile.nvcc import (
     CompilePool,
@@ -141,8 +141,8 @@ class _Reference:
 
 def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | None = None,
                         pool: WorkerPool | None = None,
-                        on_result: Callable[[OutcomeRecord], None] | None = None,
-                        phases: dict[str, float] | None = None, secret: int | None = None) -> list[OutcomeRecord]:
+                        on_result: Callable[[UnitOutcome], None] | None = None,
+                        phases: dict[str, float] | None = None, secret: int | None = None) -> list[UnitOutcome]:
     """Outcomes for `jobs`, in the same order (the stage over one batch; see KernelStage)."""
     with KernelStage(settings, gpu=gpu, pool=pool, on_outcome=on_result, phases=phases, secret=secret) as stage:
         stage.add(jobs)
@@ -166,7 +166,7 @@ class KernelStage:
     `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker)."""
 
     def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
-                 on_outcome: Callable[[OutcomeRecord], None] | None = None,
+                 on_outcome: Callable[[UnitOutcome], None] | None = None,
                  phases: dict[str, float] | None = None, nice: int = 0, secret: int | None = None) -> None:
         """`nice` > 0: nvcc and the GPU workers at a lower CPU priority (beside a model server). `secret`: the
         run's (runfolder.run_secret), which every input derives from; without one (and no fixed `seed` in the
@@ -176,7 +176,7 @@ class KernelStage:
         self.cfg = EvalSettings.of(settings)
         self.seeds = seeds_for(self.cfg, secret)
         self.on_outcome = on_outcome
-        self.results: dict[str, OutcomeRecord] = {}
+        self.results: dict[str, UnitOutcome] = {}
         self.use_gpu, self.no_gpu_reason = gpu_status() if gpu is None else (gpu, "" if gpu else "no GPU was given")
         self.own_pool = self.use_gpu and pool is None
         if self.own_pool:
@@ -209,7 +209,7 @@ class KernelStage:
     def _emit(self, job: KernelJob, label: Label, up_to: Label, reason: str, **evidence: Any) -> None:
         unit = job.unit or {"key": job.key, "run": "", "task": job.task, "generation": 0, "program_id": "",
                             "coalition": []}
-        record = OutcomeRecord(**unit, label=label, evaluated_up_to=up_to, reason=reason,
+        record = UnitOutcome(**unit, label=label, evaluated_up_to=up_to, reason=reason,
                                unchanged=same_code(job.source, job.frozen_source), **evidence)
         self.results[job.key] = record
         if self.on_outcome is not None:
@@ -350,7 +350,7 @@ class KernelStage:
 
     # ---- timing ---------------------------------------------------------------------------------
 
-    def finish(self) -> dict[str, OutcomeRecord]:
+    def finish(self) -> dict[str, UnitOutcome]:
         """Every job is in: take in the rest of the compiles and verifications and time the correct candidates;
         all records by key. A group of candidates (one task, one frozen program) is timed once each of its
         candidates is settled and no verification is running or waiting: verification goes first. Timing
