@@ -35,9 +35,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudanalyst.outcomes import Label, OutcomeRecord
-from cudanalyst.runner.kernels.compile.nvcc import CompilePool, CompileResult, shared_cache, task_translation_unit
 from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, heap_calls
+from cudanalyst.runner.kernels.compile.nvcc import (
+    CompilePool,
+    CompileResult,
+    shared_cache,
+    task_translation_unit,
+)
 from cudanalyst.runner.kernels.feedback.reports import frozen_program_reports
+from cudanalyst.runner.kernels.timing.trials import speedup
+from cudanalyst.runner.kernels.verify.verdicts import VerdictCache, verify_once
 from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.workers.requests import (
     EvalSettings,
@@ -45,8 +52,6 @@ from cudanalyst.runner.kernels.workers.requests import (
     compare_request,
     verify_request,
 )
-from cudanalyst.runner.kernels.timing.trials import speedup
-from cudanalyst.runner.kernels.verify.verdicts import VerdictCache, verify_once
 from cudanalyst.tasks import Task, UnknownTaskError, get_task
 from cudanalyst.tasks.conformance import contract_problems
 from cudanalyst.tasks.source_text import same_code

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from cudanalyst.runner import lifeline
 from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.plan import Plan, plan_digest
 from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, read_progress, write_start
+from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.serving import cpu_build, start_local_server
 from cudanalyst.runner.local.gpus import (

@@ -21,7 +21,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cudanalyst.runner import lifeline
 from cudanalyst.api import SpecError
 from cudanalyst.api.recording import TrajectoryRecording
 from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, ended_early
@@ -36,6 +35,7 @@ from cudanalyst.recording import (
     s3_settings,
     unfinished_tasks,
 )
+from cudanalyst.runner import lifeline
 from cudanalyst.runner.kernels.stage import gpu_status
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.serving import cpu_build, remote_endpoint, start_local_server

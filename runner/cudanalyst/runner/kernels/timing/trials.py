@@ -37,9 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cudanalyst.runner.kernels.verify.checker import RESULT_WORDS, checker_function, launch_shape
 from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, writable_variables
-from cudanalyst.runner.kernels.workers.requests import CompareRequest
+from cudanalyst.runner.kernels.verify.checker import RESULT_WORDS, checker_function, launch_shape
 from cudanalyst.runner.kernels.verify.correctness import (
     POISON_WORD,
     ContractError,
@@ -48,6 +47,7 @@ from cudanalyst.runner.kernels.verify.correctness import (
     resolve_task,
     tolerance_for,
 )
+from cudanalyst.runner.kernels.workers.requests import CompareRequest
 from cudanalyst.tasks.base import Role, Task
 
 if TYPE_CHECKING:

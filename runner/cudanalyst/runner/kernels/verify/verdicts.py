@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst import tasks
+from cudanalyst.runner.kernels.compile.nvcc import CompileCache, _atomic_write
 from cudanalyst.runner.kernels.verify import correctness as verify
 from cudanalyst.runner.kernels.workers import references, worker
-from cudanalyst.runner.kernels.compile.nvcc import CompileCache, _atomic_write
 from cudanalyst.runner.kernels.workers.requests import VerifyRequest
 
 
