@@ -2,7 +2,7 @@
 
 The plan is the operator's; shards run as subprocesses; everything is stored under spec.output.uri
 (a local folder by default). Ctrl-C stops cleanly; running the same command again resumes. The command's
-arguments are the core CLI's (cudanalyst/cli/run.py), which hands the parsed command to `main` here.
+arguments are in commands.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, ended_early, load_or_die
+from cudanalyst.api import SpecError, load_run
+from cudanalyst.exits import EXIT_FAILURE, EXIT_INVALID, die
 from cudanalyst.runfolder import OUTCOMES, REPORT_HTML, keys_under
+from cudanalyst.runner.local.display import ended_early
 from cudanalyst.runner.local.executor import (
     LaneServers,
     RunInputError,
@@ -116,7 +118,10 @@ def _interrupt_on_sigterm() -> None:
 
 def main(args: argparse.Namespace) -> int:
     _interrupt_on_sigterm()
-    ar = load_or_die(args.file)
+    try:
+        ar = load_run(args.file)
+    except SpecError as exc:
+        die(str(exc))
     if args.output:
         ar = ar.model_copy(update={"spec": ar.spec.model_copy(
             update={"output": ar.spec.output.model_copy(update={"uri": args.output})})})

@@ -1,6 +1,6 @@
 """`cudanalyst record` on this machine: the agent's model served (vLLM, or the spec's endpoint), every unfinished
 task evolved at once in its own process (`cudanalyst.runner.record.evolve`), then the import (cudanalyst.recording).
-The local executor's, like `cudanalyst run`: it may use the runner; the core names it from cli/record.py.
+The local executor's, like `cudanalyst run`: it may use the runner; its arguments are in commands.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cudanalyst.api import SpecError
 from cudanalyst.api.recording import TrajectoryRecording
-from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, ended_early
+from cudanalyst.exits import EXIT_FAILURE, EXIT_INVALID, die
 from cudanalyst.recording import (
     RecordInputError,
     TaskProgress,
@@ -39,6 +39,7 @@ from cudanalyst.runner import lifeline
 from cudanalyst.runner.kernels.stage import gpu_status
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.serving import cpu_build, remote_endpoint, start_local_server
+from cudanalyst.runner.local.display import ended_early
 from cudanalyst.runner.weights import WeightsError, resolve_model_path
 from cudanalyst.store import StoreError
 
