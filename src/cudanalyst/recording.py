@@ -17,13 +17,11 @@ The store folder `<output.uri>/<name>/`: `spec.json`, `progress/<task>.json`, `o
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cudanalyst.api.recording import TRAJECTORY_FOLDER, TrajectoryRecording
-from cudanalyst.runs import CREDENTIALS_DIR_ENV
 from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, StoreError, open_store
 
 # The artifact names the evaluator gives the reports: its tools' own names (runner.record.evaluator).
@@ -36,9 +34,7 @@ class RecordInputError(ValueError):
 
 
 def s3_settings(rec: TrajectoryRecording) -> S3Settings:
-    s3 = rec.spec.s3
-    return S3Settings(endpoint=s3.endpoint, region=s3.region, addressing_style=s3.addressing_style,
-                      credentials_dir=os.environ.get(CREDENTIALS_DIR_ENV, ""))
+    return S3Settings.from_spec(rec.spec.s3)
 
 
 def recording_store(rec: TrajectoryRecording) -> ObjectStore:

@@ -26,7 +26,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from cudanalyst.store import ObjectNotFound, ObjectStore
+from cudanalyst.api import AttributionRun, AttributionRunSpec
+from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, open_store
 
 SPEC = "spec.json"
 PLAN = "plan.json"
@@ -40,6 +41,26 @@ PROGRESS = "progress/"
 REPORT = "report/"
 REPORT_JSON = REPORT + "report.json"
 REPORT_HTML = REPORT + "report.html"
+
+# Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
+RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
+# A model server's capacity, per role: how long a prompt it takes and how much GPU memory it holds. A unit that
+# finished computes the same with more of either; one its prompt did not fit (prompt-too-long) can then finish.
+RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization")
+
+
+def run_store(run: AttributionRun, s3: S3Settings | None = None) -> ObjectStore:
+    """The run's own folder: `<output.uri>/<name>/`."""
+    return open_store(run.spec.output.uri, s3 or S3Settings.from_spec(run.spec.s3)).child(f"{run.metadata.name}/")
+
+
+def outcome_spec(spec: AttributionRunSpec) -> dict[str, Any]:
+    """The spec fields that decide what a unit computes, in one normal form (defaults filled in): what a resumed
+    run folder (runner.local.executor) and a study's run folder (analysis.study) must agree on."""
+    dumped = spec.model_dump(by_alias=True, mode="json")
+    models = {role: {k: v for k, v in model.items() if k not in RESUMABLE_MODEL_FIELDS}
+              for role, model in (dumped.get("models") or {}).items() if isinstance(model, dict)}
+    return {**{k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}, "models": models}
 
 
 def candidate_key(unit_key: str) -> str:

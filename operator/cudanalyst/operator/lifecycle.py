@@ -38,8 +38,8 @@ from cudanalyst.operator.metrics import Metrics
 from cudanalyst.operator.pods import job_summary
 from cudanalyst.operator.progress import read_shards, run_progress
 from cudanalyst.plan import Plan
-from cudanalyst.runfolder import write_start
-from cudanalyst.runs import PlanError, check_models, plan_run, run_store
+from cudanalyst.planned_run import PlanError, check_models, plan_run
+from cudanalyst.runfolder import run_store, write_start
 from cudanalyst.store import ObjectStore, StoreError
 
 log = logging.getLogger("cudanalyst.operator")
