@@ -53,6 +53,10 @@ def evaluated(evaluated_up_to: Label, metric: str) -> bool:
     return evaluated_up_to.rank >= METRIC_THRESHOLD[metric].rank
 
 
+# The arm of the game's units (every coalition of players); the control arms are spec.controls' names.
+GAME_ARM = "coalition"
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
@@ -66,7 +70,7 @@ class UnitRef(_Record):
     generation: int
     program_id: str
     coalition: list[str] = Field(description="Players whose feedback was given, in spec order.")
-    arm: str = Field("coalition", description="coalition (the game) or a control arm.")
+    arm: str = Field(GAME_ARM, description="coalition (the game) or a control arm.")
     rollout: int = 0
     sample: int = 0
 

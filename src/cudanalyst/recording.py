@@ -66,7 +66,7 @@ class TaskProgress:
     best: float | None = None
 
 
-def read_progress(rec: TrajectoryRecording, store: ObjectStore | None = None) -> list[TaskProgress]:
+def read_recording_progress(rec: TrajectoryRecording, store: ObjectStore | None = None) -> list[TaskProgress]:
     store = store or recording_store(rec)
     out = []
     for task in rec.spec.tasks:
@@ -121,7 +121,7 @@ def check_input(rec: TrajectoryRecording, more: Sequence[str] = (), serving: boo
 def unfinished_tasks(rec: TrajectoryRecording) -> list[str]:
     """The tasks still short of their iterations, read from the store without writing to it."""
     try:
-        return [t.task for t in read_progress(rec) if t.done < t.total]
+        return [t.task for t in read_recording_progress(rec) if t.done < t.total]
     except StoreError as exc:
         raise RecordInputError(f"spec.output.uri: {exc}") from None
 
@@ -170,7 +170,7 @@ def import_recording(rec: TrajectoryRecording, store: ObjectStore | None = None)
                                             feedback_map={p: p for p in RECORDED_PLAYERS})
         programs += found
         sources[task] = provenance
-    progress = {t.task: read_task_progress(store, t.task) for t in read_progress(rec, store)}
+    progress = {t.task: read_task_progress(store, t.task) for t in read_recording_progress(rec, store)}
     gpu = all(p.get("gpu") for p in progress.values())
     manifest = manifest_for(
         programs,

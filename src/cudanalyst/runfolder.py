@@ -12,7 +12,7 @@
                                 the unit finishes, so a resumed shard retries exactly the units without one
   outcomes/<unitKey>.json       the kernel stage's outcome (the only writer of outcomes)
   progress/shard-<i>.json       one shard's `ShardProgress`; a process running only the kernel stage writes
-                                progress/shard-<i>.kernels.json beside it (`read_progress` folds the two)
+                                progress/shard-<i>.kernels.json beside it (`read_shard_progress` folds the two)
   report/                       report.json, report.html, *.png (`cudanalyst report`, the operator)
 
 An archived run folder (`scripts/archive_run.py`: results kept in git, brought back from a GPU machine) holds
@@ -111,7 +111,7 @@ def write_start(store: ObjectStore, run: Any, plan_summary: dict[str, Any]) -> N
 
 
 # ---- shard progress: written by the runner (runner.units.ProgressTracker), read by the operator and
-# `cudanalyst run` through `read_progress` only.
+# `cudanalyst run` through `read_shard_progress` only.
 
 class _Wire(BaseModel):
     # Unknown keys are ignored: a newer runner's object stays readable by an older reader.
@@ -177,7 +177,7 @@ def _read_one(store: ObjectStore, key: str) -> ShardProgress | None:
         return None  # not written yet, or unreadable: counts as nothing done, never as an error
 
 
-def read_progress(store: ObjectStore, shard: int) -> ShardProgress | None:
+def read_shard_progress(store: ObjectStore, shard: int) -> ShardProgress | None:
     """A shard's progress, with a separate kernel-stage object folded in (its counts win for that stage)."""
     base, kernels = _read_one(store, progress_key(shard)), _read_one(store, progress_key(shard, "kernels"))
     if base is None or kernels is None:

@@ -35,11 +35,10 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from cudanalyst.attribution.games import GameError, coalition_mask
-from cudanalyst.outcomes import METRIC_THRESHOLD, Label, OutcomeRecord
+from cudanalyst.outcomes import GAME_ARM, METRIC_THRESHOLD, Label, OutcomeRecord
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-GAME_ARM = "coalition"
 Unchanged = Literal["count", "exclude"]
 _LABEL_NAMES = {lab.rank: lab.value for lab in Label}
 

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.plan import plan_digest
 from cudanalyst.planned_run import PlannedRun
-from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, outcome_spec, read_progress, write_start
+from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, outcome_spec, read_shard_progress, write_start
 from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.serving import cpu_build, start_local_server
@@ -99,7 +99,7 @@ def prepare_folder(planned: PlannedRun) -> None:
 def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
     snap = Snapshot()
     for i in range(shards):
-        prog = read_progress(store, i)
+        prog = read_shard_progress(store, i)
         if prog is None:
             continue
         for name in ("llm", "kernels"):

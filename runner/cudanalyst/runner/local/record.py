@@ -30,7 +30,7 @@ from cudanalyst.recording import (
     check_input,
     import_recording,
     prepare_store,
-    read_progress,
+    read_recording_progress,
     recording_store,
     s3_settings,
     unfinished_tasks,
@@ -105,13 +105,13 @@ def run_tasks(rec: TrajectoryRecording, endpoint: str, served: str, gpu: bool, l
     store = recording_store(rec)
     spec_path = log_dir / "recording.json"
     spec_path.write_text(json.dumps(rec.to_dict()))
-    todo = [t.task for t in read_progress(rec, store) if t.done < t.total]
+    todo = [t.task for t in read_recording_progress(rec, store) if t.done < t.total]
     procs = {task: launch_task(spec_path, task, endpoint, served, gpu, log_dir) for task in todo}
     try:
         while any(p.poll() is None for p in procs.values()):
-            tick(read_progress(rec, store))
+            tick(read_recording_progress(rec, store))
             time.sleep(POLL_S)
-        tick(read_progress(rec, store))
+        tick(read_recording_progress(rec, store))
     finally:
         lifeline.stop_groups(procs.values(), STOP_GRACE_S)
     return {task: int(p.returncode or 0) for task, p in procs.items()}
@@ -195,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
             now = Reporter(console, progress)
-            tasks = read_progress(rec, store)
+            tasks = read_recording_progress(rec, store)
             for t in tasks:
                 if 0 < t.done < t.total:
                     now.say(f"{t.task}: resuming after iteration {t.done} (its last complete checkpoint)")
