@@ -1,5 +1,5 @@
-"""Imports go one way (DESIGN.md section 6, issue 17 and 31): operator -> core, runner -> core, local executor ->
-runner + core, the CLI -> core, and no two modules import each other, however indirectly.
+"""Imports go one way (docs/architecture.md, "The rooms"; issues 17 and 31): operator -> core, runner -> core,
+local executor -> runner + core, the CLI -> core, and no two modules import each other, however indirectly.
 
 Every module's imports are read with `ast` (module level, inside functions and under TYPE_CHECKING alike: a lazy
 import is still a dependency), resolved to the package's own modules and checked against the rooms:
