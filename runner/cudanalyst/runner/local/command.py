@@ -16,7 +16,7 @@ from typing import Protocol
 
 from rich.console import Console
 
-from cudanalyst.api import SpecError, load_run
+from cudanalyst.api import AttributionRun
 from cudanalyst.exits import EXIT_INVALID, die
 from cudanalyst.planned_run import PlanError, PlannedRun
 from cudanalyst.runfolder import OUTCOMES, keys_under
@@ -68,16 +68,9 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def resolve(args: argparse.Namespace) -> tuple[PlannedRun, list[Lane]]:
+def resolve(run: AttributionRun, args: argparse.Namespace) -> tuple[PlannedRun, list[Lane]]:
     """The run as this machine executes it (its shards spread over the lanes), planned once and its folder
     prepared; bad input exits 2 before any work."""
-    try:
-        run = load_run(args.file)
-    except SpecError as exc:
-        die(str(exc))
-    if args.output:
-        run = run.model_copy(update={"spec": run.spec.model_copy(
-            update={"output": run.spec.output.model_copy(update={"uri": args.output})})})
     try:
         check_set_up(run, args.stage)
         local, lanes = lanes_for(run, args.gpus)
@@ -115,10 +108,11 @@ def run_stages(planned: PlannedRun, lanes: list[Lane], stage: str, folder: str, 
     return codes
 
 
-def main(args: argparse.Namespace) -> int:
+def main(run: AttributionRun, args: argparse.Namespace) -> int:
+    """`cudanalyst run`: `run` is the spec file as loaded (commands.py), `args` the command's other arguments."""
     _interrupt_on_sigterm()
     console = Console(stderr=True)
-    planned, lanes = resolve(args)
+    planned, lanes = resolve(run, args)
     show_start(console, planned, [str(lane.gpu) for lane in lanes])
     if args.stage == "all" and {u.key for u in planned.plan.units} <= keys_under(planned.store, OUTCOMES):
         # Every unit has its outcome (the kernel stage's final word): a rerun has nothing to do, so it does not

@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeVar
+
+from cudanalyst.api import AttributionRun, SpecError
+from cudanalyst.api.recording import TrajectoryRecording
+from cudanalyst.exits import die
+
+Spec = TypeVar("Spec", AttributionRun, TrajectoryRecording)
 
 RUN = """\
 `cudanalyst run FILE`: run an AttributionRun on this machine (local mode), with live progress, then report.
@@ -57,16 +64,35 @@ def register_record(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=record)
 
 
+def load_spec(args: argparse.Namespace, load: Callable[[str], Spec]) -> Spec:
+    """The file the command names, loaded by `load`, with `--output` in place of spec.output.uri; a file that
+    is missing or invalid exits 2, naming the field."""
+    try:
+        obj = load(args.file)
+    except SpecError as exc:
+        die(str(exc))
+    if args.output:
+        output = obj.spec.output.model_copy(update={"uri": args.output})
+        obj = obj.model_copy(update={"spec": obj.spec.model_copy(update={"output": output})})
+    return obj
+
+
 def run(args: argparse.Namespace) -> int:
+    from cudanalyst.api import load_run
+
+    spec = load_spec(args, load_run)
     from cudanalyst.runner.local.command import main  # the runner's extras: imported when run, not for --help
 
-    return main(args)
+    return main(spec, args)
 
 
 def record(args: argparse.Namespace) -> int:
+    from cudanalyst.api.recording import load_recording
+
+    spec = load_spec(args, load_recording)
     from cudanalyst.runner.local.record import main
 
-    return main(args)
+    return main(spec, args)
 
 
 COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {"run": register_run, "record": register_record}

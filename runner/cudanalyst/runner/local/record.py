@@ -21,7 +21,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cudanalyst.api import SpecError
 from cudanalyst.api.recording import TrajectoryRecording
 from cudanalyst.exits import EXIT_FAILURE, EXIT_INVALID, die
 from cudanalyst.recording import (
@@ -162,17 +161,9 @@ def per_generation(store: Any) -> str:
     return ", ".join(f"{g}: {n}" for g, n in sorted(counts.items()))
 
 
-def main(args: argparse.Namespace) -> int:
-    from cudanalyst.api.recording import load_recording
-
+def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
+    """`cudanalyst record`: `rec` is the spec file as loaded (commands.py), `args` the command's other arguments."""
     _interrupt_on_sigterm()
-    try:
-        rec = load_recording(args.file)
-    except SpecError as exc:
-        die(str(exc))
-    if args.output:
-        rec = rec.model_copy(update={"spec": rec.spec.model_copy(
-            update={"output": rec.spec.output.model_copy(update={"uri": args.output})})})
     console = Console(stderr=True)
     try:
         # A pass with every iteration done only imports: it needs neither the model's weights nor vLLM.
