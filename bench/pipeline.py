@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst.api import AttributionRun, load_run
-from cudanalyst.outcomes import CandidateRecord, OutcomeRecord, unit_identity
+from cudanalyst.outcomes import UnitCandidate, UnitOutcome, unit_identity
 from cudanalyst.plan import Unit, plan_digest
 from cudanalyst.planned_run import PlannedRun, plan_run
 from cudanalyst.runfolder import (
@@ -278,7 +278,7 @@ class SerialPipeline:
         tokens = res.completion_tokens[0] if res.completion_tokens else None
         plan_tokens = int((group.planner_meta.get("tokens") or {}).get("completion", 0) or 0)
         side.completion_tokens += (tokens or 0) + (plan_tokens if unit.sample == 0 else 0)
-        record = CandidateRecord(
+        record = UnitCandidate(
             **ref, prompt_version=TEMPLATE_VERSION, prompts={"coder": prompt if isinstance(prompt, str)
                                                              else json.dumps(prompt)},
             plan=group.plan, completion=text or "", code=ex.code, reason="" if ex.ok else (ex.reason or "no code"),
@@ -290,7 +290,7 @@ class SerialPipeline:
         self.store.write_outcome(self.evaluate(unit, ex.code if ex.ok else None, ref, pool))
         side.stage_seconds["kernels"] += time.perf_counter() - t1
 
-    def evaluate(self, unit: Unit, code: str | None, ref: dict[str, Any], pool: Any) -> OutcomeRecord:
+    def evaluate(self, unit: Unit, code: str | None, ref: dict[str, Any], pool: Any) -> UnitOutcome:
         from cudanalyst.runner.kernels.stage import KernelJob, evaluate_candidates
 
         job = KernelJob(key=unit.key, task=unit.task, source=code,

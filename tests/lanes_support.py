@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from cudanalyst.api import load_run
-from cudanalyst.outcomes import CandidateRecord, unit_identity
+from cudanalyst.outcomes import UnitCandidate, unit_identity
 from cudanalyst.planned_run import plan_run
 from cudanalyst.runfolder import run_store
 from cudanalyst.runner.units import UnitStore
@@ -38,7 +38,7 @@ def write_candidates(spec: Path) -> int:
     plan = plan_run(run)
     store = UnitStore(run_store(run))
     for unit in plan.units:
-        record = CandidateRecord(**unit_identity(unit, run.metadata.name), completion="(written by the test)",
+        record = UnitCandidate(**unit_identity(unit, run.metadata.name), completion="(written by the test)",
                                  code=get_task(unit.task).baseline_source)
         store.write_candidate(record)
     return len(plan.units)

@@ -16,7 +16,7 @@ from cudanalyst.attribution.result import attribute_tables
 from cudanalyst.attribution.simulate import Design, simulate_columns
 from cudanalyst.attribution.values import columns_of, parse_records, tabulate
 from cudanalyst.cli import main as cli_main
-from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.outcomes import UnitOutcome
 from cudanalyst.report.compute import copy_rates, references, summary_lines
 
 PLAYERS = ["debugger", "analyzer", "profiler"]
@@ -43,7 +43,7 @@ def game(rep, metric: str, pooled: bool = False):
 
 def test_parsed_records_and_simulated_columns_give_the_same_report() -> None:
     cols = simulate_columns(Design(6, 2, 0.5, True), np.random.default_rng(1))
-    records = [OutcomeRecord(key=f"u{i}", run="t", task=cols.task[i], generation=int(cols.generation[i]),
+    records = [UnitOutcome(key=f"u{i}", run="t", task=cols.task[i], generation=int(cols.generation[i]),
                              program_id=cols.program[i], coalition=[p for b, p in enumerate(PLAYERS) if cols.mask[i] >> b & 1],
                              rollout=int(cols.rollout[i]), sample=int(cols.sample[i]),
                              label=["fail", "compile", "pass", "fast"][cols.label[i]], evaluated_up_to="fast")

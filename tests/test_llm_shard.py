@@ -93,7 +93,7 @@ def test_kernel_stage_without_candidates_has_nothing_to_do(tmp_path: Path, traje
 @needs_nvcc
 def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Path, trajectory: Path) -> None:
     from cudanalyst.api import load_run
-    from cudanalyst.outcomes import CandidateRecord
+    from cudanalyst.outcomes import UnitCandidate
     from cudanalyst.plan import make_plan
     from cudanalyst.runner.kernels.stage import gpu_available
     from cudanalyst.runner.units import UnitStore
@@ -108,7 +108,7 @@ def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Pat
     good = get_task("gemm").baseline_source
     gpu = gpu_available()
     for i, u in enumerate(plan.units):
-        store.write_candidate(CandidateRecord(
+        store.write_candidate(UnitCandidate(
             key=u.key, run=RUN, task=u.task, generation=u.generation, program_id=u.program_id,
             coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample,
             code=good if i % 2 == 0 else "__global__ void wrong() {}\n"))
@@ -133,7 +133,7 @@ def test_kernel_stage_turns_the_llm_stage_candidates_into_outcomes(tmp_path: Pat
 def test_one_kernel_stage_process_serves_several_shards_each_with_its_progress(tmp_path: Path,
                                                                                 trajectory: Path) -> None:
     from cudanalyst.api import load_run
-    from cudanalyst.outcomes import CandidateRecord
+    from cudanalyst.outcomes import UnitCandidate
     from cudanalyst.plan import make_plan, shard_units
     from cudanalyst.runner.units import UnitStore
     from cudanalyst.store import open_store
@@ -147,7 +147,7 @@ def test_one_kernel_stage_process_serves_several_shards_each_with_its_progress(t
     for u in plan.units:  # shard 1 has one unit without a candidate: its LLM stage is unfinished
         if u.key == min(shard1):
             continue
-        store.write_candidate(CandidateRecord(
+        store.write_candidate(UnitCandidate(
             key=u.key, run=RUN, task=u.task, generation=u.generation, program_id=u.program_id,
             coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample,
             code=get_task("gemm").baseline_source))
@@ -271,7 +271,7 @@ def test_a_kernel_stage_beside_the_llm_stage_takes_candidates_as_they_come(tmp_p
     import threading
 
     from cudanalyst.api import load_run
-    from cudanalyst.outcomes import CandidateRecord
+    from cudanalyst.outcomes import UnitCandidate
     from cudanalyst.plan import make_plan
     from cudanalyst.runner.units import UnitStore
     from cudanalyst.store import open_store
@@ -286,7 +286,7 @@ def test_a_kernel_stage_beside_the_llm_stage_takes_candidates_as_they_come(tmp_p
     marker = tmp_path / "llm-stage-over"
 
     def candidate(u, code):
-        return CandidateRecord(key=u.key, run=RUN, task=u.task, generation=u.generation, program_id=u.program_id,
+        return UnitCandidate(key=u.key, run=RUN, task=u.task, generation=u.generation, program_id=u.program_id,
                                coalition=list(u.coalition), arm=u.arm, rollout=u.rollout, sample=u.sample, code=code)
 
     first, later, no_code = plan.units[:3], plan.units[3:6], plan.units[6]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cudanalyst.outcomes import CandidateRecord
+from cudanalyst.outcomes import UnitCandidate
 from cudanalyst.runfolder import read_shard_progress
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore, group_key
 from cudanalyst.runner.weights import WeightsError, resolve_model_path, sync_prefix
@@ -21,8 +21,8 @@ def store(request, tmp_path: Path) -> ObjectStore:
     return request.getfixturevalue("s3_store")
 
 
-def cand(key: str, **kw) -> CandidateRecord:
-    return CandidateRecord(key=key, run="r", task="gemm", generation=1, program_id="p1", coalition=["debugger"],
+def cand(key: str, **kw) -> UnitCandidate:
+    return UnitCandidate(key=key, run="r", task="gemm", generation=1, program_id="p1", coalition=["debugger"],
                            **kw)
 
 

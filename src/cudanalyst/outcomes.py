@@ -93,7 +93,7 @@ class ExtractionNote(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class CandidateRecord(UnitRef):
+class UnitCandidate(UnitRef):
     """Written by the LLM stage: the prompts, the completion and the extracted kernel; every field declared
     (an error record, errors/<unitKey>.json, is one too: no code, with `error`, `errorKind` and `phase`)."""
 
@@ -120,7 +120,7 @@ class CandidateRecord(UnitRef):
     extraction: ExtractionNote | None = None
 
 
-class OutcomeRecord(UnitRef):
+class UnitOutcome(UnitRef):
     """Written by the kernel stage: the established label and its evidence."""
 
     label: Label

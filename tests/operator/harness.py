@@ -251,7 +251,7 @@ async def add_pod(kmock: Any, run: str, shard: int, status: dict[str, Any]) -> N
 def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...]], str]) -> int:
     """What the runner pods would leave in the store: one outcome record per unit, and progress objects."""
     from cudanalyst.api import parse_run
-    from cudanalyst.outcomes import OutcomeRecord
+    from cudanalyst.outcomes import UnitOutcome
     from cudanalyst.planned_run import plan_run
     from cudanalyst.runfolder import outcome_key, progress_key, run_store
 
@@ -259,7 +259,7 @@ def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...
     plan = plan_run(run)
     store = run_store(run)
     for unit in plan.units:
-        record = OutcomeRecord(key=unit.key, run=run.metadata.name, task=unit.task, generation=unit.generation,
+        record = UnitOutcome(key=unit.key, run=run.metadata.name, task=unit.task, generation=unit.generation,
                                program_id=unit.program_id, coalition=list(unit.coalition), arm=unit.arm,
                                rollout=unit.rollout, sample=unit.sample, label=label_of(unit.coalition),
                                evaluated_up_to="fast", gpu_seconds=0.5)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cudanalyst.api import AttributionRun, SpecError, load_run
-from cudanalyst.outcomes import OutcomeRecord, unit_identity
+from cudanalyst.outcomes import UnitOutcome, unit_identity
 from cudanalyst.plan import Unit, shard_units
 from cudanalyst.planned_run import PlanError, PlannedRun
 from cudanalyst.runfolder import feedback_key
@@ -175,7 +175,7 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
             for shard, prog in progresses.items():
                 store.write_progress(shard, prog)
 
-    def store_outcome(record: OutcomeRecord) -> None:
+    def store_outcome(record: UnitOutcome) -> None:
         p = progresses[owner[record.key]]
         if store.write_outcome(record):
             p.kernels_done += 1

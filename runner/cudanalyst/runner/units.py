@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudanalyst.outcomes import CandidateRecord, OutcomeRecord
+from cudanalyst.outcomes import UnitCandidate, UnitOutcome
 from cudanalyst.runfolder import (
     CANDIDATES,
     ERRORS,
@@ -66,28 +66,28 @@ class UnitStore:
     def finished_outcomes(self) -> set[str]:
         return keys_under(self.store, OUTCOMES)
 
-    def write_candidate(self, record: CandidateRecord) -> bool:
+    def write_candidate(self, record: UnitCandidate) -> bool:
         """Write once; returns False when the unit was already finished (its record is kept)."""
         data = record.model_dump(by_alias=True, mode="json")
         written = self.store.put_json_if_absent(candidate_key(record.key), data)
         self.store.delete(error_key(record.key))  # a missing object is not an error
         return written
 
-    def read_candidate(self, unit_key: str) -> CandidateRecord:
-        return CandidateRecord.model_validate(self.store.get_json(candidate_key(unit_key)))
+    def read_candidate(self, unit_key: str) -> UnitCandidate:
+        return UnitCandidate.model_validate(self.store.get_json(candidate_key(unit_key)))
 
-    def write_outcome(self, record: OutcomeRecord) -> bool:
+    def write_outcome(self, record: UnitOutcome) -> bool:
         return self.store.put_json_if_absent(outcome_key(record.key), record.model_dump(by_alias=True, mode="json"))
 
     # ---- errors of unfinished units
-    def write_error(self, record: CandidateRecord) -> None:
+    def write_error(self, record: UnitCandidate) -> None:
         self.store.put_json(error_key(record.key), record.model_dump(by_alias=True, mode="json"))
 
     def error_keys(self) -> set[str]:
         return keys_under(self.store, ERRORS)
 
-    def read_error(self, unit_key: str) -> CandidateRecord:
-        return CandidateRecord.model_validate(self.store.get_json(error_key(unit_key)))
+    def read_error(self, unit_key: str) -> UnitCandidate:
+        return UnitCandidate.model_validate(self.store.get_json(error_key(unit_key)))
 
     # ---- shared intermediate results: the planner's text per rollout, the summarizer's per program and player
     def read_planner_text(self, key: str) -> dict[str, Any] | None:

@@ -41,7 +41,7 @@ from cudanalyst.attribution.contrast import (
 from cudanalyst.attribution.intervals import holm
 from cudanalyst.attribution.result import game_units
 from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables, tabulate
-from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.outcomes import UnitOutcome
 from cudanalyst.report.load import ReportError, load_outcomes, load_spec
 from cudanalyst.runfolder import PLAN, REPORT_HTML, outcome_spec
 from cudanalyst.store import ObjectStore, StoreError
@@ -191,7 +191,7 @@ class StudyRun:
     spec_file: str
     spec: AttributionRun
     uri: str = ""
-    records: list[OutcomeRecord] = field(default_factory=list)
+    records: list[UnitOutcome] = field(default_factory=list)
     run: AttributionRun | None = None  # as the folder recorded it
     missing: str = ""  # why the run cannot be used ("" when it can)
     notes: list[str] = field(default_factory=list)
@@ -505,7 +505,7 @@ def arm_table(runs: Mapping[str, StudyRun], roles: Sequence[str], confidence: fl
 # ----------------------------------------------------------------------------------------- finding 2
 
 
-def finding2(sr: StudyRun | None, attribute: Callable[[list[OutcomeRecord], AttributionRun], Any]) -> dict[str, Any]:
+def finding2(sr: StudyRun | None, attribute: Callable[[list[UnitOutcome], AttributionRun], Any]) -> dict[str, Any]:
     """Per generation (and pooled) Banzhaf values and pairwise interactions of the main run, from the report's
     own attribution (`attribute` is report.compute.attribution), and the rows of the paper's claims."""
     if sr is None or sr.missing or sr.run is None:
@@ -556,7 +556,7 @@ def _f2_row(paper: str, measured: str, metric: str, gen: int | None, direction: 
 
 
 def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, ObjectStore | None],
-          attribute: Callable[[list[OutcomeRecord], AttributionRun], Any]) -> dict[str, Any]:
+          attribute: Callable[[list[UnitOutcome], AttributionRun], Any]) -> dict[str, Any]:
     """Every finding's rows from the runs that exist; a role without a store (folder absent) is 'not run'."""
     runs: dict[str, StudyRun] = {}
     for role, (file, spec) in specs.items():

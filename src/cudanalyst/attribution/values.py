@@ -35,7 +35,7 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from cudanalyst.attribution.games import GameError, coalition_mask
-from cudanalyst.outcomes import GAME_ARM, METRIC_THRESHOLD, Label, OutcomeRecord
+from cudanalyst.outcomes import GAME_ARM, METRIC_THRESHOLD, Label, UnitOutcome
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -110,12 +110,12 @@ class OutcomeTables:
     unchanged: Unchanged = "count"
 
 
-def parse_records(raw: Iterable[tuple[str, Any]]) -> list[OutcomeRecord]:
+def parse_records(raw: Iterable[tuple[str, Any]]) -> list[UnitOutcome]:
     """Validate raw JSON objects (named by where they came from) as outcome records."""
     records = []
     for where, obj in raw:
         try:
-            records.append(OutcomeRecord.model_validate(obj))
+            records.append(UnitOutcome.model_validate(obj))
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"]) or "(record)"
@@ -123,7 +123,7 @@ def parse_records(raw: Iterable[tuple[str, Any]]) -> list[OutcomeRecord]:
     return records
 
 
-def columns_of(records: Sequence[OutcomeRecord], players: Sequence[str]) -> OutcomeColumns:
+def columns_of(records: Sequence[UnitOutcome], players: Sequence[str]) -> OutcomeColumns:
     """Records -> columns; an unknown player in a record's coalition is an OutcomeError naming it."""
     if not records:
         raise OutcomeError("no outcome records")
@@ -156,7 +156,7 @@ def _codes(values: Sequence[Any]) -> tuple[list[Any], IntArray]:
 
 
 def tabulate(
-    records: Sequence[OutcomeRecord] | OutcomeColumns,
+    records: Sequence[UnitOutcome] | OutcomeColumns,
     players: Sequence[str],
     metrics: Sequence[str],
     unchanged: Unchanged = "count",

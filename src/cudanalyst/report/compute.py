@@ -18,7 +18,7 @@ from cudanalyst.attribution.result import (
     mark_holm,
 )
 from cudanalyst.attribution.values import GAME_ARM, tabulate
-from cudanalyst.outcomes import LABELS, OutcomeRecord
+from cudanalyst.outcomes import LABELS, UnitOutcome
 
 POOLED = "pooled"
 
@@ -34,7 +34,7 @@ def estimator_of(run: AttributionRun) -> Estimator:
     return run.spec.attribution.estimator
 
 
-def attribution(records: Sequence[OutcomeRecord], run: AttributionRun) -> AttributionResult:
+def attribution(records: Sequence[UnitOutcome], run: AttributionRun) -> AttributionResult:
     """Every game (metric x generation, and pooled) and control arm, with t-intervals over units."""
     spec = run.spec
     tables = tabulate(records, spec.players, spec.attribution.metrics, unchanged=spec.attribution.unchanged)
@@ -57,7 +57,7 @@ def _without_order_one_interactions(result: AttributionResult, players: Sequence
     return result
 
 
-def task_breakdown(records: Sequence[OutcomeRecord], run: AttributionRun) -> list[dict[str, Any]]:
+def task_breakdown(records: Sequence[UnitOutcome], run: AttributionRun) -> list[dict[str, Any]]:
     """Per task, pooled over its generations: programs, labels and the pooled games.
 
     Within one task the units are its frozen programs (the estimand: the mean over this task's programs).
@@ -91,7 +91,7 @@ def task_breakdown(records: Sequence[OutcomeRecord], run: AttributionRun) -> lis
     return out
 
 
-def label_counts(records: Sequence[OutcomeRecord]) -> dict[str, dict[str, int]]:
+def label_counts(records: Sequence[UnitOutcome]) -> dict[str, dict[str, int]]:
     """Sample labels per arm (counts of unit records, not best-of-k)."""
     by_arm: dict[str, dict[str, int]] = {}
     for r in records:
@@ -100,7 +100,7 @@ def label_counts(records: Sequence[OutcomeRecord]) -> dict[str, dict[str, int]]:
     return by_arm
 
 
-def evaluated_up_to(records: Sequence[OutcomeRecord]) -> dict[str, int]:
+def evaluated_up_to(records: Sequence[UnitOutcome]) -> dict[str, int]:
     """How far the evaluation could see, counted over records (e.g. {"compile": 120} with no GPU)."""
     out: dict[str, int] = {}
     for r in records:
@@ -136,7 +136,7 @@ def estimator_notes(result: AttributionResult) -> list[str]:
     return notes
 
 
-def references(records: Sequence[OutcomeRecord]) -> dict[str, int]:
+def references(records: Sequence[UnitOutcome]) -> dict[str, int]:
     """How many units' `fast` was measured against the frozen program, the task's baseline, or nothing."""
     counts = {"frozen": 0, "baseline": 0, "notTimed": 0}
     for r in records:
@@ -144,14 +144,14 @@ def references(records: Sequence[OutcomeRecord]) -> dict[str, int]:
     return counts
 
 
-def copy_rates(records: Sequence[OutcomeRecord], players: Sequence[str]) -> dict[str, Any]:
+def copy_rates(records: Sequence[UnitOutcome], players: Sequence[str]) -> dict[str, Any]:
     """Candidates that are the frozen program unchanged, per arm and per coalition of the game."""
-    def rate(rs: list[OutcomeRecord]) -> dict[str, Any]:
+    def rate(rs: list[UnitOutcome]) -> dict[str, Any]:
         copies = sum(r.unchanged for r in rs)
         return {"unchanged": copies, "units": len(rs), "rate": copies / len(rs) if rs else None}
 
-    by_arm: dict[str, list[OutcomeRecord]] = {}
-    by_coalition: dict[str, list[OutcomeRecord]] = {}
+    by_arm: dict[str, list[UnitOutcome]] = {}
+    by_coalition: dict[str, list[UnitOutcome]] = {}
     for r in records:
         by_arm.setdefault(r.arm, []).append(r)
         if r.arm == GAME_ARM:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from cudanalyst.api import parse_run
-from cudanalyst.outcomes import CandidateRecord, Label, OutcomeRecord
+from cudanalyst.outcomes import Label, UnitCandidate, UnitOutcome
 from cudanalyst.plan import GAME_ARM, coalitions, control_coalition, unit_key
 from cudanalyst.players import tool_names
 from cudanalyst.runfolder import PLAN, SPEC, candidate_key, outcome_key
@@ -85,13 +85,13 @@ def write_demo_run(store: ObjectStore, spec: dict[str, Any] | None = None, gpu: 
                             ref = {"key": key, "run": name, "task": task, "generation": gen, "programId": program_id,
                                    "coalition": list(members), "arm": arm, "rollout": rollout, "sample": sample}
                             units += 1
-                            store.put_json(candidate_key(key), CandidateRecord.model_validate(
+                            store.put_json(candidate_key(key), UnitCandidate.model_validate(
                                 {**ref, "promptVersion": "v1", "models": {"planner": "gemma-3-270m"},
                                  "completion": "__global__ void k() {}", "code": "__global__ void k() {}"}))
                             label = _label(rng, members if arm != "noFeedback" else (), gpu)
                             top = Label.FAST if gpu else Label.COMPILE
                             speedup = float(rng.uniform(1.2, 2.0)) if label == Label.FAST else None
-                            store.put_json(outcome_key(key), OutcomeRecord.model_validate(
+                            store.put_json(outcome_key(key), UnitOutcome.model_validate(
                                 {**ref, "label": label, "evaluatedUpTo": top, "speedup": speedup}))
                             written += 1
     store.put_json(PLAN, {"run": name, "players": s.players, "units": units, "digest": "demo"})

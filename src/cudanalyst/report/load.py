@@ -10,7 +10,7 @@ from typing import Any
 
 from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.attribution.values import OutcomeError, parse_records
-from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.outcomes import UnitOutcome
 from cudanalyst.runfolder import CANDIDATES, OUTCOMES, OUTCOMES_ARCHIVE, PLAN, SPEC
 from cudanalyst.store import ObjectNotFound, ObjectStore
 
@@ -29,7 +29,7 @@ class RunFolder:
     uri: str
     run: AttributionRun
     plan: dict[str, Any] | None
-    outcomes: list[OutcomeRecord]
+    outcomes: list[UnitOutcome]
     prompt_versions: list[str] = field(default_factory=list)
     candidate_models: dict[str, list[str]] = field(default_factory=dict)
     candidates_read: int = 0
@@ -66,7 +66,7 @@ def _read_many(store: ObjectStore, keys: list[str]) -> list[tuple[str, Any]]:
         return list(pool.map(lambda k: (store.uri_of(k), _get_json(store, k)), keys))
 
 
-def load_outcomes(store: ObjectStore) -> list[OutcomeRecord]:
+def load_outcomes(store: ObjectStore) -> list[UnitOutcome]:
     keys = [k for k in store.list(OUTCOMES) if k.endswith(".json")]
     if not keys and store.exists(OUTCOMES_ARCHIVE):
         return _load_archive(store)
@@ -78,7 +78,7 @@ def load_outcomes(store: ObjectStore) -> list[OutcomeRecord]:
         raise ReportError(str(exc)) from None
 
 
-def _load_archive(store: ObjectStore) -> list[OutcomeRecord]:
+def _load_archive(store: ObjectStore) -> list[UnitOutcome]:
     """An archived folder's outcomes.jsonl.gz: one record per line, each named by its line in errors."""
     where = store.uri_of(OUTCOMES_ARCHIVE)
     try:

@@ -34,7 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudanalyst.outcomes import Label, OutcomeRecord
+from cudanalyst.outcomes import Label, UnitOutcome
 from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, heap_calls
 from cudanalyst.runner.kernels.compile.nvcc import (
     CompilePool,
@@ -140,8 +140,8 @@ class _Reference:
 
 def evaluate_candidates(jobs: list[KernelJob], settings: Any, *, gpu: bool | None = None,
                         pool: WorkerPool | None = None,
-                        on_result: Callable[[OutcomeRecord], None] | None = None,
-                        phases: dict[str, float] | None = None) -> list[OutcomeRecord]:
+                        on_result: Callable[[UnitOutcome], None] | None = None,
+                        phases: dict[str, float] | None = None) -> list[UnitOutcome]:
     """Outcomes for `jobs`, in the same order (the stage over one batch; see KernelStage)."""
     with KernelStage(settings, gpu=gpu, pool=pool, on_outcome=on_result, phases=phases) as stage:
         stage.add(jobs)
@@ -163,14 +163,14 @@ class KernelStage:
     kernel stage behind its LLM stage."""
 
     def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
-                 on_outcome: Callable[[OutcomeRecord], None] | None = None,
+                 on_outcome: Callable[[UnitOutcome], None] | None = None,
                  phases: dict[str, float] | None = None, nice: int = 0) -> None:
         """`nice` > 0: nvcc and the GPU workers at a lower CPU priority (beside a model server)."""
         self.phases: dict[str, Any] = {} if phases is None else phases
         self.started = time.monotonic()
         self.cfg = EvalSettings.of(settings)
         self.on_outcome = on_outcome
-        self.results: dict[str, OutcomeRecord] = {}
+        self.results: dict[str, UnitOutcome] = {}
         self.use_gpu, self.no_gpu_reason = gpu_status() if gpu is None else (gpu, "" if gpu else "no GPU was given")
         self.own_pool = self.use_gpu and pool is None
         if self.own_pool:
@@ -200,7 +200,7 @@ class KernelStage:
     def _emit(self, job: KernelJob, label: Label, up_to: Label, reason: str, **evidence: Any) -> None:
         unit = job.unit or {"key": job.key, "run": "", "task": job.task, "generation": 0, "program_id": "",
                             "coalition": []}
-        record = OutcomeRecord(**unit, label=label, evaluated_up_to=up_to, reason=reason,
+        record = UnitOutcome(**unit, label=label, evaluated_up_to=up_to, reason=reason,
                                unchanged=same_code(job.source, job.frozen_source), **evidence)
         self.results[job.key] = record
         if self.on_outcome is not None:
@@ -325,7 +325,7 @@ class KernelStage:
 
     # ---- timing ---------------------------------------------------------------------------------
 
-    def finish(self) -> dict[str, OutcomeRecord]:
+    def finish(self) -> dict[str, UnitOutcome]:
         """Every job is in: take in the rest of the compiles and verifications and time the correct candidates;
         all records by key. A group of candidates (one task, one frozen program) is timed once each of its
         candidates is settled and no verification is running or waiting: verification goes first. Timing

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudanalyst.api import AttributionRun, ModelSpec
-from cudanalyst.outcomes import CandidateRecord
+from cudanalyst.outcomes import UnitCandidate
 from cudanalyst.plan import Unit
 from cudanalyst.runner.llm.client import (
     GenerationRequest,
@@ -172,7 +172,7 @@ class LlmStage:
     def _fail_units(self, units: Sequence[Unit], phase: str, kind: str, reason: str,
                     prompts: dict[str, str] | None = None, plan: str | None = None) -> None:
         for u in units:
-            self.store.write_error(CandidateRecord(**self._ref(u), prompt_version=TEMPLATE_VERSION,
+            self.store.write_error(UnitCandidate(**self._ref(u), prompt_version=TEMPLATE_VERSION,
                                                    prompts=prompts or {}, plan_text=plan, reason=reason,
                                                    error=f"{phase}: {reason}", errorKind=kind, phase=phase))
         with self._lock:
@@ -421,7 +421,7 @@ class LlmStage:
                 tokens["plannerPrompt"] = int(plan_tokens["prompt"])
             if plan_tokens.get("completion") is not None:
                 tokens["plannerCompletion"] = int(plan_tokens["completion"])
-            record = CandidateRecord(
+            record = UnitCandidate(
                 **self._ref(u), prompt_version=TEMPLATE_VERSION, prompts=prompts, plan_text=g.plan,
                 completion=text or "", code=ex.code, reason=reason, models=models, seed=res.seed,
                 tokens=tokens,
