@@ -45,6 +45,7 @@ from typing import Any
 from cudanalyst.api import AttributionRun, load_run
 from cudanalyst.outcomes import UnitCandidate, UnitOutcome, unit_identity
 from cudanalyst.plan import Unit, plan_digest
+from cudanalyst.planned_run import PlannedRun, plan_run
 from cudanalyst.runfolder import (
     CANDIDATES,
     OUTCOMES,
@@ -53,11 +54,11 @@ from cudanalyst.runfolder import (
     keys_under,
     outcome_key,
     planner_text_key,
+    run_store,
 )
-from cudanalyst.runner.local.command import shard_summaries
+from cudanalyst.runner.local.display import shard_summaries
 from cudanalyst.runner.local.executor import KernelStages, LaneServers, lanes_for, llm_stage_in_lanes, prepare
 from cudanalyst.runner.local.gpus import Lane, visible_gpus
-from cudanalyst.runs import plan_run, run_store
 from cudanalyst.store import ObjectStore
 from cudanalyst.trajectory import dump_programs
 
@@ -410,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = trimmed(base, args.units, work / "trajectory")
     gpu = gpu_available()
     widest, lanes_all = lanes_for(base, max((c or 0) for c in counts) or None)
-    plan = plan_run(base)
+    planned = PlannedRun.resolve(widest)  # the servers' models; its plan has the units of every side
+    plan = planned.plan
     serial_units = spread(plan.units, args.serial_units) if args.serial_units else []
     print(f"{base.metadata.name}: pipeline {len(plan.units)} units over {len(plan.programs)} programs, "
           f"sides on {', '.join(f'{c} GPU(s)' if c else 'no GPU' for c in counts)}; serial {len(serial_units)} units; "
@@ -429,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    with LaneServers(widest, lanes_all, str(logs), args.health_timeout) as servers:
+    with LaneServers(planned, lanes_all, str(logs), args.health_timeout) as servers:
         server_start_s = time.perf_counter() - t0
         figures["serverStartSeconds"] = server_start_s
         print(f"model server(s) healthy after {server_start_s:.1f} s ({len(lanes_all)} GPU lane(s))", flush=True)
@@ -438,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             side = Side(name, gpus=count or 0)
             local, lanes = lanes_for(base, count)
             side_run = with_output(local, str(work / f"pipeline-{count or 0}gpu"))
-            _, store = prepare(with_output(base, side_run.spec.output.uri))
+            store = prepare(with_output(base, side_run.spec.output.uri)).store
             folder = logs / f"pipeline-{count or 0}gpu"
             folder.mkdir()
             served = {lane.index: with_output(servers.served[lane.index], side_run.spec.output.uri) for lane in lanes}

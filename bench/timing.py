@@ -12,14 +12,15 @@ frozen program. Prints one table. Run on the GPU machine (scripts/device/run.sh 
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from typing import Any
 
 from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+from cudanalyst.runner.kernels.timing.trials import Program, TaskData, graph_api, handle_compare, speedup
 from cudanalyst.runner.kernels.verify.checker import checker_cubin
 from cudanalyst.runner.kernels.workers.requests import EvalSettings, TimedProgram, compare_request, seeds_for
-from cudanalyst.runner.kernels.timing.trials import Program, TaskData, graph_api, handle_compare, speedup
 from cudanalyst.runner.kernels.workers.worker import GpuSession
 from cudanalyst.tasks import get_task
 
@@ -104,4 +105,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # No options; --help says what the script measures before it takes the GPU.
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     sys.exit(main())

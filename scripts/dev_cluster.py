@@ -54,8 +54,8 @@ from cp_cluster import (  # noqa: E402
 from cp_harness import PodHarness  # noqa: E402
 from cp_process import ComponentError, free_port  # noqa: E402
 
-from cudanalyst.runner import lifeline  # noqa: E402
 from cudanalyst.cache import cache_root  # noqa: E402
+from cudanalyst.runner import lifeline  # noqa: E402
 
 RELEASE, NAMESPACE = "cudanalyst", "cudanalyst"
 OPERATOR_SA = "cudanalyst-operator"  # the chart's <release>-operator

@@ -19,8 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudanalyst.runner.kernels.feedback.analyzer import AnalyzerReport, analyze
 from cudanalyst.runner.kernels.compile.nvcc import CompileResult, compile_task_source
+from cudanalyst.runner.kernels.feedback.analyzer import AnalyzerReport, analyze
 from cudanalyst.runner.kernels.feedback.debugger import compile_report
 from cudanalyst.tasks import Task, get_task
 from cudanalyst.tasks.conformance import contract_problems

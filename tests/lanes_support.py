@@ -10,8 +10,9 @@ import yaml
 
 from cudanalyst.api import load_run
 from cudanalyst.outcomes import UnitCandidate, unit_identity
+from cudanalyst.planned_run import plan_run
+from cudanalyst.runfolder import run_store
 from cudanalyst.runner.units import UnitStore
-from cudanalyst.runs import plan_run, run_store
 from cudanalyst.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from nvcc_mark import needs_nvcc
 
+from cudanalyst.runner.kernels.compile.source_checks import run_checks
 from cudanalyst.runner.kernels.feedback.analyzer import analyze, parse_launches
 from cudanalyst.runner.kernels.feedback.occupancy import theoretical_occupancy
-from cudanalyst.runner.kernels.compile.source_checks import run_checks
 from cudanalyst.tasks import get_task
 
 CLEAN = r"""

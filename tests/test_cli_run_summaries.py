@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from cudanalyst.runner.local.command import stage_summaries
+from cudanalyst.runner.local.display import stage_summaries
 
 
 def test_stage_summaries_reads_each_shards_summary_line(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from cudanalyst.runner.kernels.compile.nvcc import (
     compile_task_source,
     task_translation_unit,
 )
-from cudanalyst.runner.kernels.feedback.debugger import compile_report
 from cudanalyst.runner.kernels.compile.ptxas_report import parse_diagnostics, parse_ptxas
 from cudanalyst.runner.kernels.compile.toolchain import ToolchainNotFoundError, find_toolchain
+from cudanalyst.runner.kernels.feedback.debugger import compile_report
 from cudanalyst.tasks import all_tasks, get_task
 
 try:

@@ -29,7 +29,7 @@ from cudanalyst.report.demo import demo_spec, write_demo_run
 from cudanalyst.report.load import load_run_folder
 from cudanalyst.report.status_view import print_status
 from cudanalyst.report.table import from_attribution, render
-from cudanalyst.runs import outcome_spec
+from cudanalyst.runfolder import outcome_spec
 from cudanalyst.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]

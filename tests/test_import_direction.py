@@ -1,18 +1,21 @@
-"""Imports go one way (DESIGN.md section 6, issue 17): operator -> core, runner -> core, local executor -> runner +
-core, and no two modules import each other, however indirectly.
+"""Imports go one way (docs/architecture.md, "The rooms"; issues 17 and 31): operator -> core, runner -> core,
+local executor -> runner + core, the CLI -> core, and no two modules import each other, however indirectly.
 
 Every module's imports are read with `ast` (module level, inside functions and under TYPE_CHECKING alike: a lazy
 import is still a dependency), resolved to the package's own modules and checked against the rooms:
 - core: src/cudanalyst (cudanalyst.*): imports only the core;
+- cli: src/cudanalyst/cli (cudanalyst.cli.*), the core's command line: the core and itself; nothing below it
+  (the core, the runner, the operator) imports it;
 - operator: operator/cudanalyst/operator (cudanalyst.operator.*): the core and itself, and no GPU code (pycuda, vLLM,
   torch);
-- runner: runner/cudanalyst/runner (cudanalyst.runner.*): the core and itself, and never the Kubernetes API
-  (kubernetes, kopf);
-- local: runner/cudanalyst/runner/local (cudanalyst.runner.local.*), the executor of `cudanalyst run`: the runner and
-  the core.
-A literal `importlib.import_module("cudanalyst.runner...")` is an import too; the only ones the core may make are
-the doors of the `run` and `record` commands (cli/run.py, cli/record.py), which hand the parsed command to the
-local room.
+- runner: runner/cudanalyst/runner (cudanalyst.runner.*): the core and itself, never the CLI, and never the
+  Kubernetes API (kubernetes, kopf);
+- local: runner/cudanalyst/runner/local (cudanalyst.runner.local.*), the executor of `cudanalyst run` and
+  `record`: the runner and the core, not the CLI;
+- entry: cudanalyst.entrypoints and cudanalyst.__main__, the console scripts at the top: every room (they hand the
+  local executor's commands to the CLI).
+A literal `importlib.import_module("cudanalyst.runner...")` is an import too, and no room may make one across the
+rooms' direction: the CLI is given its local commands, it never names them.
 """
 
 from __future__ import annotations
@@ -31,16 +34,18 @@ from scipy.sparse.csgraph import connected_components
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("src", "operator", "runner")  # the source roots (setup.py): under each, a module's folder is its import path
-MAY_IMPORT = {"core": {"core"}, "operator": {"core", "operator"}, "runner": {"core", "runner"},
-              "local": {"core", "runner", "local"}}
+MAY_IMPORT = {"core": {"core"}, "cli": {"core", "cli"}, "operator": {"core", "operator"},
+              "runner": {"core", "runner"}, "local": {"core", "runner", "local"},
+              "entry": {"core", "cli", "operator", "runner", "local", "entry"}}
 NEVER = {"operator": {"pycuda", "vllm", "torch"}, "runner": {"kubernetes", "kopf", "kubernetes_asyncio"}}
-# (importer, imported by name at run time): the commands the core's CLI lists and the local room runs.
-DOORS = {("cudanalyst.cli.run", "cudanalyst.runner.local.command"), ("cudanalyst.cli.record", "cudanalyst.runner.local.record")}
+ENTRY = {"cudanalyst.entrypoints", "cudanalyst.__main__"}
 
 
 def room(module: str) -> str:
+    if module in ENTRY:
+        return "entry"
     for prefix, name in (("cudanalyst.runner.local", "local"), ("cudanalyst.runner", "runner"),
-                         ("cudanalyst.operator", "operator")):
+                         ("cudanalyst.operator", "operator"), ("cudanalyst.cli", "cli")):
         if module == prefix or module.startswith(prefix + "."):
             return name
     return "core"
@@ -97,7 +102,7 @@ def violations(modules: Mapping[str, Path]) -> list[str]:
             top = target.split(".")[0]
             if top in NEVER.get(room(name), set()):
                 bad.append(f"{name} -> {target} (the {room(name)} never imports {top})")
-            if top != "cudanalyst" or (name, target) in DOORS:
+            if top != "cudanalyst":
                 continue
             if room(target) not in MAY_IMPORT[room(name)]:
                 how = " by name" if by_name else ""
@@ -119,7 +124,7 @@ def cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:
 
 def test_every_import_goes_the_rooms_way():
     modules = package_modules()
-    assert "cudanalyst.runner.local.executor" in modules and "cudanalyst.cli.run" in modules  # the rooms are read
+    assert {"cudanalyst.runner.local.executor", "cudanalyst.cli.plan", "cudanalyst.entrypoints"} <= set(modules)
     assert violations(modules) == []
 
 
@@ -149,6 +154,13 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
         "runner/cudanalyst/runner/units.py": "from cudanalyst.operator import jobs\n",  # runner -> operator
         "runner/cudanalyst/runner/local/__init__.py": "",
         "runner/cudanalyst/runner/local/executor.py": "from cudanalyst.runner import shard\n",
+        "runner/cudanalyst/runner/local/command.py": "from cudanalyst.cli.common import die\n",  # local -> CLI
+        "runner/cudanalyst/runner/weights.py": "import cudanalyst.cli\n",  # runner -> CLI
+        "src/cudanalyst/cli/__init__.py": "",
+        "src/cudanalyst/cli/common.py": "",
+        "src/cudanalyst/cli/run.py": "import importlib\nimportlib.import_module('cudanalyst.runner.local.command')\n",
+        "src/cudanalyst/exits.py": "from cudanalyst.cli import common\n",  # core -> CLI
+        "src/cudanalyst/entrypoints.py": "from cudanalyst.runner.local import command\nfrom cudanalyst.cli import main\n",
         "operator/cudanalyst/operator/__init__.py": "",
         "operator/cudanalyst/operator/jobs.py": "import pycuda.driver\nfrom ..runner import shard\n",
     }
@@ -158,10 +170,13 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
     modules = package_modules(tmp_path)
     found = violations(modules)
     expected = [
+        "cudanalyst.cli.run -> cudanalyst.runner.local.command by name",
+        "cudanalyst.exits -> cudanalyst.cli.common",
         "cudanalyst.lazy -> cudanalyst.operator.jobs", "cudanalyst.named -> cudanalyst.runner.shard by name",
         "cudanalyst.operator.jobs -> cudanalyst.runner.shard", "cudanalyst.operator.jobs -> pycuda.driver",
-        "cudanalyst.plan -> cudanalyst.runner.shard", "cudanalyst.runner.shard -> cudanalyst.runner.local.executor",
-        "cudanalyst.runner.shard -> kopf", "cudanalyst.runner.units -> cudanalyst.operator.jobs",
+        "cudanalyst.plan -> cudanalyst.runner.shard", "cudanalyst.runner.local.command -> cudanalyst.cli.common",
+        "cudanalyst.runner.shard -> cudanalyst.runner.local.executor", "cudanalyst.runner.shard -> kopf", "cudanalyst.runner.units -> cudanalyst.operator.jobs",
+        "cudanalyst.runner.weights -> cudanalyst.cli",
         "cudanalyst.typed -> cudanalyst.runner.local.executor",
     ]
     assert [line.split(" (")[0] for line in found] == expected
@@ -191,11 +206,11 @@ def python_without_extras(code: str, *args: str) -> subprocess.CompletedProcess[
 
 
 def test_the_core_and_its_cli_need_no_runner_extras(tmp_path):
-    core = [m for m in package_modules() if room(m) == "core" and not m.endswith("__main__")]  # (it would run)
+    core = [m for m in package_modules() if room(m) in ("core", "cli", "entry") and not m.endswith("__main__")]
     res = python_without_extras("import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n",
                                 *core)
     assert res.returncode == 0, res.stderr[-3000:]
-    cli = "import sys\nfrom cudanalyst.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    cli = "import sys\nfrom cudanalyst.entrypoints import cli\nsys.exit(cli(sys.argv[1:]))\n"
     helped = python_without_extras(cli, "--help")
     assert helped.returncode == 0 and " run " in helped.stdout, helped.stderr[-3000:]
     run_help = python_without_extras(cli, "run", "--help")

@@ -12,12 +12,12 @@ import pytest
 from nvcc_mark import needs_nvcc
 
 from cudanalyst.api.spec import EvaluationSpec
-from cudanalyst.runner.kernels.verify import correctness as verify
-from cudanalyst.runner.kernels.workers.pool import GpuGate
 from cudanalyst.runner.kernels.feedback.profiler import clean_ncu_output, ncu_failure, timing_lines
 from cudanalyst.runner.kernels.feedback.sanitizer import clean_tool_output
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates, label_for
 from cudanalyst.runner.kernels.timing.trials import speedup, timing_stats
+from cudanalyst.runner.kernels.verify import correctness as verify
+from cudanalyst.runner.kernels.workers.pool import GpuGate
 from cudanalyst.runner.kernels.workers.worker import WorkerHandle, scrubbed_environment
 from cudanalyst.tasks import Tolerance, get_task
 
@@ -279,8 +279,8 @@ def test_timing_schedule_interleaves_and_checks_every_trial():
 
 @needs_nvcc
 def test_every_writable_module_variable_is_found_in_the_cubin():
-    from cudanalyst.runner.kernels.compile.nvcc import compile_source
     from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, writable_variables
+    from cudanalyst.runner.kernels.compile.nvcc import compile_source
 
     source = """
     __device__ float cache_y[1024];
@@ -315,8 +315,8 @@ HEAP_CALLS = {  # each keeps memory past the launch; the cubin names the call ho
 
 @needs_nvcc
 def test_calls_to_the_device_heap_are_found_in_the_cubin():
-    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
     from cudanalyst.runner.kernels.compile.cubin_globals import heap_calls
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
 
     assert heap_calls(compile_task_source(GEMM, GEMM.baseline_source).cubin) == []
     for name, (code, calls) in HEAP_CALLS.items():
@@ -550,8 +550,8 @@ class _SlowVerifyPool(_StandInPool):
 def test_timing_waits_for_running_verifications_instead_of_queueing_behind_them(tmp_path, monkeypatch):
     """Timing needs the GPU alone: a group is timed only when no verification runs, even when it was settled
     while another group's candidates were still being verified (the convoy seen on the H200)."""
-    from cudanalyst.runner.kernels.verify.checker import checker_cubin
     from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.verify.checker import checker_cubin
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
     base = GEMM.baseline_source

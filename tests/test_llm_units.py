@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cudanalyst.outcomes import UnitCandidate
+from cudanalyst.runfolder import read_shard_progress
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore, group_key
 from cudanalyst.runner.weights import WeightsError, resolve_model_path, sync_prefix
 from cudanalyst.store import ObjectStore, open_store
@@ -54,9 +55,9 @@ def test_progress_is_one_small_object(store: ObjectStore) -> None:
     doc = store.get_json("progress/shard-2.json")  # the wire form: camelCase, readable without the model
     assert (doc["done"], doc["total"], doc["byStage"]["llm"]["done"], doc["failedUnits"]) == (3, 10, 7, 30)
     assert doc["failures"][0]["units"] == 30 and len(doc["failures"][0]["unitKeys"]) == 10
-    read = units.read_progress(2)
+    read = read_shard_progress(units.store, 2)
     assert read is not None and (read.done, read.stage("llm").done, read.failed_units) == (3, 7, 30)
-    assert units.read_progress(3) is None
+    assert read_shard_progress(units.store, 3) is None
 
 
 def test_weights_from_an_s3_prefix_are_synced_once(s3_store: ObjectStore, tmp_path: Path) -> None:

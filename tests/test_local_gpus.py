@@ -16,6 +16,7 @@ import pytest
 from lanes_support import kernel_summaries, kernels_only_spec, write_candidates
 
 from cudanalyst.api import load_run
+from cudanalyst.planned_run import plan_run
 from cudanalyst.runner.local.executor import RunInputError, lanes_for, vllm_cache
 from cudanalyst.runner.local.gpus import (
     GpuChoiceError,
@@ -28,7 +29,6 @@ from cudanalyst.runner.local.gpus import (
     requested_count,
     visible_gpus,
 )
-from cudanalyst.runs import plan_run
 
 
 @pytest.mark.parametrize(("value", "gpus"), [

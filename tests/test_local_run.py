@@ -76,8 +76,8 @@ def test_a_model_servers_capacity_may_change_between_passes_and_nothing_else_of_
     import pytest
 
     from cudanalyst.api import load_run
+    from cudanalyst.planned_run import PlannedRun
     from cudanalyst.runner.local.executor import RunInputError, prepare_folder
-    from cudanalyst.runs import plan_run
 
     def run_with(**planner: object):
         data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
@@ -88,10 +88,10 @@ def test_a_model_servers_capacity_may_change_between_passes_and_nothing_else_of_
         return load_run(str(path))
 
     first = run_with()
-    prepare_folder(first, plan_run(first))
+    prepare_folder(PlannedRun.resolve(first))
     bigger = run_with(maxModelLen=16384, gpuMemoryUtilization=0.3)
-    prepare_folder(bigger, plan_run(bigger))  # accepted: the folder resumes
+    prepare_folder(PlannedRun.resolve(bigger))  # accepted: the folder resumes
     for change in ({"api": "completion"}, {"extraArgs": ["--dtype", "float16"]}, {"model": "tiny-llama"}):
         other = run_with(**change)
         with pytest.raises(RunInputError, match=r"different spec \(spec\.models differ\)"):
-            prepare_folder(other, plan_run(other))
+            prepare_folder(PlannedRun.resolve(other))

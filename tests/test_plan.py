@@ -10,7 +10,7 @@ import yaml
 
 from cudanalyst.api import parse_run
 from cudanalyst.plan import coalitions, make_plan, shard_units, unit_key
-from cudanalyst.runs import PlanError, plan_run
+from cudanalyst.planned_run import PlanError, plan_run
 from cudanalyst.trajectory import FrozenProgram, TrajectoryError, dump_programs, freeze, manifest_for
 
 ROOT = Path(__file__).resolve().parents[1]

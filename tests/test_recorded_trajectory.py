@@ -35,7 +35,7 @@ def test_the_recording_ships_with_its_gpu_feedback() -> None:
 
 def test_the_attribution_example_plans_48_frozen_programs_over_it() -> None:
     from cudanalyst.api import load_run
-    from cudanalyst.runs import plan_run
+    from cudanalyst.planned_run import plan_run
 
     run = load_run(str(Path(__file__).parents[1] / "examples" / "h200-recorded-attribution.yaml"))
     assert run.spec.trajectory.uri == RECORDED

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cudanalyst.api import parse_run
 from cudanalyst.report.demo import demo_spec
-from cudanalyst.runfolder import PLAN, SPEC, read_progress, write_start
+from cudanalyst.runfolder import PLAN, SPEC, read_shard_progress, write_start
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore
 from cudanalyst.store import open_store
 
@@ -20,12 +20,12 @@ def test_an_llm_process_and_a_kernel_process_read_back_as_one_shard(tmp_path):
     units.write_progress(1, llm)
     units.write_progress(1, kernels)  # its own object: the two never overwrite each other's counts
     assert sorted(units.store.list("progress/")) == ["progress/shard-1.json", "progress/shard-1.kernels.json"]
-    read = read_progress(units.store, 1)
+    read = read_shard_progress(units.store, 1)
     assert read is not None
     assert (read.done, read.stage("llm").done, read.stage("kernels").done) == (5, 8, 5)
     assert read.gpu_seconds == 3.5 and read.failed_units == 3 and read.state == "running"
     assert read.stages == ["kernels", "llm"]
-    assert read_progress(units.store, 0) is None
+    assert read_shard_progress(units.store, 0) is None
 
 
 def test_the_start_objects_are_the_run_without_status_and_the_plan_summary(tmp_path):

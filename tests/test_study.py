@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from cudanalyst.analysis.study import MARGIN, StudyError, _programs_md, load_specs, mark_holm, study, verdict
 from cudanalyst.api import load_run
 from cudanalyst.cli import main as cli
 from cudanalyst.report.compute import attribution
 from cudanalyst.store import open_store
-from cudanalyst.analysis.study import MARGIN, StudyError, _programs_md, load_specs, mark_holm, study, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "examples" / "study"

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
-from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
+from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.tasks import get_task
 
 GEMM = get_task("gemm")

@@ -41,7 +41,7 @@ state_of() {  # NAME OUTCOMES UNITS report|noreport, from the spec's plan and th
   $py - "$1" "$runs" <<'PY'
 import pathlib, sys
 from cudanalyst.api import load_run
-from cudanalyst.runs import plan_run
+from cudanalyst.planned_run import plan_run
 run = load_run(sys.argv[1])
 folder = pathlib.Path(sys.argv[2]) / run.metadata.name
 units = {u.key for u in plan_run(run).units}

@@ -1,7 +1,7 @@
-"""`python -m cudanalyst`."""
+"""`python -m cudanalyst`: the `cudanalyst` console script."""
 
 import sys
 
-from cudanalyst.cli import main
+from cudanalyst.entrypoints import cli
 
-sys.exit(main())
+sys.exit(cli())

@@ -1,91 +1,56 @@
-"""The console scripts, and what they say when an optional extra is missing.
+"""The console scripts: the top of the package, the one place that may see every room.
 
-Each script imports its part of the package only when called, so that a missing extra (the runner's
-OpenAI client, the operator's kopf...) is named with the command that installs it, and the exit status
-is 2 (invalid set-up, like invalid input) instead of a traceback. Which extra brings a module is read
-from the package's own metadata (pyproject.toml's optional-dependencies), never kept twice.
+`cudanalyst` is the core's CLI with the local executor's commands (`run`, `record`) handed to it here, so the
+CLI never names the runner and the runner never imports the CLI (tests/test_import_direction.py). Each script
+imports its part of the package only when called, so that a missing extra is named with the command that
+installs it, exit status 2, instead of a traceback (cudanalyst.exits).
 """
 
 from __future__ import annotations
 
-import importlib
-import re
-import sys
-from collections.abc import Callable
-from functools import cache
-from importlib import metadata
+from collections.abc import Mapping, Sequence
 
-EXIT_INVALID = 2
+from cudanalyst.cli import Register
+from cudanalyst.exits import extra_for, guarded
+
+__all__ = ["cli", "extra_for", "local_commands", "operator", "runner"]
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-@cache
-def _extra_of_distribution() -> dict[str, str]:
-    """{distribution: the first extra that requires it}, in pyproject's order (dev last)."""
-    found: dict[str, str] = {}
+def local_commands() -> Mapping[str, Register]:
+    """`run` and `record`, where this build has the runner (the operator's image has not: none then)."""
     try:
-        requirements = metadata.requires("cudanalyst") or []
-    except metadata.PackageNotFoundError:
-        return found
-    for req in requirements:
-        marker = re.search(r"""extra\s*==\s*["']([^"']+)["']""", req)
-        name = re.match(r"[A-Za-z0-9._-]+", req)
-        if marker and name:
-            found.setdefault(_canonical(name.group(0)), marker.group(1))
-    return found
-
-
-def extra_for(module: str | None) -> str | None:
-    """The extra that installs top-level `module`, or None when no extra does."""
-    if not module:
-        return None
-    top = module.split(".")[0]
-    extras = _extra_of_distribution()
-    installed = metadata.packages_distributions().get(top, [])
-    for dist in (*installed, top):  # a missing module usually has its distribution's name
-        if _canonical(dist) in extras:
-            return extras[_canonical(dist)]
-    return None
-
-
-def missing_extra_message(program: str, exc: ModuleNotFoundError) -> str | None:
-    """The line to print for a missing extra, or None when the missing module is not an extra's."""
-    extra = extra_for(exc.name)
-    if extra is None:
-        return None
-    return (f"{program}: the Python module {exc.name!r} is missing: it comes with the {extra!r} extra; "
-            f"install it with: pip install 'cudanalyst[{extra}]'")
-
-
-def guarded(program: str, call: Callable[[], object]) -> int:
-    """Run `call` (a main function, or the import of one); a missing extra's module exits 2 with its name."""
-    try:
-        return int(call() or 0)  # type: ignore[call-overload]
+        from cudanalyst.runner.local.commands import COMMANDS
     except ModuleNotFoundError as exc:
-        message = missing_extra_message(program, exc)
-        if message is None:
-            raise
-        print(message, file=sys.stderr)
-        return EXIT_INVALID
+        if exc.name and exc.name.startswith("cudanalyst.runner"):
+            return {}
+        raise
+    return COMMANDS
 
 
-def _main_of(module: str, program: str) -> int:
-    return guarded(program, lambda: importlib.import_module(module).main())
-
-
-def cli() -> int:
+def cli(argv: Sequence[str] | None = None) -> int:
     """`cudanalyst` (the core; subcommands that need an extra say so themselves)."""
-    return _main_of("cudanalyst.cli", "cudanalyst")
+    from cudanalyst.cli import main
+
+    return guarded("cudanalyst", lambda: main(argv, local_commands()))
 
 
 def runner() -> int:
     """`cudanalyst-runner`: needs the `runner` extra."""
-    return _main_of("cudanalyst.runner.shard", "cudanalyst-runner")
+
+    def shard() -> int:
+        from cudanalyst.runner.shard import main
+
+        return main()
+
+    return guarded("cudanalyst-runner", shard)
 
 
 def operator() -> int:
     """`cudanalyst-operator`: needs the `operator` extra."""
-    return _main_of("cudanalyst.operator.main", "cudanalyst-operator")
+
+    def operate() -> int:
+        from cudanalyst.operator.main import main
+
+        return main()
+
+    return guarded("cudanalyst-operator", operate)

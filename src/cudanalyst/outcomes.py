@@ -65,6 +65,8 @@ def evaluated(evaluated_up_to: Label, metric: str) -> bool:
 def beats(speedup: float | None, fast_tolerance: float) -> bool:
     """The one speedup rule of both fast metrics: faster by more than the tolerance (pure)."""
     return speedup is not None and speedup > 1.0 + fast_tolerance
+# The arm of the game's units (every coalition of players); the control arms are spec.controls' names.
+GAME_ARM = "coalition"
 
 
 class _Record(BaseModel):
@@ -80,7 +82,7 @@ class UnitRef(_Record):
     generation: int
     program_id: str
     coalition: list[str] = Field(description="Players whose feedback was given, in spec order.")
-    arm: str = Field("coalition", description="coalition (the game) or a control arm.")
+    arm: str = Field(GAME_ARM, description="coalition (the game) or a control arm.")
     rollout: int = 0
     sample: int = 0
 

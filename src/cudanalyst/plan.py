@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cudanalyst.api import AttributionRun
+from cudanalyst.outcomes import GAME_ARM
 from cudanalyst.trajectory import FrozenProgram
-
-GAME_ARM = "coalition"
 
 # Rough costs for `cudanalyst plan`'s estimate; measured on the H200 (see docs/performance.md).
 TOKENS_PER_GPU_SECOND = 10_000

@@ -17,13 +17,11 @@ The store folder `<output.uri>/<name>/`: `spec.json`, `progress/<task>.json`, `o
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cudanalyst.api.recording import TRAJECTORY_FOLDER, TrajectoryRecording
-from cudanalyst.runs import CREDENTIALS_DIR_ENV
 from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, StoreError, open_store
 
 # The artifact names the evaluator gives the reports: its tools' own names (runner.record.evaluator).
@@ -36,9 +34,7 @@ class RecordInputError(ValueError):
 
 
 def s3_settings(rec: TrajectoryRecording) -> S3Settings:
-    s3 = rec.spec.s3
-    return S3Settings(endpoint=s3.endpoint, region=s3.region, addressing_style=s3.addressing_style,
-                      credentials_dir=os.environ.get(CREDENTIALS_DIR_ENV, ""))
+    return S3Settings.from_spec(rec.spec.s3)
 
 
 def recording_store(rec: TrajectoryRecording) -> ObjectStore:
@@ -70,7 +66,7 @@ class TaskProgress:
     best: float | None = None
 
 
-def read_progress(rec: TrajectoryRecording, store: ObjectStore | None = None) -> list[TaskProgress]:
+def read_recording_progress(rec: TrajectoryRecording, store: ObjectStore | None = None) -> list[TaskProgress]:
     store = store or recording_store(rec)
     out = []
     for task in rec.spec.tasks:
@@ -125,7 +121,7 @@ def check_input(rec: TrajectoryRecording, more: Sequence[str] = (), serving: boo
 def unfinished_tasks(rec: TrajectoryRecording) -> list[str]:
     """The tasks still short of their iterations, read from the store without writing to it."""
     try:
-        return [t.task for t in read_progress(rec) if t.done < t.total]
+        return [t.task for t in read_recording_progress(rec) if t.done < t.total]
     except StoreError as exc:
         raise RecordInputError(f"spec.output.uri: {exc}") from None
 
@@ -174,7 +170,7 @@ def import_recording(rec: TrajectoryRecording, store: ObjectStore | None = None)
                                             feedback_map={p: p for p in RECORDED_PLAYERS})
         programs += found
         sources[task] = provenance
-    progress = {t.task: read_task_progress(store, t.task) for t in read_progress(rec, store)}
+    progress = {t.task: read_task_progress(store, t.task) for t in read_recording_progress(rec, store)}
     gpu = all(p.get("gpu") for p in progress.values())
     manifest = manifest_for(
         programs,

@@ -15,7 +15,7 @@
                                 the unit finishes, so a resumed shard retries exactly the units without one
   outcomes/<unitKey>.json       the kernel stage's outcome (the only writer of outcomes)
   progress/shard-<i>.json       one shard's `ShardProgress`; a process running only the kernel stage writes
-                                progress/shard-<i>.kernels.json beside it (`read_progress` folds the two)
+                                progress/shard-<i>.kernels.json beside it (`read_shard_progress` folds the two)
   report/                       report.json, report.html, *.png (`cudanalyst report`, the operator)
 
 An archived run folder (`scripts/archive_run.py`: results kept in git, brought back from a GPU machine) holds
@@ -31,7 +31,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from cudanalyst.store import ObjectNotFound, ObjectStore
+from cudanalyst.api import AttributionRun, AttributionRunSpec
+from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, open_store
 
 SPEC = "spec.json"
 PLAN = "plan.json"
@@ -46,6 +47,31 @@ PROGRESS = "progress/"
 REPORT = "report/"
 REPORT_JSON = REPORT + "report.json"
 REPORT_HTML = REPORT + "report.html"
+
+# Spec parts that do not change what a unit computes: a run folder may be resumed with other values.
+RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
+# A model server's capacity, per role: how long a prompt it takes and how much GPU memory it holds. A unit that
+# finished computes the same with more of either; one its prompt did not fit (prompt-too-long) can then finish.
+RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization")
+# Which metrics are tabulated, not what a unit computes (the estimator does: msr plans fewer coalitions). A spec
+# without `metrics` got [compiled, pass, fast] before both fast metrics existed; its folder resumes with the new ones.
+RESUMABLE_ATTRIBUTION_FIELDS = ("metrics",)
+
+
+def run_store(run: AttributionRun, s3: S3Settings | None = None) -> ObjectStore:
+    """The run's own folder: `<output.uri>/<name>/`."""
+    return open_store(run.spec.output.uri, s3 or S3Settings.from_spec(run.spec.s3)).child(f"{run.metadata.name}/")
+
+
+def outcome_spec(spec: AttributionRunSpec) -> dict[str, Any]:
+    """The spec fields that decide what a unit computes, in one normal form (defaults filled in): what a resumed
+    run folder (runner.local.executor) and a study's run folder (analysis.study) must agree on."""
+    dumped = spec.model_dump(by_alias=True, mode="json")
+    models = {role: {k: v for k, v in model.items() if k not in RESUMABLE_MODEL_FIELDS}
+              for role, model in (dumped.get("models") or {}).items() if isinstance(model, dict)}
+    attribution = {k: v for k, v in (dumped.get("attribution") or {}).items() if k not in RESUMABLE_ATTRIBUTION_FIELDS}
+    return {**{k: v for k, v in dumped.items() if k not in RESUMABLE_FIELDS}, "models": models,
+            "attribution": attribution}
 
 
 def candidate_key(unit_key: str) -> str:
@@ -118,7 +144,7 @@ def run_secret(store: ObjectStore, evaluation: Any) -> int:
 
 
 # ---- shard progress: written by the runner (runner.units.ProgressTracker), read by the operator and
-# `cudanalyst run` through `read_progress` only.
+# `cudanalyst run` through `read_shard_progress` only.
 
 class _Wire(BaseModel):
     # Unknown keys are ignored: a newer runner's object stays readable by an older reader.
@@ -184,7 +210,7 @@ def _read_one(store: ObjectStore, key: str) -> ShardProgress | None:
         return None  # not written yet, or unreadable: counts as nothing done, never as an error
 
 
-def read_progress(store: ObjectStore, shard: int) -> ShardProgress | None:
+def read_shard_progress(store: ObjectStore, shard: int) -> ShardProgress | None:
     """A shard's progress, with a separate kernel-stage object folded in (its counts win for that stage)."""
     base, kernels = _read_one(store, progress_key(shard)), _read_one(store, progress_key(shard, "kernels"))
     if base is None or kernels is None:

@@ -27,7 +27,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -86,6 +86,18 @@ class InvalidKey(StoreError, ValueError):
 # --------------------------------------------------------------------------------------- settings
 
 
+# Where a pod mounts spec.s3.credentialsSecret (the operator sets this up; cudanalyst.operator.jobs).
+CREDENTIALS_DIR_ENV = "CUDANALYST_S3_CREDENTIALS_DIR"
+
+
+class S3Fields(Protocol):
+    """A spec's `s3` block (cudanalyst.api.spec.S3Spec, of runs and recordings alike)."""
+
+    endpoint: str
+    region: str
+    addressing_style: str
+
+
 class S3Settings(BaseModel):
     """How to reach an S3-compatible endpoint. Empty fields fall back to boto3's defaults."""
 
@@ -107,6 +119,12 @@ class S3Settings(BaseModel):
     connect_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a connection.")
     read_timeout: float = Field(60.0, gt=0, description="Seconds to wait for a response.")
     max_attempts: int = Field(3, ge=1, description="Attempts per request (retries on throttling, 5xx, lost connections).")
+
+    @classmethod
+    def from_spec(cls, s3: S3Fields) -> S3Settings:
+        """A spec's `s3` block, with the credentials folder a pod has mounted (CREDENTIALS_DIR_ENV), if any."""
+        return cls(endpoint=s3.endpoint, region=s3.region, addressing_style=s3.addressing_style,
+                   credentials_dir=os.environ.get(CREDENTIALS_DIR_ENV, ""))
 
 
 # Kubernetes Secrets mounted as folders: one file per key. Both spellings are common.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from gpu_support import gpu_only
 
-from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.stage import EvalSettings, KernelJob, evaluate_candidates
+from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.tasks import get_task
 
 pytestmark = gpu_only

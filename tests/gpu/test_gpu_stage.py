@@ -37,8 +37,8 @@ def test_work_on_a_side_stream_is_caught():
     sync and after the device sync differ."""
     import pycuda.driver as cuda
 
-    from cudanalyst.runner.kernels.verify import correctness as verify
     from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.verify import correctness as verify
     from cudanalyst.runner.kernels.workers.worker import GpuSession
 
     task = get_task("atax")

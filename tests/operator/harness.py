@@ -254,8 +254,8 @@ def write_outcomes(run_body_: dict[str, Any], label_of: Callable[[tuple[str, ...
     fields, e.g. fastVsBaseline), and progress objects."""
     from cudanalyst.api import parse_run
     from cudanalyst.outcomes import UnitOutcome
-    from cudanalyst.runfolder import outcome_key, progress_key
-    from cudanalyst.runs import plan_run, run_store
+    from cudanalyst.planned_run import plan_run
+    from cudanalyst.runfolder import outcome_key, progress_key, run_store
 
     run = parse_run({k: run_body_[k] for k in ("apiVersion", "kind", "metadata", "spec")})
     plan = plan_run(run)

@@ -82,6 +82,22 @@ async def test_fixing_a_stalled_spec_starts_the_run(kube: Any, trajectory: str, 
     check_all_status_patches(kube)
 
 
+async def test_a_trajectory_uploaded_later_starts_the_run(kube: Any, tmp_path: Path, output: str) -> None:
+    """PlanFailed may be cured outside the spec: kopf tries the start again (TemporaryError), no edit needed."""
+    later = tmp_path / "later"
+    kube.objects[RUNS, NS, "later"] = run_body("later", str(later), output)
+    async with operator_running(Services(operator_config(retry_interval=2.0))):
+        stalled = await eventually(lambda: condition(kube, "later", "Stalled")
+                                   if condition(kube, "later", "Stalled")["status"] == "True" else None)
+        assert stalled["reason"] == "PlanFailed" and not job_exists(kube, "later-runner")
+        write_trajectory(later)
+        await eventually(lambda: job_exists(kube, "later-runner"))
+        await eventually(lambda: run_status(kube, "later").get("phase") == "Running")
+    assert condition(kube, "later", "Stalled")["status"] == "False"
+    assert run_status(kube, "later")["observedGeneration"] == 1  # the same spec, never edited
+    check_all_status_patches(kube)
+
+
 async def test_unreachable_store_stalls_one_run_while_others_are_served(
         kube: Any, trajectory: str, output: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")

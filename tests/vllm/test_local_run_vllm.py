@@ -107,3 +107,21 @@ def test_ctrl_c_stops_everything_and_a_rerun_finishes(tmp_path, tiny_models):
     done = cudanalyst("run", str(spec), "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(list((out / "quickstart" / "outcomes").glob("*.json"))) == 10
+
+
+def test_the_stages_run_apart_from_one_store(tmp_path, tiny_models):
+    """`--stage llm` writes every candidate and no outcome; `--stage kernels` (another machine, the same store)
+    then writes every outcome without a model server."""
+    spec = write_spec(tmp_path, tiny_models)
+    out = tmp_path / "runs"
+    llm = cudanalyst("run", str(spec), "--output", str(out), "--stage", "llm")
+    assert llm.returncode == 0, llm.stderr[-3000:]
+    folder = out / "quickstart"
+    units = json.loads((folder / "plan.json").read_text())["units"]
+    assert len(list((folder / "candidates").glob("*.json"))) == units
+    assert not (folder / "outcomes").exists() or not list((folder / "outcomes").glob("*.json"))
+    assert "done: llm stage" in llm.stderr and "What you saw:" not in llm.stdout  # no report after one stage
+    kernels = cudanalyst("run", str(spec), "--output", str(out), "--stage", "kernels")
+    assert kernels.returncode == 0, kernels.stderr[-3000:]
+    assert "starting the model server" not in kernels.stderr
+    assert len(list((folder / "outcomes").glob("*.json"))) == units

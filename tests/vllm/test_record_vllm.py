@@ -106,7 +106,7 @@ def test_a_recording_of_two_iterations_lands_in_s3_and_an_attribution_run_plans_
 
     # Ready as an AttributionRun's spec.trajectory.uri.
     from cudanalyst.api import parse_run
-    from cudanalyst.runs import plan_run
+    from cudanalyst.planned_run import plan_run
 
     run = parse_run({
         "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": "over-rec"},

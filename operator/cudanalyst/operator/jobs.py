@@ -8,7 +8,7 @@ from typing import Any
 from cudanalyst.api import AttributionRun
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.config import OperatorConfig
-from cudanalyst.runs import CREDENTIALS_DIR_ENV
+from cudanalyst.store import CREDENTIALS_DIR_ENV
 
 # Labels of GitOps tools that track what belongs to an application. Copied onto a child, they would make
 # Argo CD or Flux treat the operator's Job as their own (out of sync, or pruned), so they stay on the run.

@@ -39,16 +39,18 @@ from cudanalyst.operator.metrics import Metrics
 from cudanalyst.operator.pods import job_summary
 from cudanalyst.operator.progress import read_shards, run_progress
 from cudanalyst.plan import Plan
-from cudanalyst.runfolder import write_start
-from cudanalyst.runs import PlanError, check_models, plan_run, run_store
+from cudanalyst.planned_run import PlanError, check_models, plan_run
+from cudanalyst.runfolder import run_store, write_start
 from cudanalyst.store import ObjectStore, StoreError
 
 log = logging.getLogger("cudanalyst.operator")
 
-# Stalled reasons that something outside the spec may cure (a trajectory uploaded later, a store back up).
+# Stalled reasons that something outside the spec may cure (a trajectory uploaded later, a store back up): the
+# start is tried again (kopf.TemporaryError), first after RETRY_FIRST_S, then twice as long each time up to the
+# configured retry interval, so a fix made at once is seen at once and a long outage costs little.
 PLAN_FAILED = "PlanFailed"
 STORE_UNAVAILABLE = "StoreUnavailable"
-RETRYABLE = (PLAN_FAILED, STORE_UNAVAILABLE)
+RETRY_FIRST_S = 1.0
 
 
 def utc_now() -> datetime:
@@ -144,7 +146,11 @@ class Operations:
 
     # ---- start (create, resume, edits before the start)
 
-    def start(self, body: dict[str, Any], patch: kopf.Patch) -> None:
+    def retry_delay(self, retry: int) -> float:
+        """Seconds before start's `retry`-th retry (kopf counts from 0): doubling, up to the retry interval."""
+        return min(self.s.config.retry_interval, RETRY_FIRST_S * 2.0 ** min(retry, 30))
+
+    def start(self, body: dict[str, Any], patch: kopf.Patch, retry: int = 0) -> None:
         current = body.get("status") or {}  # as JSON, for the restart's patch below
         seen = run_status(body)
         if is_finished(seen):
@@ -168,13 +174,12 @@ class Operations:
             store = self.s.store(run)
             write_start(store, run, plan.overview())
         except PlanError as exc:
-            # Permanent for this handler, so that an edit of the spec is handled at once; the trajectory
-            # may still be uploaded later, which the retry timer (handlers.py) picks up.
+            # The trajectory may still be uploaded, or the spec edited (the retry reads the object as it is then).
             self._stall(body, patch, PLAN_FAILED, f"cannot plan the run: {exc}")
-            raise kopf.PermanentError(f"cannot plan the run: {exc}") from None
+            raise kopf.TemporaryError(f"cannot plan the run: {exc}", delay=self.retry_delay(retry)) from None
         except StoreError as exc:
             self._stall(body, patch, STORE_UNAVAILABLE, f"cannot write to spec.output.uri: {exc}")
-            raise kopf.PermanentError(str(exc)) from None
+            raise kopf.TemporaryError(str(exc), delay=self.retry_delay(retry)) from None
         try:
             job, created = self.ensure_children(body, run)
         except ApiException as exc:

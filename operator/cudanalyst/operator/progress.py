@@ -1,4 +1,4 @@
-"""Progress of a run from the shards' progress objects in the store (`cudanalyst.runfolder.read_progress`)."""
+"""Progress of a run from the shards' progress objects in the store (`cudanalyst.runfolder.read_shard_progress`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from cudanalyst.api.status import RunProgress, StageProgress
-from cudanalyst.runfolder import ShardProgress, read_progress
+from cudanalyst.runfolder import ShardProgress, read_shard_progress
 from cudanalyst.store import ObjectStore
 
 
@@ -43,4 +43,4 @@ def run_progress(shards: Sequence[ShardProgress | None], total: int, start_time:
 
 def read_shards(store: ObjectStore, shards: int) -> list[ShardProgress | None]:
     """Each shard's progress object, or None where a shard has not written one yet."""
-    return [read_progress(store, index) for index in range(shards)]
+    return [read_shard_progress(store, index) for index in range(shards)]

@@ -33,7 +33,7 @@ from cudanalyst.operator.jobs import job_pod_spec, passthrough_labels, pod_failu
 from cudanalyst.operator.lifecycle import apply_verdict, object_document, rfc3339, spec_problem_text
 from cudanalyst.operator.pods import job_condition, job_summary
 from cudanalyst.operator.waiting import get_recording
-from cudanalyst.recording import DONE, read_progress, recording_store
+from cudanalyst.recording import DONE, read_recording_progress, recording_store
 from cudanalyst.store import ObjectNotFound, StoreError
 
 log = logging.getLogger("cudanalyst.operator.recording")
@@ -192,7 +192,7 @@ class RecordingOperations:
         extra: dict[str, Any] = {}
         obs = RecordingObservation(job, total=total)
         try:
-            obs.done = sum(min(t.done, t.total) for t in read_progress(rec, store))
+            obs.done = sum(min(t.done, t.total) for t in read_recording_progress(rec, store))
             # Read whatever the Job says: it may be SuccessCriteriaMet before Complete, and `record` writes
             # done.json before it exits 0, so a succeeded Job without it is a recording that wrote nothing.
             done = store.get_json(DONE)

@@ -31,13 +31,13 @@ from typing import Any
 from cudanalyst.api import AttributionRun, SpecError, load_run
 from cudanalyst.outcomes import UnitOutcome, unit_identity
 from cudanalyst.plan import Unit, shard_units
+from cudanalyst.planned_run import PlanError, PlannedRun
 from cudanalyst.runfolder import feedback_key, run_secret
 from cudanalyst.runner.llm.client import ClientSettings
 from cudanalyst.runner.llm.model_servers import StageSettings
 from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
 from cudanalyst.runner.llm.stage import LlmStage
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore
-from cudanalyst.runs import PlanError, plan_run, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, StoreError
 from cudanalyst.tasks import UnknownTaskError, get_task
 from cudanalyst.trajectory import FrozenProgram
@@ -264,14 +264,14 @@ def _split_failures(failures: Sequence[Failure], shard_of: dict[str, int], shard
 def run_shard(args: argparse.Namespace) -> int:
     shards: list[int] = getattr(args, "shards", None) or [args.shard]
     try:
-        run = load_run(args.spec)
-        plan = plan_run(run)
+        planned = PlannedRun.resolve(load_run(args.spec))
+        run, plan = planned.run, planned.plan
         units_of = {s: shard_units(plan, s, args.of) for s in shards}
         check_tasks(plan.programs)
     except (SpecError, PlanError, InvalidInput, ValueError) as exc:
         print(f"cudanalyst-runner: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    store = UnitStore(run_store(run))
+    store = UnitStore(planned.store)
     stages = ["llm", "kernels"] if args.stage == "all" else [args.stage]
     candidates, outcomes = store.finished_candidates(), store.finished_outcomes()
     progresses: dict[int, ProgressTracker] = {}
@@ -297,7 +297,7 @@ def run_shard(args: argparse.Namespace) -> int:
         settings = StageSettings(
             health_timeout_s=args.health_timeout,
             client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout),
-            log_dir=args.log_dir, s3=s3_settings(run),
+            log_dir=args.log_dir, s3=planned.s3,
         )
         llm = LlmStage(run, with_feedback, pending, store, progress, args.shard, settings)
         failures += llm.run_stage()

@@ -26,7 +26,6 @@ from cudanalyst.runfolder import (
     outcome_key,
     planner_text_key,
     progress_key,
-    read_progress,
     summary_key,
 )
 from cudanalyst.store import ObjectNotFound, ObjectStore
@@ -115,11 +114,8 @@ class UnitStore:
         return dict(self.store.get_json(summary_key(program_id, player)))
 
     # ---- progress
-    def read_progress(self, shard: int) -> ShardProgress | None:
-        return read_progress(self.store, shard)
-
     def write_progress(self, shard: int, progress: ProgressTracker) -> None:
-        only_kernels = progress.stages == ["kernels"]  # a process of its own: its own object (read_progress)
+        only_kernels = progress.stages == ["kernels"]  # a process of its own: its own object (runfolder.read_shard_progress)
         self.store.put_json(progress_key(shard, "kernels" if only_kernels else None), progress.snapshot().wire())
 
 

@@ -43,8 +43,7 @@ from cudanalyst.attribution.result import game_units
 from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables, tabulate
 from cudanalyst.outcomes import UnitOutcome, with_fast_vs_baseline
 from cudanalyst.report.load import ReportError, load_outcomes, load_spec
-from cudanalyst.runfolder import PLAN, REPORT_HTML
-from cudanalyst.runs import outcome_spec
+from cudanalyst.runfolder import PLAN, REPORT_HTML, outcome_spec
 from cudanalyst.store import ObjectStore, StoreError
 
 # The metrics of the comparisons and the tables. Specs that name only the older `fast` (ours, against the frozen

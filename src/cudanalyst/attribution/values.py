@@ -37,11 +37,10 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from cudanalyst.attribution.games import GameError, coalition_mask
-from cudanalyst.outcomes import METRIC_THRESHOLD, VS_BASELINE, Label, UnitOutcome
+from cudanalyst.outcomes import GAME_ARM, METRIC_THRESHOLD, VS_BASELINE, Label, UnitOutcome
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-GAME_ARM = "coalition"
 Unchanged = Literal["count", "exclude"]
 _LABEL_NAMES = {lab.rank: lab.value for lab in Label}
 

@@ -24,8 +24,8 @@ from cudanalyst.attribution.design import (
 from cudanalyst.attribution.values import OutcomeError, tabulate
 from cudanalyst.cli.common import EXIT_INVALID, die, load_or_die
 from cudanalyst.plan import Plan, estimate
+from cudanalyst.planned_run import PlanError, plan_run
 from cudanalyst.report.load import ReportError, load_outcomes
-from cudanalyst.runs import PlanError, plan_run
 from cudanalyst.store import S3Settings, StoreError, open_store
 
 

@@ -39,8 +39,8 @@ def _is_local(uri: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cudanalyst.report.compute import attribution
     from cudanalyst.analysis.study import StudyError, load_specs, readme, study, to_json
+    from cudanalyst.report.compute import attribution
 
     def bad(message: str) -> int:
         print(f"error: {message}", file=sys.stderr)

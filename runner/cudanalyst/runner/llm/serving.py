@@ -23,8 +23,8 @@ from pathlib import Path
 
 import httpx
 
-from cudanalyst.runner import lifeline
 from cudanalyst.api.spec import ModelSpec
+from cudanalyst.runner import lifeline
 
 DEFAULT_HEALTH_TIMEOUT_S = 600.0
 STOP_GRACE_S = 20.0

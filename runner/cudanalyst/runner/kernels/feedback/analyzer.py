@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cudanalyst.runner.kernels.compile.nvcc import CompileResult, compile_source, task_translation_unit
-from cudanalyst.runner.kernels.feedback.occupancy import SM_90, Occupancy, theoretical_occupancy
 from cudanalyst.runner.kernels.compile.source_checks import (
     Finding,
     _eval_int,
@@ -20,6 +19,7 @@ from cudanalyst.runner.kernels.compile.source_checks import (
     run_checks,
     strip_comments,
 )
+from cudanalyst.runner.kernels.feedback.occupancy import SM_90, Occupancy, theoretical_occupancy
 
 if TYPE_CHECKING:
     from cudanalyst.runner.kernels.compile.nvcc import CompileCache

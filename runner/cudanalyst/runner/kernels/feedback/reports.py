@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudanalyst import players
-from cudanalyst.runner.kernels.feedback.analyzer import analyze
 from cudanalyst.runner.kernels.compile.nvcc import CompileResult, compile_task_source, shared_cache
+from cudanalyst.runner.kernels.feedback.analyzer import analyze
 from cudanalyst.runner.kernels.feedback.debugger import compile_report
-from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.feedback.profiler import profiler_report
-from cudanalyst.runner.kernels.workers.requests import TimedProgram, compare_request, verify_request
 from cudanalyst.runner.kernels.feedback.sanitizer import sanitizer_report
+from cudanalyst.runner.kernels.workers.pool import WorkerPool
+from cudanalyst.runner.kernels.workers.requests import TimedProgram, compare_request, verify_request
 from cudanalyst.tasks import Task, UnknownTaskError, get_task
 
 

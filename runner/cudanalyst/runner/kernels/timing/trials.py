@@ -1,6 +1,6 @@
 """Timing of several programs of one task against each other, in one request, inside a GPU worker.
 
-Timing measures the work that verification checked (DESIGN.md, section 5):
+Timing measures the work that verification checked (docs/kernel-evaluation.md, "Timing"):
 - Every timed launch starts from the state a verified launch starts from: the in and in/out arrays are
   restored from a device copy of one correctness seed's inputs, outputs and temps are prefilled with
   NaN, every variable the module can write (`cubin_globals.py`) is reset to its load-time value, and

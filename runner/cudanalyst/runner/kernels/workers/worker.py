@@ -34,9 +34,9 @@ from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
 from cudanalyst.runner import lifeline
+from cudanalyst.runner.kernels.compile.nvcc import niced
 from cudanalyst.runner.kernels.timing import trials as timing
 from cudanalyst.runner.kernels.verify import correctness as verify
-from cudanalyst.runner.kernels.compile.nvcc import niced
 from cudanalyst.runner.kernels.workers.references import FOLDER_ENV
 from cudanalyst.runner.kernels.workers.requests import CompareRequest, VerifyRequest
 from cudanalyst.runner.kernels.workers.session import GpuSession
