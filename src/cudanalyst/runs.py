@@ -21,7 +21,9 @@ CREDENTIALS_DIR_ENV = "CUDANALYST_S3_CREDENTIALS_DIR"
 RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
 # A model server's capacity, per role: how long a prompt it takes and how much GPU memory it holds. A unit that
 # finished computes the same with more of either; one its prompt did not fit (prompt-too-long) can then finish.
-RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization")
+RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization",
+                          # How the model is reached and paid for, not what it writes.
+                          "apiKey", "maxConcurrency", "price")
 
 
 class PlanError(ValueError):

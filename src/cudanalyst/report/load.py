@@ -13,6 +13,7 @@ from cudanalyst.attribution.values import OutcomeError, parse_records
 from cudanalyst.outcomes import OutcomeRecord
 from cudanalyst.runfolder import CANDIDATES, OUTCOMES, OUTCOMES_ARCHIVE, PLAN, SPEC
 from cudanalyst.store import ObjectNotFound, ObjectStore
+from cudanalyst.usage import StageUsage, read_usage
 
 # Provenance (prompt-template version, models) is read from this many candidate records: they are
 # written by one runner version per run, and reading every one of a large run over S3 costs minutes.
@@ -33,6 +34,7 @@ class RunFolder:
     prompt_versions: list[str] = field(default_factory=list)
     candidate_models: dict[str, list[str]] = field(default_factory=dict)
     candidates_read: int = 0
+    usage: dict[str, StageUsage] = field(default_factory=dict)  # tokens per stage (cudanalyst.usage)
 
 
 def _get_json(store: ObjectStore, key: str) -> Any:
@@ -108,7 +110,7 @@ def load_run_folder(store: ObjectStore) -> RunFolder:
         run = load_spec(store)
         plan = _get_json(store, PLAN) if store.exists(PLAN) else None
         outcomes = load_outcomes(store)
-        folder = RunFolder(store.uri, run, plan, outcomes)
+        folder = RunFolder(store.uri, run, plan, outcomes, usage=read_usage(store))
         candidate_keys = []
         for key in store.list(CANDIDATES):
             if key.endswith(".json"):

@@ -43,6 +43,7 @@ from cudanalyst.runner.local.executor import (
     write_spec_file,
 )
 from cudanalyst.runs import PlanError
+from cudanalyst.usage import lines as usage_lines
 
 LOG_EVERY_S = 10.0
 # The model server is ours and on this machine: a slow request is slow, not lost, and a retry would start it
@@ -88,6 +89,8 @@ class Activity:
             kernels = f"compiling candidates as they come {snap.kernels.done}/{self.total}"
         else:
             kernels = "waiting for candidates"
+        if snap.waiting and not self.llm_over:
+            llm += f", waiting out an endpoint's outage: {snap.waiting}"
         if snap.llm.failures:
             llm += f", failed {snap.llm.failures}"
         if snap.kernels.failures:
@@ -196,6 +199,8 @@ def main(args: argparse.Namespace) -> int:
             invalid = any(codes[stage][s] == EXIT_INVALID for s in which)
             console.print(f"[red]{stage} stage failed[/] in shard(s) {which}: see {folder}/shard-*-{stage}.log"
                           + (" (invalid input)" if invalid else "; run again to resume"))
+        for reason in read_snapshot(store, len(shards)).reasons[:5]:  # the shards' own words (a key, an outage)
+            console.print(f"  {reason}", markup=False, highlight=False)
         return EXIT_INVALID if any(c == EXIT_INVALID for st in codes.values() for c in st.values()) else EXIT_FAILURE
     for line in stage_summaries(Path(folder)):
         console.print(line, markup=False, highlight=False)
@@ -239,6 +244,8 @@ def _report(store, console: Console) -> int:  # type: ignore[no-untyped-def]
 
     for line in summary_lines(report):  # each names the cause the records give, never a guess
         console.print(f"[yellow]{line}[/]", highlight=False)
+    for line in usage_lines(report.get("usage") or {}):  # tokens per stage, and the cost where priced
+        console.print(line, highlight=False)
     console.print(f"report: {report.get('htmlUri', store.uri_of(REPORT_HTML))}")
     Console().print("\n" + what_you_saw(report), highlight=False)
     return 0
