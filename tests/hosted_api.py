@@ -2,7 +2,8 @@
 
 It answers chat completions (and /v1/models) the way a gateway in front of a hosted model does: 401 to a
 wrong or missing key; 429 with `Retry-After` for the first `rate_limited` requests; 500 for the next
-`server_errors`; then real answers with `usage` fields. The answer to a coder prompt is the program the
+`server_errors`; then real answers with `usage` fields (503 to everything once `outage_after` answers are given,
+until the test lifts it). The answer to a coder prompt is the program the
 prompt shows (its first ```cuda block), so the kernel stage has something that compiles.
 
 It counts what a test must check: successful answers per request (a request answered twice would be a
@@ -36,6 +37,7 @@ class HostedApi:
     retry_after_s: int = 1
     server_errors: int = 0
     answer_delay_s: float = 0.05  # so that concurrent requests overlap and the in-flight count means something
+    outage_after: int | None = None  # after this many successful answers, 503 to everything (a long outage)
     lock: threading.Lock = field(default_factory=threading.Lock)
     answered: Counter[str] = field(default_factory=Counter)  # request identity -> successful answers
     statuses: Counter[int] = field(default_factory=Counter)
@@ -84,6 +86,8 @@ class HostedApi:
             if self.server_errors > 0:
                 self.server_errors -= 1
                 return 500, {"error": {"message": "The server had an error while processing your request"}}, {}
+            if self.outage_after is not None and sum(self.answered.values()) >= self.outage_after:
+                return 503, {"error": {"message": "The service is temporarily unavailable"}}, {}
         reply = self.reply(body)
         with self.lock:
             self.answered[ident] += 1
