@@ -51,7 +51,7 @@ def default_root() -> Path:
 def corpus(seed: int) -> list[str]:
     """Training text: the prompt templates and seeded CUDA-like and prose lines (no downloads)."""
     rng = random.Random(seed)
-    root = Path(__file__).resolve().parent.parent / "src" / "cudanalyst" / "runner" / "llm" / "templates"
+    root = Path(__file__).resolve().parent.parent / "runner" / "cudanalyst" / "runner" / "llm" / "templates"
     lines = [p.read_text() for p in sorted(root.rglob("*")) if p.suffix in (".txt", ".tmpl")]
     if not lines:  # a moved folder would otherwise give another model, silently
         raise SystemExit(f"build_tiny_model: no prompt templates under {root}")
