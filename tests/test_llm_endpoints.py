@@ -100,6 +100,8 @@ def test_a_shards_share_of_the_bound() -> None:
     assert shard_share(None, 0, 4) is None
     spec = ModelSpec(endpoint="https://gw.example/v1", model="m", max_concurrency=5)
     assert remote_endpoint(spec, "k", 3).max_concurrency == 3 and remote_endpoint(spec).hosted
+    # A server `cudanalyst run` started itself and handed over as an endpoint keeps the retry count.
+    assert not remote_endpoint(spec, served_here={"https://gw.example/v1"}).hosted
 
 
 def test_a_missing_key_names_the_model_the_field_and_the_variable() -> None:

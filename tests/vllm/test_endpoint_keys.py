@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -111,11 +113,20 @@ def test_a_wrong_or_missing_key_exits_2_before_any_unit_naming_the_model(tmp_pat
 
 
 def test_an_endpoint_planner_with_a_local_coder_and_the_reverse(tmp_path: Path, tiny_keyed_server: Any) -> None:
+    # The run's own vLLM server binds its engine's IPC socket under TMPDIR, whose path may not pass 107 characters.
+    short = Path(tempfile.mkdtemp(prefix="ck-", dir="/tmp"))
+    try:
+        mixed_runs(tmp_path, short, tiny_keyed_server)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def mixed_runs(tmp_path: Path, short: Path, tiny_keyed_server: Any) -> None:
     for name, planner, coder in (("endpoint-planner", keyed(tiny_keyed_server), LOCAL),
                                  ("local-planner", LOCAL, keyed(tiny_keyed_server))):
         spec = spec_file(tmp_path, name, planner, coder)
-        done = cudanalyst(spec, tmp_path / f"work-{name}", TINY_API_KEY)
-        assert done.returncode == 0, (name, done.stderr[-4000:])
+        done = cudanalyst(spec, short / name[:5], TINY_API_KEY)
+        assert done.returncode == 0, (name, done.stderr[-8000:])
         assert "starting the model server (tiny-llama, vLLM)" in done.stderr  # the local one, started by the run
         folder = tmp_path / "runs" / name
         candidates = [json.loads(p.read_text()) for p in (folder / "candidates").glob("*.json")]

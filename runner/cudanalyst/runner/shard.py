@@ -35,7 +35,7 @@ from cudanalyst.runfolder import feedback_key
 from cudanalyst.runner.llm.client import ClientSettings
 from cudanalyst.runner.llm.credentials import CredentialError, check_keys, forget_keys, read_keys
 from cudanalyst.runner.llm.model_servers import StageSettings
-from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
+from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S, SERVED_HERE_ANNOTATION
 from cudanalyst.runner.llm.stage import LlmStage
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore
 from cudanalyst.runs import PlanError, plan_run, run_store, s3_settings
@@ -305,6 +305,7 @@ def run_shard(args: argparse.Namespace) -> int:
             client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout,
                                   outage_s=getattr(args, "outage_timeout", ClientSettings.outage_s)),
             log_dir=args.log_dir, s3=s3_settings(run), api_keys=keys, shard=args.shard, shards=args.of,
+            served_here=frozenset(run.metadata.annotations.get(SERVED_HERE_ANNOTATION, "").split()),
         )
         llm = LlmStage(run, with_feedback, pending, store, progress, args.shard, settings)
         failures += llm.run_stage()

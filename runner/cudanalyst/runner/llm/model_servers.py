@@ -47,6 +47,7 @@ class StageSettings:
     api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
     shard: int = 0  # which shard, of how many: each takes its share of a model's maxConcurrency
     shards: int = 1
+    served_here: frozenset[str] = frozenset()  # endpoints `cudanalyst run` serves (serving.SERVED_HERE_ANNOTATION)
 
 
 def has_chat_template(model_path: str) -> bool:
@@ -82,7 +83,7 @@ class ModelServers:
     def endpoint(self, spec: ModelSpec) -> Endpoint:
         share = shard_share(spec.max_concurrency, self.settings.shard, self.settings.shards)
         if spec.serve == "endpoint":
-            return remote_endpoint(spec, key_of(spec, self.settings.api_keys), share)
+            return remote_endpoint(spec, key_of(spec, self.settings.api_keys), share, self.settings.served_here)
         return replace(self._local(spec), max_concurrency=share)
 
     def _local(self, spec: ModelSpec) -> Endpoint:

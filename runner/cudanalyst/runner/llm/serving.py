@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -226,13 +226,19 @@ def start_local_server(
         server.stop()
 
 
-def remote_endpoint(spec: ModelSpec, api_key: str = "", max_concurrency: int | None = None) -> Endpoint:
+# `cudanalyst run` serves its local models once and hands them to the shards as endpoints; this annotation of the
+# spec it writes lists their URLs, so that a shard treats them as servers of ours (no outage waited out).
+SERVED_HERE_ANNOTATION = "cudanalyst.dev/served-here"
+
+
+def remote_endpoint(spec: ModelSpec, api_key: str = "", max_concurrency: int | None = None,
+                    served_here: Collection[str] = ()) -> Endpoint:
     """An existing server (serve: endpoint), used as is."""
     assert spec.endpoint is not None
     base = spec.endpoint.rstrip("/")
     if not base.endswith("/v1"):
         base += "/v1"
-    return Endpoint(base, spec.model or "", spec.api, api_key, max_concurrency, hosted=True)
+    return Endpoint(base, spec.model or "", spec.api, api_key, max_concurrency, hosted=base not in served_here)
 
 
 def shard_share(total: int | None, shard: int, shards: int) -> int | None:

@@ -36,7 +36,7 @@ from cudanalyst.plan import Plan, plan_digest
 from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, read_progress, write_start
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.credentials import CredentialError, check_keys, key_names, read_keys
-from cudanalyst.runner.llm.serving import cpu_build, start_local_server
+from cudanalyst.runner.llm.serving import SERVED_HERE_ANNOTATION, Endpoint, cpu_build, start_local_server
 from cudanalyst.runner.local.gpus import (
     GpuChoiceError,
     Lane,
@@ -128,7 +128,7 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
     data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
     models = data["spec"]["models"]
     with contextlib.ExitStack() as stack:
-        served: dict[str, str] = {}
+        served: dict[str, Endpoint] = {}
         for role in ("planner", "coder", "summarizer"):
             model = models.get(role)
             if not model or model.get("serve") != "local":
@@ -152,6 +152,9 @@ def shared_servers(run: AttributionRun, log_dir: str, health_timeout_s: float,
                 warm_up(server.endpoint, sampling.temperature, sampling.top_p, **burst)
             endpoint = served[name]
             models[role] = {**model, "serve": "endpoint", "endpoint": endpoint.base_url, "model": endpoint.model}
+        if served:  # ours: a shard keeps the retry count for them, and waits out outages of real endpoints only
+            annotations = data["metadata"].setdefault("annotations", {})
+            annotations[SERVED_HERE_ANNOTATION] = " ".join(sorted(e.base_url for e in served.values()))
         yield AttributionRun.model_validate(data)
 
 
