@@ -38,6 +38,7 @@ class HostedApi:
     server_errors: int = 0
     answer_delay_s: float = 0.05  # so that concurrent requests overlap and the in-flight count means something
     outage_after: int | None = None  # after this many successful answers, 503 to everything (a long outage)
+    strict: bool = False  # refuse arguments OpenAI's API does not have (vLLM's return_token_ids), as hosted APIs do
     lock: threading.Lock = field(default_factory=threading.Lock)
     answered: Counter[str] = field(default_factory=Counter)  # request identity -> successful answers
     statuses: Counter[int] = field(default_factory=Counter)
@@ -73,6 +74,9 @@ class HostedApi:
         if path.rstrip("/") == "/v1/models":
             return 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}, {}
         assert body is not None
+        if self.strict and "return_token_ids" in body:
+            return 400, {"error": {"message": "Unrecognized request argument supplied: return_token_ids",
+                                   "type": "invalid_request_error"}}, {}
         ident = self.identity(body)
         with self.lock:
             now = time.monotonic()

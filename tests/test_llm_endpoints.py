@@ -152,3 +152,11 @@ def test_the_spec_takes_keys_for_endpoints_only_and_one_secret_per_variable() ->
     dumped = run_with({"endpoint": "https://a.example", "apiKey": {"secretName": "a"}}).to_dict()
     assert dumped["spec"]["models"]["planner"]["apiKey"] == {"env": "CUDANALYST_API_KEY", "secretName": "a",
                                                              "secretKey": "api-key"}
+
+
+def test_a_hosted_api_that_refuses_vllms_extra_argument_is_asked_again_without_it() -> None:
+    with serving(HostedApi(key=KEY, strict=True)) as api:
+        results = generate(hosted(api), requests(4), FAST)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert sorted(api.answered.values()) == [1, 1, 1, 1] and api.statuses[400] <= FAST.concurrency
+    assert all(r.usage_completion == 2 * COMPLETION_TOKENS_PER_CHOICE for r in results)  # usage still counted

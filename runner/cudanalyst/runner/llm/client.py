@@ -179,6 +179,7 @@ class _Breaker:
         self.reason: str | None = None
         self.kind: ErrorKind = "unreachable"
         self.outage_since: float | None = None
+        self.plain = False  # the server refused vLLM's return_token_ids: the batch sends OpenAI's fields only
 
     def trip(self, kind: ErrorKind, reason: str) -> None:
         if self.reason is None:
@@ -205,6 +206,8 @@ async def _one(
             if breaker.reason is not None:
                 result.error_kind, result.error = breaker.kind, breaker.reason
                 break
+            if breaker.plain:
+                extra.pop("return_token_ids", None)
             result.attempts = attempt + 1
             try:
                 if isinstance(req.prompt, str):
@@ -237,6 +240,9 @@ async def _one(
             except Exception as exc:  # noqa: BLE001 - every failure becomes the request's recorded reason
                 kind, reason = classify(exc)
                 result.error_kind, result.error = kind, redact(reason, endpoint.api_key)
+                if kind == "rejected" and "return_token_ids" in extra and "return_token_ids" in reason:
+                    breaker.plain = True  # a hosted API that checks its arguments: ask again without it, at once
+                    continue
                 if kind == "refused":
                     breaker.trip(kind, f"{endpoint.model} at {endpoint.base_url}: {result.error}")
                     break
