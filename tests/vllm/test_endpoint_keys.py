@@ -109,6 +109,8 @@ def test_a_wrong_or_missing_key_exits_2_before_any_unit_naming_the_model(tmp_pat
     folder = tmp_path / "runs" / "refused"
     for kind in ("candidates", "errors", "outcomes", "plans"):
         assert not list((folder / kind).glob("*.json")), kind
+    progress = json.loads((folder / "progress" / "shard-0.json").read_text())
+    assert progress["state"] == "failed" and "spec.models.planner.apiKey" in progress["failures"][0]["reason"]
     assert holding(tmp_path, wrong) == []
 
 

@@ -295,9 +295,12 @@ def run_shard(args: argparse.Namespace) -> int:
         try:  # before any unit is spent: every key there, and taken by its endpoint
             keys = read_keys(run.spec) if pending else {}
             forget_keys(run.spec)
-            check_keys(run.spec, keys) if pending else None
+            if pending:
+                check_keys(run.spec, keys)
         except CredentialError as exc:
             print(f"cudanalyst-runner: {exc}", file=sys.stderr)
+            progress.failures, progress.state = [Failure("llm", "llm:credentials", str(exc), [])], "failed"
+            store.write_progress(args.shard, progress)  # the reason where `cudanalyst run` and a reader look
             return EXIT_INVALID
         with_feedback = fill_feedback(run, plan.programs, needed, store) if pending else plan.programs
         settings = StageSettings(
