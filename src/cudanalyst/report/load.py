@@ -110,7 +110,7 @@ def load_run_folder(store: ObjectStore) -> RunFolder:
         run = load_spec(store)
         plan = _get_json(store, PLAN) if store.exists(PLAN) else None
         outcomes = load_outcomes(store)
-        folder = RunFolder(store.uri, run, plan, outcomes, usage=read_usage(store))
+        folder = RunFolder(store.uri, run, plan, outcomes)
         candidate_keys = []
         for key in store.list(CANDIDATES):
             if key.endswith(".json"):
@@ -129,6 +129,7 @@ def load_run_folder(store: ObjectStore) -> RunFolder:
         folder.prompt_versions = sorted(versions)
         folder.candidate_models = {role: sorted(names) for role, names in sorted(models.items())}
         folder.candidates_read = len(candidate_keys)
+        folder.usage = read_usage(store)
     except ObjectNotFound as exc:  # listed a moment ago, gone now: the folder changed under us
         raise ReportError(str(exc)) from None
     return folder
