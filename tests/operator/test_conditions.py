@@ -140,3 +140,15 @@ def test_status_for_keeps_a_completion_time_already_written() -> None:
     assert first["completionTime"] == NOW
     again = status_for(failed, seen({**first, "startTime": NOW}), 3, LATER)
     assert "completionTime" not in again and again["conditions"] == first["conditions"]
+
+
+def test_a_shard_waiting_out_an_endpoint_outage_says_so_without_stalling() -> None:
+    from cudanalyst.operator.conditions import waiting_for_endpoint
+
+    running = judge(obs(job()))
+    waiting = waiting_for_endpoint(running, "big at https://gw/v1: rate limited (429): slow down, for 40 s")
+    assert (waiting.phase, waiting.reason, waiting.stalled) == ("Running", "WaitingForEndpoint", False)
+    assert "10/40 units" in waiting.message and "rate limited (429)" in waiting.message
+    assert waiting_for_endpoint(running, "") == running
+    failed = judge(obs(job(conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}])))
+    assert waiting_for_endpoint(failed, "anything") == failed  # a worse verdict is not hidden by the wait

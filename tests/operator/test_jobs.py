@@ -131,3 +131,17 @@ def test_configmap_holds_the_spec_the_runner_reads() -> None:
     assert "status" not in doc
     again = parse_run(doc)
     assert again.spec == run.spec and again.metadata.name == "gemm"
+
+
+def test_an_endpoint_key_reaches_the_runner_pod_as_a_secret_reference_only() -> None:
+    models = {"planner": {"endpoint": "https://gw.example/v1", "model": "big",
+                          "apiKey": {"env": "GW_KEY", "secretName": "llm-gateway", "secretKey": "token"}},
+              "coder": {"endpoint": "https://other.example/v1", "model": "small", "apiKey": {}},  # local key only
+              "summarizer": {"endpoint": "https://gw.example/v1", "model": "big",
+                             "apiKey": {"env": "GW_KEY", "secretName": "llm-gateway", "secretKey": "token"}}}
+    job = runner_job(make_run(models=models), CONFIG)
+    env = [e for e in pod_spec(job)["containers"][0]["env"] if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]]
+    # One entry per variable; optional, so that a missing Secret reaches the runner's exit 2 naming the field.
+    assert env == [{"name": "GW_KEY", "valueFrom": {"secretKeyRef": {"name": "llm-gateway", "key": "token",
+                                                                     "optional": True}}}]
+    assert "volumes" in pod_spec(job) and "llm-gateway" not in json.dumps(pod_spec(job)["volumes"])

@@ -110,6 +110,14 @@ def judge(obs: Observation) -> Verdict:
     return Verdict("Running", "Running", f"{job.get('active', 0)} shard(s) running, {_progress_text(obs)}")
 
 
+def waiting_for_endpoint(verdict: Verdict, waiting: str) -> Verdict:
+    """A running run whose shard waits out an endpoint's 429/5xx (its progress says which and why): said so, not
+    Stalled, since it resumes by itself; past the runner's outage allowance the shard fails with the reason."""
+    if not waiting or (verdict.phase, verdict.reason) != ("Running", "Running"):
+        return verdict
+    return Verdict("Running", "WaitingForEndpoint", f"{verdict.message}; waiting out an endpoint's outage: {waiting}")
+
+
 def _finished(obs: Observation) -> Verdict:
     if obs.aggregated:
         return Verdict("Succeeded", "Succeeded", f"all {obs.total} units evaluated; attribution written"

@@ -88,7 +88,21 @@ def _env(run: AttributionRun) -> list[dict[str, Any]]:
     if s3.credentials_secret:
         # The runner's store reads the key files of the mounted Secret; the values never pass through us.
         env.append({"name": CREDENTIALS_DIR_ENV, "value": c.CREDENTIALS_MOUNT})
+    env += api_key_env(run)
     return env
+
+
+def api_key_env(run: AttributionRun) -> list[dict[str, Any]]:
+    """The endpoints' keys, from their Secrets into the runner pod's environment: a reference only, the operator
+    never reads a Secret. Optional, so that a missing Secret or key reaches the runner, which stops with exit 2
+    naming the model and the field, instead of leaving the pod in CreateContainerConfigError."""
+    refs = {}
+    models = run.spec.models if hasattr(run.spec, "models") else None  # a recording (recording.py) has none
+    for model in (models.planner, models.coder, models.summarizer) if models is not None else ():
+        ref = model.api_key if model is not None else None
+        if ref is not None and ref.secret_name:
+            refs[ref.env] = {"name": ref.secret_name, "key": ref.secret_key, "optional": True}
+    return [{"name": name, "valueFrom": {"secretKeyRef": ref}} for name, ref in sorted(refs.items())]
 
 
 def _resources(run: AttributionRun) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from cudanalyst.operator.conditions import (
     reached_text,
     status_for,
     transition_event,
+    waiting_for_endpoint,
 )
 from cudanalyst.operator.config import OperatorConfig
 from cudanalyst.operator.jobs import owner_view, runner_job, spec_configmap
@@ -282,9 +283,11 @@ class Operations:
         now = self.s.clock()
         extra: dict[str, Any] = {}
         store = self.s.store(run)
+        waiting = ""
         try:
-            progress, gpu_seconds = run_progress(read_shards(store, run.spec.resources.shards), total,
-                                                 seen.start_time, now)
+            shards = read_shards(store, run.spec.resources.shards)
+            waiting = next((d.waiting for d in shards if d is not None and d.waiting), "")
+            progress, gpu_seconds = run_progress(shards, total, seen.start_time, now)
             extra["progress"] = progress.model_dump(by_alias=True, mode="json")  # the boundary: status is JSON
             extra["gpuSeconds"] = gpu_seconds
             done = progress.done
@@ -298,7 +301,7 @@ class Operations:
                           job, pods, done=done, total=total)
         if obs.queued:
             obs.workload = self._follow_workload(run, workloads or [], extra)
-        verdict = judge(obs)
+        verdict = waiting_for_endpoint(judge(obs), waiting)
         if verdict.phase == "Pending" and not run.spec.trajectory.recording:
             self.ensure_children(body, run)  # the Job was deleted before finishing: make it again
         if verdict.phase == "Aggregating":

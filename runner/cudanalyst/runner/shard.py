@@ -34,8 +34,9 @@ from cudanalyst.plan import Unit, shard_units
 from cudanalyst.planned_run import PlanError, PlannedRun
 from cudanalyst.runfolder import feedback_key, run_secret
 from cudanalyst.runner.llm.client import ClientSettings
+from cudanalyst.runner.llm.credentials import CredentialError, check_keys, forget_keys, read_keys
 from cudanalyst.runner.llm.model_servers import StageSettings
-from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S
+from cudanalyst.runner.llm.serving import DEFAULT_HEALTH_TIMEOUT_S, SERVED_HERE_ANNOTATION
 from cudanalyst.runner.llm.stage import LlmStage
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore
 from cudanalyst.store import ObjectNotFound, StoreError
@@ -70,6 +71,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="seconds per request before it is retried (default %(default)s)")
     p.add_argument("--retries", type=int, default=ClientSettings.retries,
                    help="retries of a request on connection errors and 5xx (default %(default)s)")
+    p.add_argument("--outage-timeout", type=float, default=ClientSettings.outage_s,
+                   help="seconds a serve: endpoint model may answer only 429/5xx before its requests give up "
+                        "(units stay pending; default %(default)s)")
     p.add_argument("--log-dir", default=None, help="folder for vLLM server logs (default: a temp folder)")
     p.add_argument("--follow", metavar="FILE", default=None,
                    help="with --stage kernels: start beside the LLM stage, compiling and verifying candidates as "
@@ -293,16 +297,29 @@ def run_shard(args: argparse.Namespace) -> int:
         # Donors of randomized feedback may be any program of the run; otherwise only the shard's own.
         needed = ({p.program_id for p in plan.programs} if "randomizedFeedback" in run.spec.controls
                   else {u.program_id for u in pending})
+        try:  # before any unit is spent: every key there, and taken by its endpoint
+            keys = read_keys(run.spec) if pending else {}
+            forget_keys(run.spec)
+            if pending:
+                check_keys(run.spec, keys)
+        except CredentialError as exc:
+            print(f"cudanalyst-runner: {exc}", file=sys.stderr)
+            progress.failures, progress.state = [Failure("llm", "llm:credentials", str(exc), [])], "failed"
+            store.write_progress(args.shard, progress)  # the reason where `cudanalyst run` and a reader look
+            return EXIT_INVALID
         with_feedback = fill_feedback(run, plan.programs, needed, store) if pending else plan.programs
         settings = StageSettings(
             health_timeout_s=args.health_timeout,
-            client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout),
-            log_dir=args.log_dir, s3=planned.s3,
+            client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout,
+                                  outage_s=getattr(args, "outage_timeout", ClientSettings.outage_s)),
+            log_dir=args.log_dir, s3=planned.s3, api_keys=keys, shard=args.shard, shards=args.of,
+            served_here=frozenset(run.metadata.annotations.get(SERVED_HERE_ANNOTATION, "").split()),
         )
         llm = LlmStage(run, with_feedback, pending, store, progress, args.shard, settings)
         failures += llm.run_stage()
         if pending:  # on stderr (the shard's log), as the kernel stage's line
             print(f"cudanalyst-runner: LLM stage: {llm.time_note()}", file=sys.stderr)
+    forget_keys(run.spec)  # a kernel stage of its own: no key reaches nvcc, the workers or the tools
     if "kernels" in stages:
         every = [u for s in shards for u in units_of[s]]
         marker = getattr(args, "follow", None)
@@ -315,6 +332,8 @@ def run_shard(args: argparse.Namespace) -> int:
         store.write_progress(s, progress)
     for f in failures:
         print(f"cudanalyst-runner: {f.stage} {f.kind}: {len(f.units)} unit(s) unfinished: {f.reason}", file=sys.stderr)
+    if any(f.kind.endswith(":refused") for f in failures):
+        return EXIT_INVALID  # a key refused mid-run: running again with the same key will not help
     return EXIT_UNFINISHED if failures else EXIT_OK
 
 

@@ -131,6 +131,7 @@ class ProgressTracker:
     gpu_seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)
     state: str = "running"  # running | succeeded | failed
+    waiting: str = ""  # an endpoint's outage being waited out (client.ClientSettings.on_stall)
     stages: list[str] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
 
@@ -142,4 +143,4 @@ class ProgressTracker:
             gpu_seconds=round(self.gpu_seconds, 3),
             failures=[f.note() for f in self.failures[:MAX_FAILURES_IN_PROGRESS]],
             failed_units=len({k for f in self.failures for k in f.units}),
-            state=self.state, stages=self.stages, started_at=self.started_at, updated_at=time.time())
+            state=self.state, waiting=self.waiting, stages=self.stages, started_at=self.started_at, updated_at=time.time())

@@ -96,6 +96,33 @@ class FeedbackSpec(Model):
     )
 
 
+DEFAULT_API_KEY_ENV = "CUDANALYST_API_KEY"
+
+
+class ApiKeySpec(Model):
+    """Where an endpoint's API key comes from. The key itself never appears in the spec or the status."""
+
+    env: str = Field(
+        DEFAULT_API_KEY_ENV, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$",
+        description="Environment variable of the runner holding the key: set it yourself locally; on a cluster "
+        "the operator fills it from secretName/secretKey in the runner pods only.",
+    )
+    secret_name: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", max_length=253,
+        description="Secret in the run's namespace holding the key (cluster). The operator references it in "
+        "the runner pods and never reads it.",
+    )
+    secret_key: str = Field("api-key", pattern=r"^[-._a-zA-Z0-9]{1,253}$", description="Key within the Secret.")
+
+
+class PriceSpec(Model):
+    """What an endpoint charges, per million tokens, for the estimated cost in `cudanalyst plan` and the report."""
+
+    input_per_million: float = Field(ge=0, description="Price of a million prompt tokens.")
+    output_per_million: float = Field(ge=0, description="Price of a million completion tokens.")
+    currency: str = Field("USD", max_length=8)
+
+
 class ModelSpec(Model):
     """One model behind vLLM's OpenAI-compatible API: served locally by the runner, or an existing endpoint."""
 
@@ -119,6 +146,14 @@ class ModelSpec(Model):
     extra_args: list[Annotated[str, Field(max_length=256)]] = Field(
         default_factory=list, max_length=64, description="Further vLLM server arguments, passed as is."
     )
+    api_key: ApiKeySpec | None = Field(
+        None, description="serve: endpoint only: send this key (Authorization: Bearer). Absent: no key is sent."
+    )
+    max_concurrency: int | None = Field(
+        None, ge=1, le=4096, description="Requests in flight to this model over the whole run, split evenly over "
+        "the shards (at least one each); absent: the runner's --concurrency per shard."
+    )
+    price: PriceSpec | None = Field(None, description="Price per million tokens, for the estimated cost.")
 
     @model_validator(mode="after")
     def _serving(self) -> ModelSpec:
@@ -128,6 +163,8 @@ class ModelSpec(Model):
             raise ValueError("model is required when serve is local")
         if self.serve == "endpoint" and not self.endpoint:
             raise ValueError("endpoint is required when serve is endpoint")
+        if self.serve == "local" and self.api_key is not None:
+            raise ValueError("apiKey is for serve: endpoint (a server the runner starts needs no key)")
         return self
 
 
@@ -147,6 +184,20 @@ class ModelsSpec(Model):
     @property
     def resolved_summarizer(self) -> ModelSpec:
         return self.summarizer or self.planner
+
+    @model_validator(mode="after")
+    def _one_secret_per_variable(self) -> ModelsSpec:
+        # On a cluster one variable of the runner pod holds one Secret's key.
+        bound: dict[str, tuple[str, str | None, str]] = {}
+        for role in ("planner", "coder", "summarizer"):
+            key = getattr(self, role) and getattr(self, role).api_key
+            if key is None:
+                continue
+            other = bound.setdefault(key.env, (role, key.secret_name, key.secret_key))
+            if other[1:] != (key.secret_name, key.secret_key):
+                raise ValueError(f"{role}.apiKey.env {key.env} is also {other[0]}.apiKey.env with another Secret or "
+                                 "key; give each Secret its own variable")
+        return self
 
 
 class SamplingSpec(Model):

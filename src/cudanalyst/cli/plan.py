@@ -12,6 +12,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from cudanalyst import usage
 from cudanalyst.api import AttributionRun
 from cudanalyst.attribution.design import (
     DEFAULT_RATE,
@@ -49,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         design = _design(ar, plan, args)
     except (OutcomeError, StoreError, ReportError) as exc:
         die(f"--pilot {args.pilot}: {exc}", EXIT_INVALID)
-    summary = plan.overview() | {"estimate": estimate(ar, plan), "design": design}
+    summary = plan.overview() | {"estimate": estimate(ar, plan), "tokens": usage.estimate(ar, plan.programs, plan.units),
+                                 "design": design}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -60,9 +62,25 @@ def run(args: argparse.Namespace) -> int:
                       (json.dumps(value) if isinstance(value, dict) else str(value)))
     for key, value in summary["estimate"].items():
         table.add_row(key, str(value))
+    for key, value in token_rows(summary["tokens"]):
+        table.add_row(key, value)
     Console().print(table)
     Console().print(design_table(design, ar.spec.attribution.confidence))
     return 0
+
+
+def token_rows(tokens: dict[str, object]) -> list[tuple[str, str]]:
+    """Rows of the plan's table: each stage's requests and tokens (completions at their cap), and the cost."""
+    rows = []
+    stages = tokens.get("stages")
+    assert isinstance(stages, dict)
+    for stage, row in stages.items():
+        price = f", at most {row['maxCost']} {tokens['currency']}" if row.get("maxCost") is not None else ""
+        rows.append((f"tokens, {stage}", f"{row['model']}: {row['requests']} requests, about {row['promptTokens']:,} "
+                     f"prompt + at most {row['maxCompletionTokens']:,} completion{price}"))
+    if tokens.get("maxCost") is not None:
+        rows.append(("estimated cost", f"at most {tokens['maxCost']} {tokens['currency']} (completions at maxTokens)"))
+    return rows
 
 
 def _design(ar: AttributionRun, plan: Plan, args: argparse.Namespace) -> list[dict[str, object]]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import cudanalyst
+from cudanalyst import usage
 from cudanalyst.attribution.result import AttributionResult
 from cudanalyst.report import compute
 from cudanalyst.report.load import RunFolder, load_run_folder
@@ -100,6 +101,7 @@ def report_object(folder: RunFolder, result: AttributionResult, created_at: str 
         "unchanged": folder.run.spec.attribution.unchanged,
         "attribution": result.model_dump(by_alias=True, mode="json"),
         "tasks": compute.task_breakdown(records, folder.run),
+        "usage": usage.summary(folder.run, folder.usage),
         "provenance": provenance(folder, created_at),
     }
 

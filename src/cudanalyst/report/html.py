@@ -203,6 +203,24 @@ def _provenance_section(report: Mapping[str, Any]) -> str:
             f"<details><summary>spec (click to show)</summary><pre>{_e(spec)}</pre></details>")
 
 
+def _usage_section(report: Mapping[str, Any]) -> str:
+    """Tokens per stage as the servers counted them, and the cost where the spec gives a price."""
+    used = report.get("usage") or {}
+    stages = used.get("stages") or {}
+    if not stages:
+        return ""
+    rows = [["stage", "model", "requests", "prompt tokens", "completion tokens", "estimated cost"]]
+    for stage, row in stages.items():
+        cost = f"{row['cost']:.4f} {row.get('currency', '')}" if row.get("cost") is not None else "no price in the spec"
+        rows.append([stage, row["model"], f"{row['requests']:,}", f"{row['promptTokens']:,}",
+                     f"{row['completionTokens']:,}", cost])
+    if used.get("cost") is not None:
+        rows.append(["all", "", "", f"{used['promptTokens']:,}", f"{used['completionTokens']:,}",
+                     f"{used['cost']:.4f} {used['currency']}"])
+    return ("<h2>Tokens and cost</h2><p class=\"note\">From the servers' usage fields, summed over the shards "
+            "(and over interrupted attempts); cost = tokens x the spec's price per million.</p>" + _table(rows))
+
+
 def render_html(report: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
     """The whole page; `figures` maps file names to PNG bytes, in display order."""
     not_eval = report["notEvaluated"]
@@ -222,6 +240,6 @@ def render_html(report: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
     figs = "".join(_figure(name, png) for name, png in figures.items())
     body = (header + "<h2>Figures</h2>" + figs + _results_section(report) + _games_section(report) +
             _coalitions_section(report) +
-            _tasks_section(report) + _provenance_section(report) + f"<h2>Method notes</h2><ul>{notes}</ul>")
+            _tasks_section(report) + _usage_section(report) + _provenance_section(report) + f"<h2>Method notes</h2><ul>{notes}</ul>")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(report["run"])}: '
             f"cudanalyst report</title><style>{STYLE}</style></head><body>{body}</body></html>\n")

@@ -13,6 +13,7 @@ from cudanalyst.attribution.values import OutcomeError, parse_records
 from cudanalyst.outcomes import UnitOutcome, with_fast_vs_baseline
 from cudanalyst.runfolder import CANDIDATES, OUTCOMES, OUTCOMES_ARCHIVE, PLAN, SPEC
 from cudanalyst.store import ObjectNotFound, ObjectStore
+from cudanalyst.usage import StageUsage, read_usage
 
 # Provenance (prompt-template version, models) is read from this many candidate records: they are
 # written by one runner version per run, and reading every one of a large run over S3 costs minutes.
@@ -33,6 +34,7 @@ class RunFolder:
     prompt_versions: list[str] = field(default_factory=list)
     candidate_models: dict[str, list[str]] = field(default_factory=dict)
     candidates_read: int = 0
+    usage: dict[str, StageUsage] = field(default_factory=dict)  # tokens per stage (cudanalyst.usage)
 
 
 def _get_json(store: ObjectStore, key: str) -> Any:
@@ -128,6 +130,7 @@ def load_run_folder(store: ObjectStore) -> RunFolder:
         folder.prompt_versions = sorted(versions)
         folder.candidate_models = {role: sorted(names) for role, names in sorted(models.items())}
         folder.candidates_read = len(candidate_keys)
+        folder.usage = read_usage(store)
     except ObjectNotFound as exc:  # listed a moment ago, gone now: the folder changed under us
         raise ReportError(str(exc)) from None
     return folder

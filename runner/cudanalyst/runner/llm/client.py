@@ -7,6 +7,13 @@ context will not get shorter). A request that fails carries its reason instead o
 bad prompt never costs the rest of the shard. After an endpoint has refused connections through a
 whole retry cycle the remaining requests fail fast with the same reason instead of each waiting out
 its own retries.
+
+A hosted endpoint (`serve: endpoint`) has limits of its own: a 429 or 5xx waits at least what its
+`Retry-After` asks, and such answers are waited out, however many, until the endpoint has given nothing
+but them for `outage_s`; then every request of the batch ends `unavailable` (units stay pending, a rerun
+resumes them). While it waits, `on_stall` hears the reason (and None once a request gets through). A key
+the endpoint refuses (401, 403) ends the batch at once (`refused`). Requests in flight are bounded by the
+endpoint's share of its spec's maxConcurrency as well as by `concurrency`.
 """
 
 from __future__ import annotations
@@ -17,16 +24,19 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import openai
 from openai import AsyncOpenAI
 
+from cudanalyst.runner.llm.credentials import redact
 from cudanalyst.runner.llm.serving import Endpoint
 
 log = logging.getLogger("cudanalyst.runner.llm")
 
-ErrorKind = Literal["prompt-too-long", "unreachable", "server-error", "timeout", "rejected"]
+ErrorKind = Literal["prompt-too-long", "unreachable", "server-error", "timeout", "rejected", "refused",
+                    "unavailable"]
 _CONTEXT_HINTS = ("maximum context length", "context length", "longer than the maximum", "too long",
                   "max_model_len", "maximum model length", "exceeds")
 
@@ -43,6 +53,7 @@ class GenerationRequest:
     temperature: float = 0.8
     top_p: float = 0.95
     stop: list[str] | None = None
+    role: str = ""  # planner, coder or summarizer: whose tokens these are in the run's accounting
 
 
 @dataclass
@@ -54,12 +65,16 @@ class GenerationResult:
     finish_reasons: list[str | None] = field(default_factory=list)
     completion_tokens: list[int | None] = field(default_factory=list)
     prompt_tokens: int | None = None
+    # The server's own usage fields (all n choices), for the run's token accounting; None when it sent none.
+    usage_prompt: int | None = None
+    usage_completion: int | None = None
     model: str = ""
     seed: int = 0
     attempts: int = 0
     latency_s: float = 0.0
     error: str | None = None
     error_kind: ErrorKind | None = None
+    role: str = ""
 
     @property
     def ok(self) -> bool:
@@ -75,12 +90,48 @@ class ClientSettings:
     timeout_s: float = 600.0
     # vLLM returns the generated token ids per choice when asked; other servers ignore or reject it.
     vllm_token_ids: bool = True
+    # How long a hosted endpoint may answer nothing but 429/5xx before its requests give up (units stay pending).
+    outage_s: float = 900.0
+    on_stall: Callable[[str | None], None] | None = field(default=None, compare=False)
+    # Hears every answered request (its usage fields), for the run's token accounting; must be quick.
+    meter: Callable[[GenerationResult], None] | None = field(default=None, compare=False)
 
 
 def _retryable(exc: Exception) -> bool:
     if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError | openai.RateLimitError):
         return True
     return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
+
+
+def _waitable(exc: Exception) -> bool:
+    """An answer of an endpoint over its limits or briefly down: a hosted endpoint's outage is waited out."""
+    return isinstance(exc, openai.RateLimitError) or (isinstance(exc, openai.APIStatusError) and exc.status_code >= 500)
+
+
+def retry_after(exc: Exception, now: float | None = None) -> float | None:
+    """Seconds the server asked us to wait (Retry-After in seconds or as an HTTP date, or retry-after-ms)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def classify(exc: Exception) -> tuple[ErrorKind, str]:
@@ -96,6 +147,10 @@ def classify(exc: Exception) -> tuple[ErrorKind, str]:
             return "prompt-too-long", f"prompt longer than the model's context: {msg}"
         if exc.status_code >= 500:
             return "server-error", f"server error {exc.status_code}: {msg}"
+        if exc.status_code in (401, 403):
+            return "refused", f"the endpoint refused the request's key ({exc.status_code}): {msg}"
+        if exc.status_code == 429:
+            return "server-error", f"rate limited (429): {msg}"
         return "rejected", f"request rejected with {exc.status_code}: {msg}"
     return "server-error", f"{type(exc).__name__}: {exc}"
 
@@ -113,14 +168,22 @@ def _error_message(exc: openai.APIStatusError) -> str:
 
 def _backoff(attempt: int, settings: ClientSettings, rng: random.Random) -> float:
     # Full jitter: many requests failing together must not retry together.
-    return rng.uniform(0, min(settings.backoff_max_s, settings.backoff_s * 2**attempt))
+    return rng.uniform(0, min(settings.backoff_max_s, settings.backoff_s * 2 ** min(attempt, 30)))
 
 
 class _Breaker:
-    """Remembers that the endpoint refused connections after a full retry cycle."""
+    """Remembers that the endpoint refused connections after a full retry cycle, refused the key, or has been
+    unavailable for longer than the outage allowance; and since when it has answered only 429/5xx."""
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.kind: ErrorKind = "unreachable"
+        self.outage_since: float | None = None
+        self.plain = False  # the server refused vLLM's return_token_ids: the batch sends OpenAI's fields only
+
+    def trip(self, kind: ErrorKind, reason: str) -> None:
+        if self.reason is None:
+            self.kind, self.reason = kind, reason
 
 
 OnResult = Callable[[GenerationResult], None]
@@ -132,16 +195,19 @@ async def _one(
     client: AsyncOpenAI, endpoint: Endpoint, req: GenerationRequest, settings: ClientSettings,
     sem: asyncio.Semaphore, breaker: _Breaker, rng: random.Random, on_result: OnResult | None,
 ) -> GenerationResult:
-    result = GenerationResult(req.key, model=endpoint.model, seed=req.seed)
+    result = GenerationResult(req.key, model=endpoint.model, seed=req.seed, role=req.role)
     extra: dict[str, Any] = {"seed": req.seed}
     if settings.vllm_token_ids:
         extra["return_token_ids"] = True
     async with sem:
         t0 = time.monotonic()
-        for attempt in range(settings.retries + 1):
+        attempt = 0
+        while True:
             if breaker.reason is not None:
-                result.error_kind, result.error = "unreachable", breaker.reason
+                result.error_kind, result.error = breaker.kind, breaker.reason
                 break
+            if breaker.plain:
+                extra.pop("return_token_ids", None)
             result.attempts = attempt + 1
             try:
                 if isinstance(req.prompt, str):
@@ -162,18 +228,47 @@ async def _one(
                 result.completion_tokens = [_token_count(c) for c in choices]
                 if resp.usage is not None:
                     result.prompt_tokens = resp.usage.prompt_tokens
+                    result.usage_prompt, result.usage_completion = resp.usage.prompt_tokens, resp.usage.completion_tokens
                     if len(choices) == 1 and result.completion_tokens[0] is None:
                         result.completion_tokens = [resp.usage.completion_tokens]
                 result.error = result.error_kind = None
+                if breaker.outage_since is not None:
+                    breaker.outage_since = None
+                    if settings.on_stall is not None:
+                        settings.on_stall(None)
                 break
             except Exception as exc:  # noqa: BLE001 - every failure becomes the request's recorded reason
-                result.error_kind, result.error = classify(exc)
-                if not _retryable(exc) or attempt == settings.retries:
-                    if result.error_kind == "unreachable":
-                        breaker.reason = result.error
+                kind, reason = classify(exc)
+                result.error_kind, result.error = kind, redact(reason, endpoint.api_key)
+                if kind == "rejected" and "return_token_ids" in extra and "return_token_ids" in reason:
+                    breaker.plain = True  # a hosted API that checks its arguments: ask again without it, at once
+                    continue
+                if kind == "refused":
+                    breaker.trip(kind, f"{endpoint.model} at {endpoint.base_url}: {result.error}")
                     break
-                await asyncio.sleep(_backoff(attempt, settings, rng))
+                now = time.monotonic()
+                wait = _backoff(attempt, settings, rng)
+                if endpoint.hosted and _waitable(exc):
+                    since = breaker.outage_since = breaker.outage_since or now
+                    if now - since >= settings.outage_s:
+                        breaker.trip("unavailable", f"{endpoint.model} at {endpoint.base_url} answered only errors "
+                                     f"for {now - since:.0f} s (the outage allowance); last: {result.error}")
+                        continue  # ends this request with the breaker's reason
+                    asked = retry_after(exc)
+                    # At least what the server asked, plus jitter so that the waiting requests do not return at once.
+                    wait = max(wait, asked + rng.uniform(0, min(1.0, asked / 4 + 0.1))) if asked is not None else wait
+                    if settings.on_stall is not None:
+                        settings.on_stall(f"{endpoint.model} at {endpoint.base_url}: {result.error}, for "
+                                          f"{now - since:.0f} s; waiting {wait:.1f} s")
+                elif not _retryable(exc) or attempt >= settings.retries:
+                    if result.error_kind == "unreachable":
+                        breaker.trip("unreachable", result.error)
+                    break
+                attempt += 1
+                await asyncio.sleep(wait)
         result.latency_s = time.monotonic() - t0
+    if settings.meter is not None and result.ok:
+        settings.meter(result)
     if on_result is not None:
         # Records are written as each request finishes, so a killed shard keeps what it finished.
         await asyncio.to_thread(on_result, result)
@@ -193,11 +288,14 @@ class _Batch:
     def __init__(self, endpoint: Endpoint, settings: ClientSettings | None) -> None:
         self.endpoint = endpoint
         self.settings = settings or ClientSettings()
-        self.sem = asyncio.Semaphore(self.settings.concurrency)
+        bound = min(self.settings.concurrency, endpoint.max_concurrency or self.settings.concurrency)
+        self.sem = asyncio.Semaphore(bound)
         self.breaker = _Breaker()
         self.rng = random.Random(0)
+        # vLLM without --api-key takes any key; "EMPTY" is what its documentation sends.
         self.client = AsyncOpenAI(
-            base_url=endpoint.base_url, api_key="EMPTY", max_retries=0, timeout=self.settings.timeout_s,
+            base_url=endpoint.base_url, api_key=endpoint.api_key or "EMPTY", max_retries=0,
+            timeout=self.settings.timeout_s,
         )
 
     async def one(self, req: GenerationRequest, on_result: OnResult | None) -> GenerationResult:

@@ -11,20 +11,22 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cudanalyst.api import ModelSpec
 from cudanalyst.runner.llm.client import ClientSettings
+from cudanalyst.runner.llm.credentials import key_of
 from cudanalyst.runner.llm.serving import (
     DEFAULT_HEALTH_TIMEOUT_S,
     Endpoint,
     LocalServer,
     ServingError,
     remote_endpoint,
+    shard_share,
 )
 from cudanalyst.runner.llm.serving import start_local_server as _start_local_server
 from cudanalyst.runner.weights import WeightsError, resolve_model_path
@@ -41,6 +43,11 @@ class StageSettings:
     log_dir: str | None = None
     weights_cache: Path | None = None
     s3: S3Settings | None = None
+    # {variable: key} of the endpoint models (credentials.read_keys), never written anywhere.
+    api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
+    shard: int = 0  # which shard, of how many: each takes its share of a model's maxConcurrency
+    shards: int = 1
+    served_here: frozenset[str] = frozenset()  # endpoints `cudanalyst run` serves (serving.SERVED_HERE_ANNOTATION)
 
 
 def has_chat_template(model_path: str) -> bool:
@@ -74,8 +81,12 @@ class ModelServers:
         self._failed: dict[str, str] = {}
 
     def endpoint(self, spec: ModelSpec) -> Endpoint:
+        share = shard_share(spec.max_concurrency, self.settings.shard, self.settings.shards)
         if spec.serve == "endpoint":
-            return remote_endpoint(spec)
+            return remote_endpoint(spec, key_of(spec, self.settings.api_keys), share, self.settings.served_here)
+        return replace(self._local(spec), max_concurrency=share)
+
+    def _local(self, spec: ModelSpec) -> Endpoint:
         key = spec.model_dump_json()
         if self._server is not None and key == self._key:
             return self._server.endpoint

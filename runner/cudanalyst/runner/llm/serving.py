@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +69,10 @@ class Endpoint:
     base_url: str
     model: str
     api: str = "chat"  # chat | completion
+    # serve: endpoint only. repr=False: an endpoint printed or logged never shows its key.
+    api_key: str = field(default="", repr=False)
+    max_concurrency: int | None = None  # this shard's share of the spec's maxConcurrency
+    hosted: bool = False  # an endpoint of the spec (not a server of ours): outages are waited out
 
     @property
     def root(self) -> str:
@@ -176,13 +180,14 @@ class LocalServer:
 
 
 def launch_server(
-    cmd: Sequence[str], endpoint: Endpoint, *, env: dict[str, str] | None = None, log_dir: str | None = None
+    cmd: Sequence[str], endpoint: Endpoint, *, env: dict[str, str] | None = None, log_dir: str | None = None,
+    unset: Sequence[str] = (),
 ) -> LocalServer:
     """Start `cmd` in a new session (own process group), output to a log file (in log_dir, else in a
-    temporary folder that goes with the server)."""
+    temporary folder that goes with the server). `unset`: variables of ours it must not inherit (API keys)."""
     temp_dir = None if log_dir else Path(tempfile.mkdtemp(prefix="cudanalyst-vllm-"))
     log_path = Path(log_dir or temp_dir) / f"vllm-{endpoint.model}.log"  # type: ignore[arg-type]
-    full_env = {**os.environ, **(env or {})}
+    full_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in set(unset)}
     with log_path.open("wb") as log:
         # SIGTERM when the process that started it dies (even by SIGKILL): vLLM then stops its engine
         # processes itself, which a SIGKILL of the server alone would leave running.
@@ -203,6 +208,7 @@ def start_local_server(
     health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
     env: dict[str, str] | None = None,
     log_dir: str | None = None,
+    unset: Sequence[str] = (),
 ) -> Iterator[LocalServer]:
     """Serve a local model folder on a free loopback port for the duration of the block."""
     check_model_folder(model_path)
@@ -211,7 +217,7 @@ def start_local_server(
     flags, platform_env = platform_defaults(spec, cpu_build())
     server = launch_server(
         server_command(model_path, spec, served_name=served_name, port=port, seed=seed) + flags,
-        endpoint, env={**platform_env, **(env or {})}, log_dir=log_dir,
+        endpoint, env={**platform_env, **(env or {})}, log_dir=log_dir, unset=unset,
     )
     try:
         server.wait_healthy(health_timeout_s)
@@ -220,10 +226,24 @@ def start_local_server(
         server.stop()
 
 
-def remote_endpoint(spec: ModelSpec) -> Endpoint:
+# `cudanalyst run` serves its local models once and hands them to the shards as endpoints; this annotation of the
+# spec it writes lists their URLs, so that a shard treats them as servers of ours (no outage waited out).
+SERVED_HERE_ANNOTATION = "cudanalyst.dev/served-here"
+
+
+def remote_endpoint(spec: ModelSpec, api_key: str = "", max_concurrency: int | None = None,
+                    served_here: Collection[str] = ()) -> Endpoint:
     """An existing server (serve: endpoint), used as is."""
     assert spec.endpoint is not None
     base = spec.endpoint.rstrip("/")
     if not base.endswith("/v1"):
         base += "/v1"
-    return Endpoint(base, spec.model or "", spec.api)
+    return Endpoint(base, spec.model or "", spec.api, api_key, max_concurrency, hosted=base not in served_here)
+
+
+def shard_share(total: int | None, shard: int, shards: int) -> int | None:
+    """A shard's part of a run-wide concurrency bound: an even split, the remainder to the first shards, and
+    at least one request each (a shard with none could never finish)."""
+    if total is None:
+        return None
+    return max(1, total // shards + (1 if shard < total % shards else 0))

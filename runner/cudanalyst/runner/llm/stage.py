@@ -24,12 +24,13 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cudanalyst.api import AttributionRun, ModelSpec
 from cudanalyst.outcomes import UnitCandidate
 from cudanalyst.plan import Unit
+from cudanalyst.runfolder import usage_key
 from cudanalyst.runner.llm.client import (
     GenerationRequest,
     GenerationResult,
@@ -54,6 +55,7 @@ from cudanalyst.runner.llm.summarize import SummaryFailure, cached_summaries, su
 from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore, group_key
 from cudanalyst.tasks import get_task
 from cudanalyst.trajectory import FrozenProgram
+from cudanalyst.usage import ShardUsage, read_shard_usage
 
 log = logging.getLogger("cudanalyst.runner.llm")
 
@@ -132,6 +134,11 @@ class LlmStage:
         self._lock = threading.Lock()
         self._last_progress = 0.0
         self.token_counts = {"prompt": 0, "completion": 0}
+        # The servers' usage fields per stage, kept in usage/shard-<i>.json (a resumed shard adds to its own).
+        self.usage = read_shard_usage(store.store, usage_key(shard)) or ShardUsage(shard=shard)
+        self._usage_written = self.usage.wire()
+        # Every request of this stage reports its usage and any outage it waits out.
+        self.client = replace(settings.client, on_stall=self._stall, meter=self._meter)
         self._started = time.monotonic()
         # Seconds from the stage's start to the first and last plan and coder result (for the shard's log).
         self.timeline: dict[str, float] = {}
@@ -185,6 +192,24 @@ class LlmStage:
             if force or now - self._last_progress >= PROGRESS_EVERY_S:
                 self._last_progress = now
                 self.store.write_progress(self.shard, self.progress)
+                usage = self.usage.wire()
+                if usage != self._usage_written:
+                    self.store.store.put_json(usage_key(self.shard), usage)
+                    self._usage_written = usage
+
+    def _meter(self, res: GenerationResult) -> None:
+        role = res.role or "coder"
+        model = getattr(self.spec.models, f"resolved_{role}", None) if role != "planner" else self.spec.models.planner
+        with self._lock:
+            self.usage.count(role, (model.model if model is not None else None) or res.model,
+                             res.usage_prompt, res.usage_completion)
+
+    def _stall(self, reason: str | None) -> None:
+        """An endpoint answers only 429/5xx (reason) or is back (None): the shard's progress says so at once."""
+        with self._lock:
+            began_or_ended = bool(self.progress.waiting) != bool(reason)
+            self.progress.waiting = reason or ""
+        self._tick(force=began_or_ended)
 
     # ------------------------------------------------------------------ phases
     def _mark(self, what: str) -> None:
@@ -223,6 +248,7 @@ class LlmStage:
                 self._candidates(live, summaries, servers)
         # Time a local model held the shard's GPU(s); endpoints cost this shard nothing.
         self.progress.gpu_seconds += servers.served_seconds
+        self.progress.waiting = ""  # an outage that outlasted its allowance is in the failures now
         self._tick(force=True)
         return self.failures
 
@@ -256,7 +282,7 @@ class LlmStage:
         reports = {(pid, player): self.programs[pid].feedback[player] for pid, player in todo}
         made = summarize(endpoint, reports, self.store, model=spec.model or endpoint.model,
                          seed_of=lambda pid, player: derive_seed(self.spec.sampling.seed, "summary", pid, player),
-                         settings=self.settings.client)
+                         settings=self.client)
         for key, result in made.items():
             if isinstance(result, SummaryFailure):
                 self._fail_units([u for g in needed[key] for u in g.units], "summarizer", result.kind, result.reason)
@@ -287,7 +313,7 @@ class LlmStage:
         return GenerationRequest(
             g.key, g.planner_prompt.rendered(endpoint.api), 1, derive_seed(self.spec.sampling.seed, "planner", g.key),
             min(PLAN_MAX_TOKENS, self.spec.sampling.max_tokens), self.spec.sampling.temperature,
-            self.spec.sampling.top_p)
+            self.spec.sampling.top_p, role="planner")
 
     def _store_plan(self, g: Group, res: GenerationResult, endpoint: Endpoint) -> bool:
         """Record a planner result on its group (a failure fails the group's units); True when planned."""
@@ -320,7 +346,7 @@ class LlmStage:
                 g.failed = True
             return
         requests = [self._planner_request(g, endpoint) for g in todo]
-        for g, res in zip(todo, generate(endpoint, requests, self.settings.client), strict=True):
+        for g, res in zip(todo, generate(endpoint, requests, self.client), strict=True):
             self._store_plan(g, res, endpoint)
 
     def _one_model_plans_and_codes(self) -> bool:
@@ -359,7 +385,7 @@ class LlmStage:
             self._tick()
 
         generate_chained(endpoint, [self._planner_request(g, endpoint) for g in todo], after_plan,
-                         [coder_request(g) for g in planned], self.settings.client, on_result=record)
+                         [coder_request(g) for g in planned], self.client, on_result=record)
 
     def _coder_prompt(self, g: Group, summaries: dict[tuple[str, str], str]) -> Prompt:
         if g.arm == "dummyPlan" and g.plan is None:
@@ -386,13 +412,13 @@ class LlmStage:
             self._write_group(g, res, prompts[g.key], endpoint)
             self._tick()
 
-        generate(endpoint, requests, self.settings.client, on_result=record)
+        generate(endpoint, requests, self.client, on_result=record)
 
     def _coder_request(self, g: Group, prompt: Prompt, endpoint: Endpoint) -> GenerationRequest:
         sampling = self.spec.sampling
         return GenerationRequest(g.key, prompt.rendered(endpoint.api), sampling.samples_per_coalition,
                                  derive_seed(sampling.seed, "coder", g.key), sampling.max_tokens,
-                                 sampling.temperature, sampling.top_p)
+                                 sampling.temperature, sampling.top_p, role="coder")
 
     def _write_group(self, g: Group, res: GenerationResult, coder: Prompt, endpoint: Endpoint) -> None:
         prompts = {"coder": _prompt_text(coder.rendered(endpoint.api))}

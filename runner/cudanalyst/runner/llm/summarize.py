@@ -49,7 +49,8 @@ def summarize(
     keys = list(reports)
     prompts = {key: summarizer_prompt(key[1], reports[key]).rendered(endpoint.api) for key in keys}
     requests = [GenerationRequest(f"{pid}/{player}", prompts[(pid, player)], 1, seed_of(pid, player),
-                                  SUMMARY_MAX_TOKENS, temperature=0.0, top_p=1.0) for pid, player in keys]
+                                  SUMMARY_MAX_TOKENS, temperature=0.0, top_p=1.0, role="summarizer")
+                for pid, player in keys]
     out: dict[SummaryKey, str | SummaryFailure] = {}
     for (pid, player), res in zip(keys, generate(endpoint, requests, settings), strict=True):
         if not res.ok:

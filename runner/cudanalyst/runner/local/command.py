@@ -35,6 +35,7 @@ from cudanalyst.runner.local.executor import (
     lanes_for,
     llm_stage_in_lanes,
     prepare,
+    read_snapshot,
     run_lanes,
     start_stage,
     wait_stage,
@@ -125,7 +126,8 @@ def main(run: AttributionRun, args: argparse.Namespace) -> int:
             codes = run_stages(planned, lanes, args.stage, folder, display, args.health_timeout)
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a missing model
         return ended_early(exc, console, folder, "finished units are kept")
-    if failed := show_failed_stages(console, codes, folder):
+    reasons = read_snapshot(planned.store, len(planned.plan.shards)).reasons  # the shards' own words
+    if failed := show_failed_stages(console, codes, folder, reasons):
         return failed
     for line in stage_summaries(Path(folder)):
         console.print(line, markup=False, highlight=False)

@@ -23,6 +23,7 @@ from cudanalyst.planned_run import PlannedRun
 from cudanalyst.runfolder import REPORT_HTML
 from cudanalyst.runner.local.executor import Snapshot, plans_expected, plans_written, read_snapshot
 from cudanalyst.store import ObjectStore
+from cudanalyst.usage import lines as usage_lines
 
 LOG_EVERY_S = 10.0
 SUMMARY_MARKERS = {"llm": "cudanalyst-runner: LLM stage:", "kernels": "cudanalyst-runner: kernel stage:"}
@@ -66,6 +67,8 @@ class Activity:
             kernels = f"compiling candidates as they come {snap.kernels.done}/{self.total}"
         else:
             kernels = "waiting for candidates"
+        if snap.waiting and not self.llm_over:
+            llm += f", waiting out an endpoint's outage: {snap.waiting}"
         if snap.llm.failures:
             llm += f", failed {snap.llm.failures}"
         if snap.kernels.failures:
@@ -134,7 +137,8 @@ def show_start(console: Console, planned: PlannedRun, gpus: list[str]) -> None:
                   f"{planned.run.spec.resources.shards} shard(s){where} -> {planned.store.uri}")
 
 
-def show_failed_stages(console: Console, codes: dict[str, dict[int, int]], folder: str) -> int:
+def show_failed_stages(console: Console, codes: dict[str, dict[int, int]], folder: str,
+                       reasons: list[str] | None = None) -> int:
     """Name the shards each stage failed in and where their logs are; the exit status (2 if any input was
     invalid, else 1), or 0 when nothing failed."""
     bad = {stage: [s for s, c in by_shard.items() if c != 0] for stage, by_shard in codes.items()}
@@ -145,6 +149,8 @@ def show_failed_stages(console: Console, codes: dict[str, dict[int, int]], folde
                       + (" (invalid input)" if invalid else "; run again to resume"))
     if not bad:
         return 0
+    for reason in (reasons or [])[:5]:  # the shards' own words (a refused key, an endpoint's outage)
+        console.print(f"  {reason}", markup=False, highlight=False)
     return EXIT_INVALID if any(c == EXIT_INVALID for st in codes.values() for c in st.values()) else EXIT_FAILURE
 
 
@@ -188,6 +194,8 @@ def show_report(store: ObjectStore, console: Console) -> int:
     render_table(report, console=Console(), generation=generations[0] if len(generations) == 1 else None)
     for line in summary_lines(report):  # each names the cause the records give, never a guess
         console.print(f"[yellow]{line}[/]", highlight=False)
+    for line in usage_lines(report.get("usage") or {}):  # tokens per stage, and the cost where priced
+        console.print(line, highlight=False)
     console.print(f"report: {report.get('htmlUri', store.uri_of(REPORT_HTML))}")
     Console().print("\n" + what_you_saw(report), highlight=False)
     return 0

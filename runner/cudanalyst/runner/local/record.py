@@ -50,6 +50,8 @@ STOP_GRACE_S = 30.0  # what an OpenEvolve process gets to stop its workers befor
 def model_problems(rec: TrajectoryRecording) -> list[str]:
     """The local model's weights, found (or synced from S3) here; else the field and why."""
     model = rec.spec.model
+    if model.api_key is not None:  # the agent's processes are given a URL only (issue 34 covers runs)
+        return ["spec.model.apiKey: a recording cannot send an API key yet; give an endpoint that needs none"]
     if model.serve != "local":
         return []
     try:

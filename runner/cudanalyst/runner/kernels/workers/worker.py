@@ -45,7 +45,7 @@ Reply = dict[str, Any]
 
 # Names of variables a candidate's process must not see: credentials and token paths.
 _SECRET_NAME = re.compile(
-    r"^AWS_|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCESS_KEY|PRIVATE_KEY|^KUBERNETES_SERVICE|^S3_",
+    r"^AWS_|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCESS_KEY|PRIVATE_KEY|API_?KEY|^KUBERNETES_SERVICE|^S3_",
     re.IGNORECASE,
 )
 # Values that point at mounted secrets (a service-account token, a secret volume).
