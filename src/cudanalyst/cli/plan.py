@@ -27,6 +27,7 @@ from cudanalyst.plan import Plan, estimate
 from cudanalyst.report.load import ReportError, load_outcomes
 from cudanalyst.runs import PlanError, plan_run
 from cudanalyst.store import S3Settings, StoreError, open_store
+from cudanalyst.trajectory.toolruns import count_tools, failed_report_warnings, report_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
         design = _design(ar, plan, args)
     except (OutcomeError, StoreError, ReportError) as exc:
         die(f"--pilot {args.pilot}: {exc}", EXIT_INVALID)
-    summary = plan.overview() | {"estimate": estimate(ar, plan), "design": design}
+    counts = count_tools(plan.programs)
+    summary = plan.overview() | {"estimate": estimate(ar, plan), "design": design,
+                                 "toolReports": {t: c.to_dict() for t, c in counts.items()},
+                                 "warnings": failed_report_warnings(plan.programs)}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -62,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(key, str(value))
     Console().print(table)
     Console().print(design_table(design, ar.spec.attribution.confidence))
+    for line in report_lines(plan.programs):  # before any GPU time is spent (issue 28)
+        Console().print(line, highlight=False, markup=False, style="yellow" if line.startswith("warning") else None)
     return 0
 
 

@@ -99,6 +99,7 @@ def report_object(folder: RunFolder, result: AttributionResult, created_at: str 
         "unchanged": folder.run.spec.attribution.unchanged,
         "attribution": result.model_dump(by_alias=True, mode="json"),
         "tasks": compute.task_breakdown(records, folder.run),
+        "toolReports": folder.tool_reports,
         "provenance": provenance(folder, created_at),
     }
 

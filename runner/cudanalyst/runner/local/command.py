@@ -132,6 +132,11 @@ def main(args: argparse.Namespace) -> int:
     where = f" on {len(lanes)} GPUs ({', '.join(str(lane.gpu) for lane in lanes)})" if len(lanes) > 1 else ""
     console.print(f"[bold]{ar.metadata.name}[/]: {len(plan.units)} units over {len(plan.programs)} frozen "
                   f"programs, {len(shards)} shard(s){where} -> {store.uri}")
+    # Before any GPU time: what the frozen programs' recorded reports say of the tools behind them (issue 28).
+    from cudanalyst.trajectory.toolruns import report_lines
+
+    for line in report_lines(plan.programs):
+        console.print(line, highlight=False, markup=False)
     if args.stage == "all" and {u.key for u in plan.units} <= keys_under(store, OUTCOMES):
         # Every unit has its outcome (the kernel stage's final word): a rerun has nothing to do, so it does not
         # start the model servers (a minute or more) only to find that out; the report is built again.

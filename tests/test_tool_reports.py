@@ -1,0 +1,315 @@
+"""Issue 28, part 1 on the CPU: a GPU tool's failure is typed with its cause, counted per tool, never shown to the
+agent as feedback about its program, and warned about before a run spends GPU time. The recorded H200
+trajectory of 2026-11-30 is the real input: its reports are what the old tools wrote."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from nvcc_mark import needs_nvcc
+
+from cudanalyst.trajectory import FrozenProgram, dump_programs, load_trajectory, parse_programs
+from cudanalyst.trajectory import toolruns as T
+
+RECORDED = "builtin://recorded-h200-2026-11-30"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def recorded() -> list[FrozenProgram]:
+    return load_trajectory(RECORDED).programs
+
+
+def program(debugger: str = "Status: compiled", profiler: str = "", **kw: object) -> FrozenProgram:
+    return FrozenProgram(task="gemm", generation=0, program_id=str(kw.pop("pid", "p")), source="",
+                         metrics=kw.pop("metrics", {"compiled": 1}),
+                         feedback={"debugger": debugger, "profiler": profiler}, **kw)
+
+
+# ---- typing the old reports ------------------------------------------------------------------------------
+
+
+def test_the_recorded_trajectory_counts_as_the_issue_tallied_it(recorded: list[FrozenProgram]) -> None:
+    counts = T.count_tools(recorded)
+    san, ncu = counts[T.SANITIZER], counts[T.NCU]
+    assert san.compiled == ncu.compiled == 108
+    # Of the 50 sanitizer parts, 46 checked no kernel: no context (out of memory; the issue's 29 plus programs
+    # whose part holds both errors), or the kernel not in the module (no extern "C"). The other 4 ran clean; the
+    # old parser had called their racecheck "could not run".
+    assert (san.ok, san.failed, san.not_run) == (4, {"gpu-memory": 32, "not-launchable": 14}, 58)
+    # 15 with sections; 77 whose program failed under ncu (the old text blamed the counters); 16 timeouts.
+    assert (ncu.ok, ncu.failed, ncu.usable) == (15, {"program-failed": 77, "timeout": 16}, 15)
+    assert san.mostly_failed and ncu.mostly_failed
+
+
+def test_a_clean_racecheck_run_is_not_a_failure() -> None:
+    # racecheck ends with its own summary line; the old parser called this run "could not run".
+    old = ("Status: compiled\ncompute-sanitizer (memcheck, racecheck) on task mvt:\n[memcheck] no errors\n"
+           "[racecheck] could not run (exit status 0): RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")
+    assert T.sanitizer_run(old).status == "ok"
+    from cudanalyst.runner.kernels.feedback.sanitizer import clean_tool_output
+
+    assert clean_tool_output("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")[1] == 0
+    assert clean_tool_output("========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)")[1] == 2
+
+
+def test_typed_runs_win_over_the_text_and_old_lines_still_read() -> None:
+    old_line = json.dumps({"task": "gemm", "generation": 0, "programId": "a", "source": "",
+                           "feedback": {"debugger": "Status: compiled"}})
+    (old,) = parse_programs(old_line + "\n", "programs.jsonl")
+    assert old.tools == {} and T.tool_runs(old)[T.SANITIZER].status == "not-run"
+    assert '"tools"' not in dump_programs([old])  # written as before when nothing is typed
+    from cudanalyst.trajectory import builtin_path
+
+    bundled = (builtin_path("example") / "programs.jsonl").read_text()
+    assert dump_programs(parse_programs(bundled, "example")) == bundled  # an old file reads and writes back as is
+    typed = old.model_copy(update={"tools": {T.SANITIZER: T.ToolRun(status="failed", cause="timeout")}})
+    (back,) = parse_programs(dump_programs([typed]), "programs.jsonl")
+    assert T.tool_runs(back)[T.SANITIZER] == T.ToolRun(status="failed", cause="timeout")
+
+
+# ---- what the agent is shown -----------------------------------------------------------------------------
+
+
+def test_an_old_failure_is_shown_as_a_plain_statement(recorded: list[FrozenProgram]) -> None:
+    oom = next(p for p in recorded if T.tool_runs(p)[T.SANITIZER].cause == "gpu-memory")
+    shown = T.shown_report("debugger", oom.feedback["debugger"])
+    assert "cuCtxCreate" not in shown and "Traceback" not in shown and "[memcheck]" not in shown
+    assert T.statement(T.SANITIZER, "gpu-memory") in shown
+    assert shown.startswith(oom.feedback["debugger"].split("compute-sanitizer (")[0])  # the program's part stays
+    ncu = next(p for p in recorded if T.tool_runs(p)[T.NCU].cause == "program-failed")
+    said = T.shown_report("profiler", ncu.feedback["profiler"])
+    assert "performance counters" not in said and "application returned an error code" not in said
+    assert "Nsight Compute could not check the program (program-failed)" in said
+
+
+def test_a_program_that_broke_its_contract_keeps_its_own_error(recorded: list[FrozenProgram]) -> None:
+    bad = next(p for p in recorded if T.tool_runs(p)[T.SANITIZER].cause == "not-launchable"
+               and "out of memory" not in p.feedback["debugger"])
+    shown = T.shown_report("debugger", bad.feedback["debugger"])
+    assert "could not check the program (not-launchable): ContractError: kernel" in shown
+    assert "This says nothing about the program" not in shown  # it does say something: the kernel is missing
+
+
+def test_prompts_never_carry_a_tool_failure_as_feedback(recorded: list[FrozenProgram]) -> None:
+    from cudanalyst.runner.llm import prompts as P
+    from cudanalyst.tasks import get_task
+
+    failed = [p for p in recorded if any(r.status == "failed" and r.cause not in T.PROGRAM_CAUSES
+                                         for r in T.tool_runs(p).values())]
+    assert len(failed) > 20
+    for p in failed:
+        view = P.ProgramView(get_task(p.task).contract(), p.source, p.generation)
+        reports = P.coalition_reports(["debugger", "profiler"], ["debugger", "analyzer", "profiler"], p.feedback, {})
+        text = P.coder_prompt_implicit(view, reports).completion() + P.planner_prompt(view, reports).completion()
+        summary = P.summarizer_prompt("debugger", p.feedback["debugger"]).completion()
+        for shown in (text, summary):
+            for failure in ("cuCtxCreate", "out of memory", "did not finish within 180 s",
+                            "could not read the GPU's performance counters", "==ERROR=="):
+                assert failure not in shown, (p.program_id, failure)
+        assert "could not run here" in text
+
+
+# ---- the new tools' outputs (pure parts) ------------------------------------------------------------------
+
+
+def test_nsight_compute_failures_name_their_real_cause() -> None:
+    from cudanalyst.runner.kernels.feedback.profiler import ncu_failure
+
+    denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
+    cause, line = ncu_failure(1, "launch_once: launched gemm\n" + denied)
+    assert cause == "counters-denied" and "ERR_NVGPUCTRPERM" in line and "event timings" in line
+    no_context = "launch_once: no CUDA context: MemoryError: cuCtxCreate failed: out of memory\n==ERROR== The " \
+                 "application returned an error code (4)."
+    assert ncu_failure(1, no_context)[0] == "gpu-memory"
+    assert "This says nothing about the program" in ncu_failure(1, no_context)[1]
+    contract = "launch_once: ContractError: launch configuration LAUNCH_gemm is not in the module\n==ERROR== x"
+    cause, line = ncu_failure(1, contract)
+    assert cause == "program-failed" and "LAUNCH_gemm is not in the module" in line
+    crashed = "launch_once: launched gemm\nlaunch_once: LaunchError: cuCtxSynchronize failed: an illegal memory access"
+    cause, line = ncu_failure(1, crashed)
+    assert cause == "program-failed" and "illegal memory access" in line and "launched gemm" not in line
+    assert ncu_failure(9, "launch_once: launched gemm\n==ERROR== Something else broke\n")[0] == "tool-error"
+    for text in (denied, no_context, contract, crashed):  # every line reads back as the same cause
+        assert T.ncu_run("Event timings (CUDA events, ...)\n" + ncu_failure(1, text)[1]).cause == ncu_failure(1, text)[0]
+
+
+def test_the_sanitizer_tells_a_launched_kernel_from_one_that_never_ran() -> None:
+    from cudanalyst.runner.kernels.feedback.sanitizer import launcher_failure
+
+    assert launcher_failure("launch_once: launched gemm\n========= ERROR SUMMARY: 0 errors", 0) is None
+    assert launcher_failure("launch_once: no CUDA context: MemoryError: cuCtxCreate failed: out of memory", 4) == \
+        ("gpu-memory", "")
+    assert launcher_failure('Program hit CUDA_ERROR_OUT_OF_MEMORY due to "out of memory" on cuCtxCreate', 1)[0] == \
+        "gpu-memory"
+    cause, error = launcher_failure("launch_once: ContractError: kernel 'gemm' is not in the module", 3)
+    assert cause == "not-launchable" and error.startswith("ContractError: kernel 'gemm'")
+    assert launcher_failure("Segmentation fault", 139) == ("tool-error", "")
+    # The report lines read back as typed: a statement is a failure, the new head is a launched kernel's.
+    assert T.sanitizer_run("x\n" + T.statement(T.SANITIZER, "timeout")).cause == "timeout"
+    ok = ("x\ncompute-sanitizer (memcheck) on task gemm, its kernels launched:\n[memcheck] "
+          + T.statement(T.SANITIZER, "timeout"))
+    assert T.sanitizer_run(ok).status == "ok"
+
+
+# ---- counting and warning -----------------------------------------------------------------------------------
+
+
+def test_mostly_means_more_than_half_of_the_reports_a_tool_produced() -> None:
+    ok = "Status: compiled\ncompute-sanitizer (memcheck) on task gemm, its kernels launched:\n[memcheck] no errors"
+    bad = "Status: compiled\n" + T.statement(T.SANITIZER, "gpu-memory")
+    half = [program(ok, pid="a"), program(bad, pid="b"), program("Status: compiled", pid="c")]
+    c = T.count_tools(half)[T.SANITIZER]
+    assert (c.compiled, c.ok, c.failed, c.not_run, c.usable) == (3, 1, {"gpu-memory": 1}, 1, 1)
+    assert not c.mostly_failed and T.failed_report_warnings(half) == []
+    more = [*half, program(bad, pid="d")]
+    (warning,) = T.failed_report_warnings(more)
+    assert warning.startswith("compute-sanitizer failed on 2 of the 3 frozen programs it ran on (more than 50%)")
+    uncompiled = program("Status: FAILED to compile", pid="e", metrics={"compiled": 0})
+    assert T.count_tools([uncompiled])[T.SANITIZER].compiled == 0
+
+
+def test_counters_denied_with_timings_meet_the_profiler_target() -> None:
+    timings = "Event timings (CUDA events, L2 flushed, 20 trials): program median 0.1 ms\n"
+    denied = program(profiler=timings + T.statement(T.NCU, "counters-denied"), pid="a")
+    no_timings = program(profiler="Event timings: the program could not be timed.\n"
+                         + T.statement(T.NCU, "counters-denied"), pid="b")
+    c = T.count_tools([denied, no_timings])[T.NCU]
+    assert (c.failed, c.usable) == ({"counters-denied": 2}, 1)
+
+
+def test_plan_warns_before_a_run_on_mostly_failed_reports(tmp_path: Path) -> None:
+    spec = ROOT / "examples" / "h200-recorded-attribution.yaml"
+    env = {**os.environ, "COLUMNS": "400"}
+    out = subprocess.run([sys.executable, "-m", "cudanalyst", "plan", str(spec)], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "warning: compute-sanitizer failed on" in out.stdout and "warning: Nsight Compute failed on" in out.stdout
+    js = subprocess.run([sys.executable, "-m", "cudanalyst", "plan", str(spec), "--json"], capture_output=True,
+                        text=True, env=env, cwd=tmp_path, timeout=300)
+    summary = json.loads(js.stdout)
+    assert summary["toolReports"][T.NCU]["mostlyFailed"] is True and len(summary["warnings"]) == 2
+
+
+RUN_SPEC = """apiVersion: cudanalyst.dev/v1alpha1
+kind: AttributionRun
+metadata: {name: told}
+spec:
+  trajectory: {uri: builtin://recorded-h200-2026-11-30, generations: [0], programsPerGeneration: 3}
+  players: [debugger, analyzer, profiler]
+  planning: implicit
+  controls: []
+  models:
+    planner: {model: m, serve: endpoint, endpoint: "http://127.0.0.1:9/v1"}
+  sampling: {rollouts: 1, samplesPerCoalition: 1, maxTokens: 64, seed: 0}
+  resources: {shards: 1, gpusPerShard: 0}
+  output: {uri: OUT}
+"""
+
+
+def test_run_prints_the_counts_and_warns_before_it_starts(tmp_path: Path) -> None:
+    from cudanalyst.api import load_run
+    from cudanalyst.runs import plan_run
+
+    spec = tmp_path / "run.yaml"
+    spec.write_text(RUN_SPEC.replace("OUT", str(tmp_path / "runs")))
+    plan = plan_run(load_run(str(spec)))
+    expected = T.report_lines(plan.programs)
+    assert any(line.startswith("warning: ") for line in expected)  # the recorded programs mostly failed
+    # Every unit has an outcome file, so the run stops right after its opening lines: no stage, no GPU time.
+    outcomes = tmp_path / "runs" / "told" / "outcomes"
+    outcomes.mkdir(parents=True)
+    for u in plan.units:
+        (outcomes / f"{u.key}.json").write_text("{}")
+    out = subprocess.run([sys.executable, "-m", "cudanalyst", "run", str(spec), "--no-report"], capture_output=True,
+                         text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "1000"}, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = [" ".join(line.split()) for line in (out.stdout + out.stderr).splitlines()]
+    for line in expected:
+        assert " ".join(line.split()) in said, (line, said)
+    assert said.index(" ".join(expected[0].split())) < next(i for i, x in enumerate(said) if "nothing to run" in x)
+
+
+# ---- the GPU tools' queue ------------------------------------------------------------------------------------
+
+
+def test_a_slot_held_by_one_process_is_not_taken_by_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudanalyst.runner.kernels.feedback import gpu_queue
+
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_SLOTS", "1")
+    probe = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\n"
+             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(7)\n")
+    with gpu_queue.gpu_slot(device="0"):
+        lock = tmp_path / "gpu-0-slot-0.lock"
+        assert subprocess.run([sys.executable, "-c", probe, str(lock)]).returncode == 7
+    assert subprocess.run([sys.executable, "-c", probe, str(lock)]).returncode == 0
+    assert fcntl.LOCK_EX  # the probe used the same kind of lock
+
+
+def test_a_tool_without_gpu_memory_waits_and_tries_again() -> None:
+    from cudanalyst.runner.kernels.feedback.gpu_queue import queued
+
+    answers = iter(["gpu-memory", "gpu-memory", "ok"])
+    waits: list[float] = []
+    assert queued(lambda: next(answers), lambda r: r == "gpu-memory", sleep=waits.append) == "ok"
+    assert waits == [2.0, 4.0]
+    stuck: list[float] = []
+    assert queued(lambda: "gpu-memory", lambda r: r == "gpu-memory", retries=2, sleep=stuck.append) == "gpu-memory"
+    assert len(stuck) == 2
+
+
+# ---- the launcher's symbols ------------------------------------------------------------------------------------
+
+
+def _cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import triton  # noqa: F401 - vLLM's dependency ships a cuobjdump
+
+        path = Path(sys.modules["triton"].__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        return str(path) if path.exists() else None
+    except ImportError:
+        return None
+
+
+@needs_nvcc
+def test_the_launcher_looks_up_the_cubins_real_kernel_symbols(tmp_path: Path) -> None:
+    from cudanalyst.runner.kernels.compile.cubin_globals import entry_symbol, kernel_symbols
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.verify.launch_once import launch_symbols
+    from cudanalyst.tasks import get_task
+
+    gemm = get_task("gemm")
+    # No extern "C" (31 compiled programs of the 2026-11-30 recording), and a device function kept out of line.
+    mangled = gemm.baseline_source.replace('extern "C" __global__', '__device__ __noinline__ float twice(float x) '
+                                           '{ return 2 * x; }\n__global__')
+    mangled = mangled.replace("alpha * acc", "twice(alpha) * acc / 2")
+    assert mangled.count("twice") == 2
+    built = compile_task_source(gemm, mangled)
+    assert built.ok and built.cubin, built.errors
+    symbols = kernel_symbols(built.cubin)
+    assert len(symbols) == 1 and symbols[0].startswith("_Z4gemm") and "twice" not in symbols[0]
+    assert launch_symbols(["gemm"], built.cubin) == {"gemm": symbols[0]}
+    plain = compile_task_source(gemm, gemm.baseline_source)
+    assert kernel_symbols(plain.cubin) == ["gemm"] and launch_symbols(["gemm"], plain.cubin) == {}
+    overloaded = mangled + "\n__global__ void gemm(int* x) { x[0] = 1; }\n"
+    assert entry_symbol(compile_task_source(gemm, overloaded).cubin, "gemm") is None  # ambiguous: not guessed
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("no cuobjdump here to cross-check the cubin reader (CUDA toolkit or triton's copy)")
+    for cubin in (built.cubin, plain.cubin):
+        path = tmp_path / "k.cubin"
+        path.write_bytes(cubin)
+        listing = subprocess.run([tool, "-symbols", str(path)], capture_output=True, text=True, check=True).stdout
+        entries = [line.split()[-1] for line in listing.splitlines() if "STO_ENTRY" in line]
+        assert entries == kernel_symbols(cubin)
