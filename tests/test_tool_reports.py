@@ -313,3 +313,63 @@ def test_the_launcher_looks_up_the_cubins_real_kernel_symbols(tmp_path: Path) ->
         listing = subprocess.run([tool, "-symbols", str(path)], capture_output=True, text=True, check=True).stdout
         entries = [line.split()[-1] for line in listing.splitlines() if "STO_ENTRY" in line]
         assert entries == kernel_symbols(cubin)
+
+
+# ---- the recording's counts and the bundled example's cut ------------------------------------------------------
+
+
+def _script(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_the_share_script_counts_a_recording_against_the_targets(tmp_path: Path,
+                                                                 recorded: list[FrozenProgram]) -> None:
+    old = _script("tool_report_share.py", RECORDED, "--json", str(tmp_path / "old.json"), cwd=tmp_path)
+    assert old.returncode == 1, old.stderr  # the 2026-11-30 recording is far from 95 %
+    counts = T.count_tools(recorded)
+    said = json.loads((tmp_path / "old.json").read_text())
+    assert said["tools"][T.NCU]["usable"] == counts[T.NCU].usable and said["met"] is False
+    assert f"Nsight Compute: {counts[T.NCU].usable} of {counts[T.NCU].compiled} compiled programs" in old.stdout
+    # A recording's output folder whose compiled programs all carry real reports meets both.
+    launched = ("Status: compiled\ncompute-sanitizer (memcheck) on task gemm, its kernels launched:\n"
+                "[memcheck] no errors")
+    timings = "Event timings (CUDA events, L2 flushed, 20 trials): program median 0.1 ms\n"
+    good = [program(launched, timings + "Nsight Compute (--clock-control none):\n  Section: x", pid=f"g{i}")
+            for i in range(19)]
+    good.append(program(launched, timings + T.statement(T.NCU, "counters-denied"), pid="denied"))
+    good.append(program("Status: FAILED to compile", pid="nc", metrics={"compiled": 0}))
+    folder = tmp_path / "rec" / "trajectory"
+    folder.mkdir(parents=True)
+    (folder / "programs.jsonl").write_text(dump_programs(good))
+    new = _script("tool_report_share.py", str(tmp_path / "rec"), cwd=tmp_path)
+    assert new.returncode == 0, new.stdout + new.stderr
+    assert "compute-sanitizer: 20 of 20 compiled programs carry a report from a launched kernel: 100.0%" in new.stdout
+    assert _script("tool_report_share.py", str(tmp_path / "nothing"), cwd=tmp_path).returncode == 2
+
+
+def test_the_example_is_cut_from_a_recording_with_its_real_reports(tmp_path: Path,
+                                                                   recorded: list[FrozenProgram]) -> None:
+    to = tmp_path / "example"
+    done = _script("cut_example_trajectory.py", RECORDED, "--to", str(to), "--generations", "0,20",
+                   "--tasks", "gemm,syrk", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    cut = load_trajectory(str(to))
+    assert sorted({(p.task, p.generation) for p in cut.programs}) == [("gemm", 0), ("gemm", 20), ("syrk", 0),
+                                                                      ("syrk", 20)]
+    assert len(cut.programs) == 8 and len({p.source for p in cut.programs}) == 8
+    by_id = {p.program_id: p for p in recorded}
+    ids = {p.program_id for p in cut.programs}
+    for p in cut.programs:
+        assert p.feedback == by_id[p.program_id].feedback  # the reports as recorded
+        assert p.source == by_id[p.program_id].source and p.context.prompt == ""
+        assert p.tools and p.parent_id in ids | {None}
+    readme = (to / "README.md").read_text()
+    assert RECORDED in readme and "cut_example_trajectory.py" in readme and "qwen2.5-coder-1.5b" in readme
+    assert cut.manifest.source["cutFrom"] == RECORDED
+    again = _script("cut_example_trajectory.py", RECORDED, "--to", str(to), cwd=tmp_path)
+    assert again.returncode == 2 and "exists" in again.stderr
+    wrong = _script("cut_example_trajectory.py", RECORDED, "--to", str(tmp_path / "x"), "--tasks", "nope",
+                    cwd=tmp_path)
+    assert wrong.returncode == 2 and "--tasks: ['nope'] not in the recording" in wrong.stderr
+    assert not (tmp_path / "x").exists()
