@@ -373,3 +373,34 @@ def test_the_example_is_cut_from_a_recording_with_its_real_reports(tmp_path: Pat
                     cwd=tmp_path)
     assert wrong.returncode == 2 and "--tasks: ['nope'] not in the recording" in wrong.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_the_report_counts_the_frozen_programs_tool_reports(tmp_path: Path) -> None:
+    from cudanalyst.api import parse_run
+    from cudanalyst.report import build_report
+    from cudanalyst.report.demo import demo_spec, write_demo_run
+    from cudanalyst.runfolder import feedback_key
+    from cudanalyst.runs import plan_run
+    from cudanalyst.store import open_store
+
+    spec = demo_spec(output_uri=str(tmp_path))
+    spec["spec"]["trajectory"] = {"uri": RECORDED, "generations": [0], "programsPerGeneration": 2}
+    store = open_store(str(tmp_path / "demo"))
+    write_demo_run(store, spec)
+    programs = plan_run(parse_run(spec, "spec")).programs
+    # One program's reports as the run computed them, typed: its sanitizer checked a launched kernel.
+    computed = next(p for p in programs if T.compiled(p))
+    store.put_json(feedback_key(computed.program_id), {"programId": computed.program_id, "reports": {},
+                                                       "tools": {T.SANITIZER: {"status": "ok"}}})
+    report = build_report(store)
+    merged = [p.model_copy(update={"tools": {T.SANITIZER: T.ToolRun(status="ok")}}) if p is computed else p
+              for p in programs]
+    expected = {t: c.to_dict() for t, c in T.count_tools(merged).items()}
+    assert report["toolReports"] == expected
+    html = (tmp_path / "demo" / "report" / "report.html").read_text()
+    assert "Tool reports behind the feedback" in html
+    assert f"<td>{T.NCU}</td><td>{expected[T.NCU]['compiled']}</td>" in html
+    from cudanalyst.report.compute import summary_lines
+
+    assert any(line.startswith(f"{T.NCU} reports on {expected[T.NCU]['compiled']} compiled frozen programs")
+               for line in summary_lines(report))
