@@ -37,7 +37,7 @@ from typing import Any
 from cudanalyst.outcomes import Label, OutcomeRecord
 from cudanalyst.runner.kernels.compile.nvcc import CompilePool, CompileResult, shared_cache, task_translation_unit
 from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, heap_calls
-from cudanalyst.runner.kernels.feedback.reports import frozen_program_feedback
+from cudanalyst.runner.kernels.feedback.reports import frozen_program_reports
 from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.workers.requests import (
     EvalSettings,
@@ -490,11 +490,14 @@ class Timing:
 
 def feedback_reports(task: str, source: str, settings: Any, *, gpu: bool | None = None) -> dict[str, str]:
     """The debugger, analyzer and profiler raw reports of one frozen program (compute once per program)."""
-    return feedback_with_tools(task, source, settings, gpu=gpu)[0]
+    use_gpu = gpu_available() if gpu is None else gpu
+    return frozen_program_reports(task, source, EvalSettings.of(settings), gpu=use_gpu)
 
 
 def feedback_with_tools(task: str, source: str, settings: Any, *,
                         gpu: bool | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """The reports and how each GPU tool ran on the program (`toolruns.ToolRun`, by tool name)."""
+    from cudanalyst.runner.kernels.feedback.reports import frozen_program_feedback
+
     use_gpu = gpu_available() if gpu is None else gpu
     return frozen_program_feedback(task, source, EvalSettings.of(settings), gpu=use_gpu)
