@@ -193,6 +193,12 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def coalition_order(key: str, players: Sequence[str]) -> tuple[int, list[int]]:
+    """By size, then by the members' positions in spec order."""
+    members = [players.index(p) for p in key.split(",")] if key else []
+    return (len(members), members)
+
+
 def tool_report_lines(report: dict[str, Any]) -> list[str]:
     """Per GPU tool, its reports on the frozen programs that compiled: ok and failed by cause (issue 28)."""
     out = []
@@ -206,8 +212,3 @@ def tool_report_lines(report: dict[str, Any]) -> list[str]:
                       else ""))
     return out
 
-
-def coalition_order(key: str, players: Sequence[str]) -> tuple[int, list[int]]:
-    """By size, then by the members' positions in spec order."""
-    members = [players.index(p) for p in key.split(",")] if key else []
-    return (len(members), members)

@@ -233,8 +233,8 @@ def render_html(report: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
         header += '<p class="note">Metrics not evaluated are shown as such, not as zeros.</p>'
     notes = "".join(f"<li>{_e(n)}</li>" for n in report["attribution"].get("notes", []))
     figs = "".join(_figure(name, png) for name, png in figures.items())
-    body = (header + "<h2>Figures</h2>" + figs + _results_section(report) + _games_section(report) +
+    body = (header + "<h2>Figures</h2>" + figs + _results_section(report) + _games_section(report) + _tools_section(report) +
             _coalitions_section(report) +
-            _tasks_section(report) + _tools_section(report) + _provenance_section(report) + f"<h2>Method notes</h2><ul>{notes}</ul>")
+            _tasks_section(report) + _provenance_section(report) + f"<h2>Method notes</h2><ul>{notes}</ul>")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(report["run"])}: '
             f"cudanalyst report</title><style>{STYLE}</style></head><body>{body}</body></html>\n")

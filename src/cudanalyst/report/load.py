@@ -12,7 +12,7 @@ from cudanalyst.api import AttributionRun, SpecError, parse_run
 from cudanalyst.attribution.values import OutcomeError, parse_records
 from cudanalyst.outcomes import OutcomeRecord
 from cudanalyst.runfolder import CANDIDATES, OUTCOMES, OUTCOMES_ARCHIVE, PLAN, SPEC
-from cudanalyst.store import ObjectNotFound, ObjectStore, StoreError
+from cudanalyst.store import ObjectNotFound, ObjectStore
 
 # Provenance (prompt-template version, models) is read from this many candidate records: they are
 # written by one runner version per run, and reading every one of a large run over S3 costs minutes.
@@ -30,10 +30,10 @@ class RunFolder:
     run: AttributionRun
     plan: dict[str, Any] | None
     outcomes: list[OutcomeRecord]
+    tool_reports: dict[str, Any] | None = None  # per GPU tool over the frozen programs (None: not readable)
     prompt_versions: list[str] = field(default_factory=list)
     candidate_models: dict[str, list[str]] = field(default_factory=dict)
     candidates_read: int = 0
-    tool_reports: dict[str, Any] | None = None  # per GPU tool over the frozen programs (None: not readable)
 
 
 def _get_json(store: ObjectStore, key: str) -> Any:
@@ -140,6 +140,7 @@ def tool_reports(store: ObjectStore, run: AttributionRun) -> dict[str, Any] | No
     trajectory cannot be read from here (the report then says so)."""
     from cudanalyst.runfolder import feedback_key
     from cudanalyst.runs import PlanError, plan_run
+    from cudanalyst.store import StoreError
     from cudanalyst.trajectory.toolruns import ToolRun, count_tools
 
     try:
