@@ -46,16 +46,16 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_run(ar)
     except PlanError as exc:
         die(str(exc), EXIT_INVALID)
+    # Whether the frozen programs' reports are the tools' real output, before any GPU time (issue 28).
+    tool_summary = {"toolReports": {t: c.to_dict() for t, c in count_tools(plan.programs).items()},
+                    "warnings": failed_report_warnings(plan.programs)}
     try:
         design = _design(ar, plan, args)
     except (OutcomeError, StoreError, ReportError) as exc:
         die(f"--pilot {args.pilot}: {exc}", EXIT_INVALID)
     summary = plan.overview() | {"estimate": estimate(ar, plan), "design": design}
-    # Whether the frozen programs' reports are the tools' real output, before any GPU time (issue 28).
-    summary["toolReports"] = {t: c.to_dict() for t, c in count_tools(plan.programs).items()}
-    summary["warnings"] = failed_report_warnings(plan.programs)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary | tool_summary, indent=2))
         return 0
     table = Table(title=f"plan of {ar.metadata.name}", show_header=False)
     for key in ("players", "programs", "coalitions", "units", "unitsByArm", "shards"):
