@@ -404,3 +404,71 @@ def test_the_report_counts_the_frozen_programs_tool_reports(tmp_path: Path) -> N
 
     assert any(line.startswith(f"{T.NCU} reports on {expected[T.NCU]['compiled']} compiled frozen programs")
                for line in summary_lines(report))
+
+
+# ---- the report plumbing, with stand-in tools (the real ones: tests/gpu/test_tools_beside_server.py) ----------
+
+FAKE_TOOL = """#!/bin/sh
+# A stand-in for compute-sanitizer / ncu: what it prints is chosen by the tool it is asked to be ($2) or by $MODE.
+case "${MODE}:$2" in
+  ok:memcheck) echo "launch_once: launched gemm"; echo "========= ERROR SUMMARY: 0 errors";;
+  ok:racecheck) echo "launch_once: launched gemm"; echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)";;
+  ok:initcheck) sleep 5;;
+  nomem:*) echo "launch_once: no CUDA context: MemoryError: cuCtxCreate failed: out of memory" >&2; exit 4;;
+  contract:*) echo "launch_once: ContractError: kernel 'gemm' is not in the module" >&2; exit 3;;
+  denied:*) echo "launch_once: launched gemm" >&2
+            echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
+            exit 1;;
+  *) echo "========= ERROR SUMMARY: 0 errors";;
+esac
+"""
+
+
+@pytest.fixture
+def fake_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    exe = tmp_path / "tool"
+    exe.write_text(FAKE_TOOL)
+    exe.chmod(0o755)
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_DIR", str(tmp_path / "slots"))
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_RETRIES", "0")
+    return exe
+
+
+def test_a_sanitizer_report_holds_checks_of_launched_kernels_or_one_statement(
+        fake_tool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudanalyst.runner.kernels.feedback import sanitizer
+    from cudanalyst.tasks import get_task
+
+    monkeypatch.setattr(sanitizer, "find_sanitizer", lambda: str(fake_tool))
+    gemm = get_task("gemm")
+    monkeypatch.setenv("MODE", "ok")
+    out = sanitizer.sanitizer_report(gemm, b"cubin", timeout_s=1)
+    assert out.run.status == "ok" and T.sanitizer_run("Status: compiled\n" + out.text).status == "ok"
+    assert "[memcheck] no errors" in out.text and "[racecheck] no errors" in out.text
+    assert f"[initcheck] {T.statement(T.SANITIZER, 'timeout')}" in out.text and "[synccheck]" not in out.text
+    for mode, cause, shown in (("nomem", "gpu-memory", T.statement(T.SANITIZER, "gpu-memory")),
+                               ("contract", "not-launchable", "compute-sanitizer could not check the program "
+                                "(not-launchable): ContractError: kernel 'gemm' is not in the module")):
+        monkeypatch.setenv("MODE", mode)
+        out = sanitizer.sanitizer_report(gemm, b"cubin", timeout_s=5)
+        assert (out.run.status, out.run.cause, out.text) == ("failed", cause, shown)
+        assert "launch_once" in out.run.detail  # the tool's own words are kept, out of the report
+        assert T.sanitizer_run("Status: compiled\n" + out.text).cause == cause
+
+
+def test_a_profiler_report_keeps_the_timings_and_says_why_counters_are_missing(
+        fake_tool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudanalyst.runner.kernels.feedback import profiler
+    from cudanalyst.tasks import get_task
+
+    monkeypatch.setattr(profiler, "find_ncu", lambda: str(fake_tool))
+    stats = {"trials": 20, "median_ms": 0.5, "iqr_over_median": 0.01, "cv": 0.02}
+    monkeypatch.setenv("MODE", "denied")
+    out = profiler.profiler_report(get_task("gemm"), b"cubin", stats, stats, gpu=True)
+    assert out.run == T.ToolRun(status="failed", cause="counters-denied", detail=out.run.detail, timings=True)
+    assert "Event timings (CUDA events" in out.text and "ERR_NVGPUCTRPERM" in out.text
+    assert T.count_tools([program(profiler=out.text)])[T.NCU].usable == 1
+    monkeypatch.setenv("MODE", "nomem")
+    out = profiler.profiler_report(get_task("gemm"), b"cubin", None, None, gpu=True)
+    assert (out.run.cause, out.run.timings) == ("gpu-memory", False)
+    assert out.text.endswith(T.statement(T.NCU, "gpu-memory")) and "cuCtxCreate" not in out.text

@@ -123,11 +123,11 @@ def sanitizer_report(task: Task, cubin: bytes, tools: tuple[str, ...] = TOOLS, t
                 continue
             details.append(f"[{tool}] {why}: {text.strip()[-1500:]}")
             cause, program_error = cause or why, program_error or error
+            lines.append(f"[{tool}] " + statement(SANITIZER, why, error))
             if why in ("not-launchable", "gpu-memory", "timeout"):
                 # The same for every tool: the kernels cannot be launched, no context now, or a kernel that
                 # does not end (each further tool would wait out its limit again).
                 break
-            lines.append(f"[{tool}] " + statement(SANITIZER, why))
     if checked == 0:
         cause = cause or "tool-error"
         return ToolOutput(statement(SANITIZER, cause, program_error),
