@@ -472,3 +472,40 @@ def test_a_profiler_report_keeps_the_timings_and_says_why_counters_are_missing(
     out = profiler.profiler_report(get_task("gemm"), b"cubin", None, None, gpu=True)
     assert (out.run.cause, out.run.timings) == ("gpu-memory", False)
     assert out.text.endswith(T.statement(T.NCU, "gpu-memory")) and "cuCtxCreate" not in out.text
+
+
+# ---- the recorder beside its model server, and the recording that checks the targets -------------------------
+
+
+def test_the_recorder_leaves_the_tools_their_share_of_gpu_memory() -> None:
+    from cudanalyst.api.spec import ModelSpec
+    from cudanalyst.runner.local.record import TOOLS_SHARE_CAP, server_share
+
+    greedy = ModelSpec(model="m", serve="local", gpu_memory_utilization=0.85)
+    assert server_share(greedy, gpu=True).gpu_memory_utilization == TOOLS_SHARE_CAP < 0.85
+    assert server_share(greedy, gpu=False) is greedy  # compiled only: no GPU tool shares the device
+    modest = ModelSpec(model="m", serve="local", gpu_memory_utilization=0.4)
+    assert server_share(modest, gpu=True) is modest
+    remote = ModelSpec(model="m", serve="endpoint", endpoint="http://127.0.0.1:9/v1")
+    assert server_share(remote, gpu=True) is remote
+
+
+NEW_FAMILIES = {"dl": {"softmax", "layer_norm", "linear_bias_gelu", "conv2d_nchw", "sum_reduction"},
+                "xsbench": {"xs_lookup", "xs_lookup_unionized"}, "npb": {"cg_spmv", "mg_resid"}}
+
+
+def test_the_h200_recording_covers_the_new_families_with_the_15b_coder() -> None:
+    from cudanalyst.api.recording import load_recording
+    from cudanalyst.tasks import UnknownTaskError, get_task
+
+    rec = load_recording(ROOT / "examples" / "h200-recording-feedback.yaml")
+    tasks = set(rec.spec.tasks)
+    assert len(tasks) >= 8 and rec.spec.model.model == "qwen2.5-coder-1.5b-instruct"
+    for family, names in NEW_FAMILIES.items():
+        assert len(tasks & names) >= 2, family
+    assert tasks <= set().union(*NEW_FAMILIES.values())
+    try:
+        for task in tasks:
+            get_task(task)
+    except UnknownTaskError as exc:
+        pytest.skip(f"the new tasks are not in this checkout yet (issue 28 part 3, the tasks branch): {exc}")

@@ -17,10 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from cudanalyst.runner.kernels.feedback.gpu_queue import queued
-from cudanalyst.runner.kernels.feedback.sanitizer import ToolOutput, launch_command, launcher_failure
+from cudanalyst.runner.kernels.feedback.sanitizer import (
+    ToolOutput,
+    launch_command,
+    launcher_failure,
+    tool_environment,
+)
 from cudanalyst.runner.kernels.timing.trials import speedup
 from cudanalyst.runner.kernels.verify.launch_once import LAUNCHED
-from cudanalyst.runner.kernels.workers.worker import scrubbed_environment
 from cudanalyst.tasks import Task
 from cudanalyst.trajectory.toolruns import NCU, ToolRun, statement
 
@@ -55,7 +59,8 @@ def clean_ncu_output(text: str) -> list[str]:
     return keep
 
 
-def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0) -> tuple[bool, list[str], ToolRun]:
+def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0,
+               inputs_dir: str | None = None) -> tuple[bool, list[str], ToolRun]:
     """(counters were read, lines, the run's type). The time limit counts from the moment the run got its
     slot of the GPU tools' queue, not while it waited."""
     exe = find_ncu()
@@ -72,7 +77,7 @@ def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0) -> tuple[bool
         def once() -> tuple[int | None, str]:
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                                   env=scrubbed_environment(), cwd=work)
+                                   env=tool_environment(inputs_dir), cwd=work)
             except subprocess.TimeoutExpired:
                 return None, ""
             return p.returncode, p.stdout + p.stderr
@@ -110,7 +115,8 @@ def ncu_failure(returncode: int, text: str) -> tuple[str, str]:
 
 
 def profiler_report(task: Task, cubin: bytes | None, program: dict[str, Any] | None,
-                    baseline: dict[str, Any] | None, *, gpu: bool, use_ncu: bool = True) -> ToolOutput:
+                    baseline: dict[str, Any] | None, *, gpu: bool, use_ncu: bool = True,
+                    inputs_dir: str | None = None) -> ToolOutput:
     head = [f"Profiler report: task {task.name} on the GPU"]
     if not gpu:
         return ToolOutput("\n".join([f"Profiler report: task {task.name}",
@@ -121,7 +127,7 @@ def profiler_report(task: Task, cubin: bytes | None, program: dict[str, Any] | N
                           ToolRun(status="not-run"))
     lines = head + timing_lines(program, baseline)
     if use_ncu:
-        ok, ncu, run = ncu_report(task, cubin)
+        ok, ncu, run = ncu_report(task, cubin, inputs_dir=inputs_dir)
         lines += (["Nsight Compute (--clock-control none):"] + [f"  {x}" for x in ncu]) if ok else ncu
         return ToolOutput("\n".join(lines), run.model_copy(update={"timings": program is not None}))
     return ToolOutput("\n".join(lines), ToolRun(status="not-run", timings=program is not None))

@@ -12,6 +12,7 @@ line in the report, never its failure text.
 from __future__ import annotations
 
 import importlib
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ class ProgramFacts:
     program_stats: dict[str, Any] | None = None
     baseline_stats: dict[str, Any] | None = None
     tools: dict[str, ToolRun] = field(default_factory=dict)  # filled as the reports are written
+    inputs_dir: str | None = None  # where the tools' launches of this program share its inputs
 
     @property
     def correct(self) -> bool:
@@ -63,7 +65,7 @@ def debugger_report(f: ProgramFacts) -> str:
         text += "\n" + VERIFICATION_NO_CONTEXT  # the machine's state, not the program's (issue 28)
     else:
         text += f"\nRun-time verification: {'correct' if f.correct else 'FAILED'}: {why}"
-    sanitized = sanitizer_report(f.task, f.compiled.cubin or b"")
+    sanitized = sanitizer_report(f.task, f.compiled.cubin or b"", inputs_dir=f.inputs_dir)
     f.tools[SANITIZER] = sanitized.run
     return text + "\n" + sanitized.text
 
@@ -77,7 +79,7 @@ def profiler_report_of(f: ProgramFacts) -> str:
         out = profiler_report(f.task, f.compiled.cubin if f.compiled.ok else None, None, None, gpu=f.gpu)
     else:
         out = profiler_report(f.task, f.compiled.cubin, f.program_stats, f.baseline_stats, gpu=True,
-                              use_ncu=f.use_ncu)
+                              use_ncu=f.use_ncu, inputs_dir=f.inputs_dir)
     f.tools[NCU] = out.run
     return out.text
 
@@ -121,7 +123,12 @@ def reporter(tool: players.FeedbackTool) -> Callable[[ProgramFacts], str]:
 def typed_reports(facts: ProgramFacts) -> tuple[dict[str, str], dict[str, ToolRun]]:
     """(every registered tool's report by name, how each GPU tool ran): the tools that did not run are typed
     `not-run` (no GPU, no binary)."""
-    reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
+    with tempfile.TemporaryDirectory(prefix="cudanalyst-tool-inputs-") as shared:
+        facts.inputs_dir = shared  # the program's inputs, made once for all its tool launches
+        try:
+            reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
+        finally:
+            facts.inputs_dir = None
     runs = {name: facts.tools.get(name, ToolRun(status="not-run")) for name in TOOL_NAMES}
     return reports, runs
 

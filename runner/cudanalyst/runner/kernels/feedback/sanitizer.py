@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cudanalyst.runner.kernels.feedback.gpu_queue import queued
 from cudanalyst.runner.kernels.verify.launch_once import LAUNCHED
+from cudanalyst.runner.kernels.workers.references import FOLDER_ENV
 from cudanalyst.runner.kernels.workers.worker import scrubbed_environment
 from cudanalyst.tasks import Task
 from cudanalyst.trajectory.toolruns import SANITIZER, ToolRun, statement
@@ -79,14 +80,23 @@ def launcher_failure(text: str, returncode: int | None) -> tuple[str, str] | Non
     return "tool-error", ""
 
 
-def run_tool(exe: str, tool: str, task: Task, path: Path, work: str, timeout_s: float) -> tuple[str, str | None, str]:
+def tool_environment(inputs_dir: str | None) -> dict[str, str]:
+    """The tools' environment: the workers' scrubbed one, and the folder where a program's launches share inputs."""
+    env = scrubbed_environment()
+    if inputs_dir:
+        env[FOLDER_ENV] = inputs_dir
+    return env
+
+
+def run_tool(exe: str, tool: str, task: Task, path: Path, work: str, timeout_s: float,
+             inputs_dir: str | None = None) -> tuple[str, str | None, str]:
     """(the tool's line(s), cause when it did not check a launched kernel, the program's error)."""
     cmd = [exe, "--tool", tool, "--print-limit", "10", *launch_command(task, path)]
 
     def once() -> tuple[str, str | None, str]:
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                               env=scrubbed_environment(), cwd=work)
+                               env=tool_environment(inputs_dir), cwd=work)
         except subprocess.TimeoutExpired:
             return f"[{tool}] did not finish within {timeout_s:g} s", "timeout", ""
         raw = p.stdout + p.stderr
@@ -104,7 +114,8 @@ def run_tool(exe: str, tool: str, task: Task, path: Path, work: str, timeout_s: 
     return queued(once, lambda r: r[1] == "gpu-memory")
 
 
-def sanitizer_report(task: Task, cubin: bytes, tools: tuple[str, ...] = TOOLS, timeout_s: float = 120.0) -> ToolOutput:
+def sanitizer_report(task: Task, cubin: bytes, tools: tuple[str, ...] = TOOLS, timeout_s: float = 120.0,
+                     inputs_dir: str | None = None) -> ToolOutput:
     """compute-sanitizer's tools on the program's kernels, or the one statement of why they did not check them."""
     exe = find_sanitizer()
     if exe is None:
@@ -116,7 +127,7 @@ def sanitizer_report(task: Task, cubin: bytes, tools: tuple[str, ...] = TOOLS, t
         path = Path(work) / "program.cubin"
         path.write_bytes(cubin)
         for tool in tools:
-            text, why, error = run_tool(exe, tool, task, path, work, timeout_s)
+            text, why, error = run_tool(exe, tool, task, path, work, timeout_s, inputs_dir or work)
             if why is None:
                 checked += 1
                 lines.append(text)
