@@ -131,6 +131,8 @@ def ncu_run(profiler: str | None) -> ToolRun:
         return ToolRun(status="not-run", timings=timings)
     if "ERR_NVGPUCTRPERM" in line:
         cause = "counters-denied"
+    elif "out of memory" in line:
+        cause = "gpu-memory"  # before any launch: the machine's state (as the runner now types it)
     elif "application returned an error code" in line or "program's launch under it failed" in line:
         cause = "program-failed"  # the old wording blamed the counters for this (issue 28)
     elif "did not finish within" in line:
@@ -177,7 +179,9 @@ def shown_report(player: str, text: str) -> str:
     if player == HOST_PLAYER[NCU]:
         run = ncu_run(text)
         if run.status == "failed" and run.cause and run.detail:
-            return "\n".join(statement(NCU, run.cause) if x.strip() == run.detail else x for x in text.splitlines())
+            error = _program_error(run.detail.replace("(launch_once:", "\nlaunch_once:").split(");")[0])
+            line = statement(NCU, run.cause, error and f"the program failed under it: {error}")
+            return "\n".join(line if x.strip() == run.detail else x for x in text.splitlines())
     return text
 
 
