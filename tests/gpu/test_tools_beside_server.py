@@ -74,6 +74,7 @@ def test_the_sanitizer_launches_the_kernel_beside_a_server(memory_held: int) -> 
     # Without extern "C" verification refuses the program, but the tools still check the kernel it wrote.
     mangled = gemm.baseline_source.replace('extern "C" __global__', "__global__")
     bad = gemm.baseline_source.replace("C[i * NJ + j] = alpha", "C[i * NJ + j + NI * NJ] = alpha")
+    assert bad != gemm.baseline_source and mangled != gemm.baseline_source
     for source in (mangled, bad.replace('extern "C" __global__', "__global__")):
         checked = sanitizer_report(gemm, _cubin(source))
         assert checked.run.status == "ok", (checked.run, checked.text)
@@ -91,6 +92,7 @@ def test_nsight_compute_collects_counters_or_says_why_beside_a_server(memory_hel
         assert run.cause in ("counters-denied", "not-installed"), (run, lines)
         assert lines == [x for x in lines if "could not run here" in x]
     crashing = gemm.baseline_source.replace("C[i * NJ + j] = alpha", "C[i * NJ + j + (1 << 30)] = alpha")
+    assert crashing != gemm.baseline_source
     ok, lines, run = ncu_report(gemm, _cubin(crashing))
     if run.cause not in ("counters-denied", "not-installed"):
         # The program's own failure is named as such, with its error: never "counters" and never out of memory.
