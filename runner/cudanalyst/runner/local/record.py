@@ -32,7 +32,6 @@ from cudanalyst.recording import (
     import_recording,
     prepare_store,
     read_progress,
-    recorded_tool_lines,
     recording_store,
     s3_settings,
     unfinished_tasks,
@@ -240,6 +239,8 @@ def main(args: argparse.Namespace) -> int:
     meaning = ("OpenEvolve's lineage depth" if window is None else
                f"the window of {window} iteration(s) a program was found in, by its first")
     console.print(f"programs per generation ({meaning}): {per_generation(store)}", highlight=False)
+    from cudanalyst.recording import recorded_tool_lines
+
     for line in recorded_tool_lines(store):  # whether the reports are the tools' real output (issue 28)
         console.print(line, highlight=False, markup=False)
     console.print(f"use it as an AttributionRun's spec.trajectory.uri: {uri}")

@@ -17,8 +17,8 @@ from typing import Any
 from openevolve.evaluation_result import EvaluationResult
 
 from cudanalyst.runner.kernels.feedback.reports import program_facts, typed_reports
-from cudanalyst.runner.kernels.workers.requests import EvalSettings
 from cudanalyst.runner.kernels.timing.trials import speedup
+from cudanalyst.runner.kernels.workers.requests import EvalSettings
 from cudanalyst.tasks import get_task
 from cudanalyst.tasks.conformance import contract_problems
 
