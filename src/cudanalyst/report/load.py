@@ -30,8 +30,8 @@ class RunFolder:
     run: AttributionRun
     plan: dict[str, Any] | None
     outcomes: list[OutcomeRecord]
-    tool_reports: dict[str, Any] | None = None  # per GPU tool over the frozen programs (None: not readable)
     prompt_versions: list[str] = field(default_factory=list)
+    tool_reports: dict[str, Any] | None = None  # per GPU tool over the frozen programs (None: not readable)
     candidate_models: dict[str, list[str]] = field(default_factory=dict)
     candidates_read: int = 0
 

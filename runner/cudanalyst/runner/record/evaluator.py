@@ -16,9 +16,10 @@ from typing import Any
 
 from openevolve.evaluation_result import EvaluationResult
 
-from cudanalyst.runner.kernels.feedback.reports import program_facts, typed_reports
-from cudanalyst.runner.kernels.timing.trials import speedup
+from cudanalyst import players
+from cudanalyst.runner.kernels.feedback.reports import program_facts, reporter
 from cudanalyst.runner.kernels.workers.requests import EvalSettings
+from cudanalyst.runner.kernels.timing.trials import speedup
 from cudanalyst.tasks import get_task
 from cudanalyst.tasks.conformance import contract_problems
 
@@ -56,7 +57,7 @@ def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = 
     cfg = EvalSettings.of(evaluation)
     spec = get_task(task)
     facts = program_facts(spec, source, cfg, gpu=gpu, pool=_gpu_pool() if gpu else None)
-    reports, _ = typed_reports(facts)  # the import types the tools' runs again from these texts
+    reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
     contract_ok = not contract_problems(spec, source)
     built = facts.compiled.ok and contract_ok
     metrics: dict[str, float] = {

@@ -12,7 +12,9 @@ line in the report, never its failure text.
 from __future__ import annotations
 
 import importlib
+import shutil
 import tempfile
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +92,9 @@ def program_facts(task: Task, source: str, cfg: Any, *, gpu: bool, pool: Any | N
     facts = ProgramFacts(task, source, compile_task_source(task, source, cache=cache), gpu, use_ncu)
     if not gpu or not facts.compiled.ok:
         return facts
+    # The tools launch the program up to five times: its inputs are made once, in a folder that goes with the facts.
+    facts.inputs_dir = tempfile.mkdtemp(prefix="cudanalyst-tool-inputs-")
+    weakref.finalize(facts, shutil.rmtree, facts.inputs_dir, True)
     own = pool is None
     pool = pool or WorkerPool(1)
     try:
@@ -123,12 +128,7 @@ def reporter(tool: players.FeedbackTool) -> Callable[[ProgramFacts], str]:
 def typed_reports(facts: ProgramFacts) -> tuple[dict[str, str], dict[str, ToolRun]]:
     """(every registered tool's report by name, how each GPU tool ran): the tools that did not run are typed
     `not-run` (no GPU, no binary)."""
-    with tempfile.TemporaryDirectory(prefix="cudanalyst-tool-inputs-") as shared:
-        facts.inputs_dir = shared  # the program's inputs, made once for all its tool launches
-        try:
-            reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
-        finally:
-            facts.inputs_dir = None
+    reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
     runs = {name: facts.tools.get(name, ToolRun(status="not-run")) for name in TOOL_NAMES}
     return reports, runs
 
