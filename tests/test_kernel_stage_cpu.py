@@ -577,14 +577,12 @@ def test_timing_waits_for_running_verifications_instead_of_queueing_behind_them(
 
 def test_the_profiler_report_says_why_nsight_compute_gave_no_sections() -> None:
     # The program failed under ncu (an H200 recording met this 77 times): its own error, not "counters refused".
-    launch = ("==PROF== Connected to process 10057\nlaunch_once: LogicError: cuModuleLoadData failed: out of memory\n"
-              "==ERROR== The application returned an error code (1).\n")
-    said = ncu_failure(1, launch)
-    assert "program's launch under it failed (launch_once: LogicError: cuModuleLoadData failed: out of memory)" in said
+    launch = ("==PROF== Connected to process 10057\nlaunch_once: ContractError: kernel 'gemm' is not in the module\n"
+              "==ERROR== The application returned an error code (3).\n")
+    cause, said = ncu_failure(3, launch)
+    assert cause == "program-failed" and "ContractError: kernel 'gemm' is not in the module" in said
     assert "performance counters" not in said
     refused = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
-    assert "could not read the GPU's performance counters here (exit status 1: ==ERROR== ERR_NVGPUCTRPERM" in \
-        ncu_failure(1, refused)
-    other = ncu_failure(9, "==ERROR== Something else broke\n")
-    assert other.startswith("Nsight Compute failed (exit status 9: ==ERROR== Something else broke)")
-    assert ncu_failure(0, "").startswith("Nsight Compute failed (exit status 0: no output)")
+    assert ncu_failure(1, refused)[0] == "counters-denied"
+    other = ncu_failure(9, "launch_once: launched gemm\n==ERROR== Something else broke\n")
+    assert other[0] == "tool-error" and "Something else broke" not in other[1]  # the tool's words stay out

@@ -158,6 +158,7 @@ def import_recording(rec: TrajectoryRecording, store: ObjectStore | None = None)
     from cudanalyst.trajectory import dump_programs, manifest_for
     from cudanalyst.trajectory.format import MANIFEST, PROGRAMS
     from cudanalyst.trajectory.openevolve import read_openevolve
+    from cudanalyst.trajectory.toolruns import classify
 
     store = store or recording_store(rec)
     programs = []
@@ -168,7 +169,8 @@ def import_recording(rec: TrajectoryRecording, store: ObjectStore | None = None)
                                             generation_from="generation" if window is None else "iteration",
                                             iterations_per_generation=window or 1,
                                             feedback_map={p: p for p in RECORDED_PLAYERS})
-        programs += found
+        # Our evaluator's reports: each GPU tool's run is typed from them (issue 28; toolruns.classify).
+        programs += [p.model_copy(update={"tools": classify(p.feedback)}) for p in found]
         sources[task] = provenance
     progress = {t.task: read_task_progress(store, t.task) for t in read_recording_progress(rec, store)}
     gpu = all(p.get("gpu") for p in progress.values())
@@ -186,3 +188,13 @@ def import_recording(rec: TrajectoryRecording, store: ObjectStore | None = None)
     uri = folder.uri
     store.put_json(DONE, {"trajectoryUri": uri, "programs": len(programs), "gpu": gpu})
     return uri, len(programs)
+
+
+def recorded_tool_lines(store: ObjectStore) -> list[str]:
+    """Per GPU tool, over the imported trajectory's compiled programs: ok, failed by cause, and the share usable."""
+    from cudanalyst.trajectory import parse_programs
+    from cudanalyst.trajectory.toolruns import count_tools
+
+    folder = store.child(TRAJECTORY_FOLDER)
+    programs = parse_programs(folder.get_text("programs.jsonl"), folder.uri)
+    return [f"tool reports: {c.line()}" for c in count_tools(programs).values()]

@@ -63,6 +63,7 @@ def check_trajectory(uri: str, s3: S3Settings | None, iterations: int) -> list[A
         assert "Analyzer report" in p.feedback["analyzer"]
         assert "no GPU" in p.feedback["profiler"]  # said plainly: compiled only
         assert p.metrics["gpu_evaluated"] == 0.0 and "correct" not in p.metrics
+        assert {t: r.status for t, r in p.tools.items()} == {"compute-sanitizer": "not-run", "nsight-compute": "not-run"}
     for child in children:
         # What the agent saw: each report of the parent, verbatim, in the prompt that produced the child.
         parent = by_id[child.parent_id]
@@ -86,6 +87,10 @@ def test_a_recording_of_two_iterations_lands_in_s3_and_an_attribution_run_plans_
     out, _ = proc.communicate(timeout=1800)
     assert proc.returncode == 0, out
     assert "compiled only" in out and "conv2d: iteration 2/2 checkpointed" in out
+    # The counts per GPU tool (issue 28): compiled only, so no tool ran on any program.
+    flat = " ".join(out.split())  # the console wraps its lines
+    for tool in ("compute-sanitizer", "Nsight Compute"):
+        assert f"tool reports: {tool}: " in flat and "compiled programs: ok 0, failed 0, not run" in flat, out
 
     client = s3_endpoint.client()
     stored = [o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket, Prefix="recordings/rec-s3/")["Contents"]]

@@ -42,6 +42,7 @@ from cudanalyst.runner.units import Failure, ProgressTracker, UnitStore
 from cudanalyst.store import ObjectNotFound, StoreError
 from cudanalyst.tasks import UnknownTaskError, get_task
 from cudanalyst.trajectory import FrozenProgram
+from cudanalyst.trajectory.toolruns import HOST_PLAYER, ToolRun, classify, report_lines
 
 log = logging.getLogger("cudanalyst.runner")
 
@@ -107,19 +108,31 @@ def check_tasks(programs: Sequence[FrozenProgram]) -> None:
 
 def recomputed_feedback(run: AttributionRun, program: FrozenProgram, store: UnitStore) -> dict[str, str]:
     """The tools' reports of one frozen program: from feedback/<programId>.json, else computed once and stored."""
+    return recomputed_feedback_typed(run, program, store)[0]
+
+
+def recomputed_feedback_typed(run: AttributionRun, program: FrozenProgram,
+                              store: UnitStore) -> tuple[dict[str, str], dict[str, ToolRun]]:
+    """(reports, how each GPU tool ran): from feedback/<programId>.json, else computed once and stored.
+    A file written before issue 28 has no `tools`; its texts are read instead (toolruns.classify)."""
     key = feedback_key(program.program_id)
     try:
         cached = store.store.get_json(key)
         reports = cached.get("reports", cached) if isinstance(cached, dict) else {}
-        return {str(k): str(v) for k, v in reports.items() if isinstance(v, str)}
+        texts = {str(k): str(v) for k, v in reports.items() if isinstance(v, str)}
+        typed = cached.get("tools") if isinstance(cached, dict) else None
+        runs = ({str(k): ToolRun.model_validate(v) for k, v in typed.items()} if isinstance(typed, dict)
+                else classify(texts))
+        return texts, runs
     except ObjectNotFound:
         pass
-    from cudanalyst.runner.kernels.stage import feedback_reports
+    from cudanalyst.runner.kernels.stage import feedback_with_tools
 
-    reports = feedback_reports(program.task, program.source, run.spec.evaluation, gpu=None)
+    reports, runs = feedback_with_tools(program.task, program.source, run.spec.evaluation, gpu=None)
     store.store.put_json_if_absent(key, {"programId": program.program_id, "reports": reports,
+                                         "tools": {k: v.model_dump(by_alias=True) for k, v in runs.items()},
                                          "computedBy": "cudanalyst-runner"})
-    return reports
+    return reports, runs
 
 
 def fill_feedback(run: AttributionRun, programs: Sequence[FrozenProgram], needed: set[str],
@@ -138,13 +151,16 @@ def fill_feedback(run: AttributionRun, programs: Sequence[FrozenProgram], needed
             out.append(program)
             continue
         try:
-            reports = recomputed_feedback(run, program, store)
+            reports, runs = recomputed_feedback_typed(run, program, store)
         except (ImportError, RuntimeError, OSError, ValueError) as exc:
             log.warning("feedback of %s could not be recomputed: %s", program.program_id, exc)
             out.append(program)
             continue
         merged = {**{p: reports[p] for p in missing if p in reports}, **program.feedback}
-        out.append(program.model_copy(update={"feedback": merged}))
+        # A tool's run is typed from the reports that carry it: recorded ones keep what they say.
+        hosts = {t: HOST_PLAYER[t] for t in runs if HOST_PLAYER.get(t) in missing and HOST_PLAYER[t] in reports}
+        tools = {**program.tools, **{t: runs[t] for t in hosts}}
+        out.append(program.model_copy(update={"feedback": merged, "tools": tools}))
     return out
 
 
@@ -308,6 +324,8 @@ def run_shard(args: argparse.Namespace) -> int:
             store.write_progress(args.shard, progress)  # the reason where `cudanalyst run` and a reader look
             return EXIT_INVALID
         with_feedback = fill_feedback(run, plan.programs, needed, store) if pending else plan.programs
+        for line in report_lines([p for p in with_feedback if p.program_id in needed]):  # issue 28
+            print(f"cudanalyst-runner: {line}", file=sys.stderr)
         settings = StageSettings(
             health_timeout_s=args.health_timeout,
             client=ClientSettings(concurrency=args.concurrency, retries=args.retries, timeout_s=args.request_timeout,

@@ -28,6 +28,7 @@ from cudanalyst.plan import Plan, estimate
 from cudanalyst.planned_run import PlanError, plan_run
 from cudanalyst.report.load import ReportError, load_outcomes
 from cudanalyst.store import S3Settings, StoreError, open_store
+from cudanalyst.trajectory.toolruns import count_tools, failed_report_warnings, report_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_run(ar)
     except PlanError as exc:
         die(str(exc), EXIT_INVALID)
+    # Whether the frozen programs' reports are the tools' real output, before any GPU time (issue 28).
+    tool_summary = {"toolReports": {t: c.to_dict() for t, c in count_tools(plan.programs).items()},
+                    "warnings": failed_report_warnings(plan.programs)}
     try:
         design = _design(ar, plan, args)
     except (OutcomeError, StoreError, ReportError) as exc:
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     summary = plan.overview() | {"estimate": estimate(ar, plan), "tokens": usage.estimate(ar, plan.programs, plan.units),
                                  "design": design}
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary | tool_summary, indent=2))
         return 0
     table = Table(title=f"plan of {ar.metadata.name}", show_header=False)
     for key in ("players", "programs", "coalitions", "units", "unitsByArm", "shards"):
@@ -66,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(key, value)
     Console().print(table)
     Console().print(design_table(design, ar.spec.attribution.confidence))
+    for line in report_lines(plan.programs):  # before any GPU time is spent (issue 28)
+        Console().print(line, highlight=False, markup=False, style="yellow" if line.startswith("warning") else None)
     return 0
 
 

@@ -98,6 +98,7 @@ def report_object(folder: RunFolder, result: AttributionResult, created_at: str 
             "references": compute.references(records),
         },
         "copies": compute.copy_rates(records, result.players),
+        "toolReports": folder.tool_reports,
         "unchanged": folder.run.spec.attribution.unchanged,
         "attribution": result.model_dump(by_alias=True, mode="json"),
         "tasks": compute.task_breakdown(records, folder.run),

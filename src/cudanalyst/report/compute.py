@@ -207,6 +207,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if refs.get("baseline"):
         lines.append(f"fast measured against the frozen program for {refs.get('frozen', 0)} units, against the "
                      f"task's baseline for {refs['baseline']} (their frozen program could not be timed)")
+    lines += tool_report_lines(report)
     return lines
 
 
@@ -221,3 +222,18 @@ def coalition_order(key: str, players: Sequence[str]) -> tuple[int, list[int]]:
     """By size, then by the members' positions in spec order."""
     members = [players.index(p) for p in key.split(",")] if key else []
     return (len(members), members)
+
+
+def tool_report_lines(report: dict[str, Any]) -> list[str]:
+    """Per GPU tool, its reports on the frozen programs that compiled: ok and failed by cause (issue 28)."""
+    out = []
+    for tool, c in (report.get("toolReports") or {}).items():
+        if not c.get("ok") and not c.get("failed"):
+            continue
+        causes = ", ".join(f"{k} {v}" for k, v in sorted(c["failed"].items(), key=lambda kv: -kv[1]))
+        out.append(f"{tool} reports on {c['compiled']} compiled frozen programs: ok {c['ok']}, failed "
+                   f"{sum(c['failed'].values())}{f' ({causes})' if causes else ''}, not run {c['notRun']}"
+                   + ("; mostly failed: the agent was mostly told the tool could not run" if c.get("mostlyFailed")
+                      else ""))
+    return out
+

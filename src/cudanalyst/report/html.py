@@ -187,6 +187,27 @@ def _tasks_section(report: Mapping[str, Any]) -> str:
     return "<h2>Per-task breakdown</h2>" + _table(rows)
 
 
+def _tools_section(report: Mapping[str, Any]) -> str:
+    """Whether the frozen programs' reports are the GPU tools' real output (issue 28)."""
+    counts = report.get("toolReports")
+    head = "<h2>Tool reports behind the feedback</h2>"
+    if not counts:
+        return head + '<p class="note">Not available: the trajectory could not be read where the report was built.</p>'
+    rows = [["tool", "compiled frozen programs", "ok", "failed (by cause)", "not run", "usable"]]
+    warn = []
+    for tool, c in counts.items():
+        causes = ", ".join(f"{k} {v}" for k, v in sorted(c["failed"].items(), key=lambda kv: -kv[1])) or "0"
+        share = f"{c['usable']}/{c['compiled']}" + (f" ({c['usable'] / c['compiled']:.0%})" if c["compiled"] else "")
+        rows.append([tool, str(c["compiled"]), str(c["ok"]), f"{sum(c['failed'].values())}: {causes}"
+                     if c["failed"] else "0", str(c["notRun"]), share])
+        if c.get("mostlyFailed"):
+            warn.append(f"{tool}: most of its reports are failures of the tool, not feedback about the program")
+    note = ('<p class="note">A failed tool leaves one plain line in its player\'s report; the agent is told that '
+            "the tool could not run, never the failure text. Usable: a launched kernel checked (compute-sanitizer); "
+            "counters, or event timings with the reason counters were denied (Nsight Compute).</p>")
+    return head + _table(rows) + note + "".join(f'<p class="note">warning: {_e(w)}</p>' for w in warn)
+
+
 def _provenance_section(report: Mapping[str, Any]) -> str:
     prov = report["provenance"]
     rows = [["item", "value"]]
@@ -238,7 +259,7 @@ def render_html(report: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
         header += '<p class="note">Metrics not evaluated are shown as such, not as zeros.</p>'
     notes = "".join(f"<li>{_e(n)}</li>" for n in report["attribution"].get("notes", []))
     figs = "".join(_figure(name, png) for name, png in figures.items())
-    body = (header + "<h2>Figures</h2>" + figs + _results_section(report) + _games_section(report) +
+    body = (header + "<h2>Figures</h2>" + figs + _results_section(report) + _games_section(report) + _tools_section(report) +
             _coalitions_section(report) +
             _tasks_section(report) + _usage_section(report) + _provenance_section(report) + f"<h2>Method notes</h2><ul>{notes}</ul>")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(report["run"])}: '

@@ -32,6 +32,7 @@ class RunFolder:
     plan: dict[str, Any] | None
     outcomes: list[UnitOutcome]
     prompt_versions: list[str] = field(default_factory=list)
+    tool_reports: dict[str, Any] | None = None  # per GPU tool over the frozen programs (None: not readable)
     candidate_models: dict[str, list[str]] = field(default_factory=dict)
     candidates_read: int = 0
     usage: dict[str, StageUsage] = field(default_factory=dict)  # tokens per stage (cudanalyst.usage)
@@ -131,6 +132,33 @@ def load_run_folder(store: ObjectStore) -> RunFolder:
         folder.candidate_models = {role: sorted(names) for role, names in sorted(models.items())}
         folder.candidates_read = len(candidate_keys)
         folder.usage = read_usage(store)
+        folder.tool_reports = tool_reports(store, run)
     except ObjectNotFound as exc:  # listed a moment ago, gone now: the folder changed under us
         raise ReportError(str(exc)) from None
     return folder
+
+
+def tool_reports(store: ObjectStore, run: AttributionRun) -> dict[str, Any] | None:
+    """Whether the GPU tools behind the frozen programs' reports ran (toolruns.count_tools): the recorded
+    reports, and for the players the run computed itself its feedback/<programId>.json. None when the
+    trajectory cannot be read from here (the report then says so)."""
+    from cudanalyst.planned_run import PlanError, plan_run
+    from cudanalyst.runfolder import feedback_key
+    from cudanalyst.store import StoreError
+    from cudanalyst.trajectory.toolruns import ToolRun, count_tools
+
+    try:
+        programs = plan_run(run).programs
+    except (PlanError, ValueError, OSError, StoreError):
+        return None
+    merged = []
+    for p in programs:
+        key = feedback_key(p.program_id)
+        cached = _get_json(store, key) if store.exists(key) else None
+        if isinstance(cached, dict) and isinstance(cached.get("reports"), dict):
+            texts = {k: v for k, v in cached["reports"].items() if isinstance(v, str) and k not in p.feedback}
+            typed = cached.get("tools") if isinstance(cached.get("tools"), dict) else {}
+            tools = {k: ToolRun.model_validate(v) for k, v in typed.items()}
+            p = p.model_copy(update={"feedback": {**texts, **p.feedback}, "tools": {**tools, **p.tools}})
+        merged.append(p)
+    return {t: c.to_dict() for t, c in count_tools(merged).items()}

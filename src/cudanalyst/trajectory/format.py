@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from cudanalyst.trajectory.toolruns import ToolRun
+
 FORMAT = "cudanalyst"
 VERSION = 1
 MANIFEST = "trajectory.json"
@@ -43,6 +45,9 @@ class FrozenProgram(_Record):
     source: str = Field(description="The CUDA source of the program.")
     metrics: dict[str, Any] = Field(default_factory=dict, description="Recorded metrics: compiled, correct, speedup, ...")
     feedback: dict[str, str] = Field(default_factory=dict, description="Recorded raw report per player.")
+    # Absent in trajectories written before issue 28: their reports' text is then read (toolruns.classify).
+    tools: dict[str, ToolRun] = Field(default_factory=dict, description="Whether each GPU tool behind the reports "
+                                      "ran on the program, or failed and why (compute-sanitizer, nsight-compute).")
     context: ProgramContext = Field(default_factory=ProgramContext)
 
 
@@ -85,7 +90,9 @@ def parse_programs(text: str, where: str) -> list[FrozenProgram]:
 
 
 def dump_programs(programs: Iterable[FrozenProgram]) -> str:
-    return "".join(p.model_dump_json(by_alias=True) + "\n" for p in programs)
+    # No `tools` key when nothing is typed, so trajectories without it are written as they always were.
+    return "".join(p.model_dump_json(by_alias=True, exclude=None if p.tools else {"tools"}) + "\n"
+                   for p in programs)
 
 
 def manifest_for(programs: list[FrozenProgram], **extra: Any) -> Manifest:

@@ -534,3 +534,12 @@ def feedback_reports(task: str, source: str, settings: Any, *, gpu: bool | None 
     """The debugger, analyzer and profiler raw reports of one frozen program (compute once per program)."""
     use_gpu = gpu_available() if gpu is None else gpu
     return frozen_program_reports(task, source, EvalSettings.of(settings), gpu=use_gpu)
+
+
+def feedback_with_tools(task: str, source: str, settings: Any, *,
+                        gpu: bool | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """The reports and how each GPU tool ran on the program (`toolruns.ToolRun`, by tool name)."""
+    from cudanalyst.runner.kernels.feedback.reports import frozen_program_feedback
+
+    use_gpu = gpu_available() if gpu is None else gpu
+    return frozen_program_feedback(task, source, EvalSettings.of(settings), gpu=use_gpu)

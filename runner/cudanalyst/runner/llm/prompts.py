@@ -21,6 +21,8 @@ from importlib import resources
 from string import Template
 from typing import Literal
 
+from cudanalyst.trajectory.toolruns import shown_report
+
 TEMPLATE_VERSION = "v2"  # v2: coder prompts for base models open the code fence themselves
 CODE_OPENER = "```cuda\n"
 MAX_PLAN_STEPS = 6
@@ -128,18 +130,25 @@ def _history(program: ProgramView, version: str, shared: bool) -> Section:
 
 
 def feedback_sections(reports: Sequence[FeedbackReport], version: str = TEMPLATE_VERSION) -> list[Section]:
-    """The coalition's reports, in the order given (the spec's player order), or a 'no feedback' note."""
+    """The coalition's reports, in the order given (the spec's player order), or a 'no feedback' note.
+
+    A raw report passes `shown_report` here, the one gate every prompt goes through: a GPU tool's failure text
+    in a trajectory recorded before issue 28 becomes the plain statement that the tool could not run."""
     if not reports:
         return [Section("feedback", render("no_feedback.tmpl", version), False)]
     return [
         Section(
             f"feedback:{r.player}",
             render("feedback_summary.tmpl" if r.mode == "summary" else "feedback.tmpl", version,
-                   player=r.player, report=r.text.strip() or "(empty report)"),
+                   player=r.player, report=_shown(r).strip() or "(empty report)"),
             False,
         )
         for r in reports
     ]
+
+
+def _shown(report: FeedbackReport) -> str:
+    return report.text if report.mode == "summary" else shown_report(report.player, report.text)
 
 
 def planner_prompt(program: ProgramView, reports: Sequence[FeedbackReport], version: str = TEMPLATE_VERSION) -> Prompt:
@@ -176,7 +185,8 @@ def coder_prompt_implicit(program: ProgramView, reports: Sequence[FeedbackReport
 
 
 def summarizer_prompt(player: str, report: str, version: str = TEMPLATE_VERSION) -> Prompt:
-    section = Section("report", render("summarizer.tmpl", version, player=player, report=report.strip(),
+    section = Section("report", render("summarizer.tmpl", version, player=player,
+                                       report=shown_report(player, report).strip(),
                                        max_words=MAX_SUMMARY_WORDS), True)
     return Prompt(template_text("summarizer_system.txt", version).strip(), (section,), version)
 

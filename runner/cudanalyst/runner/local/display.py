@@ -23,6 +23,7 @@ from cudanalyst.planned_run import PlannedRun
 from cudanalyst.runfolder import REPORT_HTML
 from cudanalyst.runner.local.executor import Snapshot, plans_expected, plans_written, read_snapshot
 from cudanalyst.store import ObjectStore
+from cudanalyst.trajectory.toolruns import report_lines
 from cudanalyst.usage import lines as usage_lines
 
 LOG_EVERY_S = 10.0
@@ -135,6 +136,9 @@ def show_start(console: Console, planned: PlannedRun, gpus: list[str]) -> None:
     where = f" on {len(gpus)} GPUs ({', '.join(gpus)})" if len(gpus) > 1 else ""
     console.print(f"[bold]{planned.name}[/]: {len(plan.units)} units over {len(plan.programs)} frozen programs, "
                   f"{planned.run.spec.resources.shards} shard(s){where} -> {planned.store.uri}")
+    # Before any GPU time: what the frozen programs' recorded reports say of the tools behind them (issue 28).
+    for line in report_lines(plan.programs):
+        console.print(line, highlight=False, markup=False)
 
 
 def show_failed_stages(console: Console, codes: dict[str, dict[int, int]], folder: str,

@@ -64,11 +64,27 @@ def model_problems(rec: TrajectoryRecording) -> list[str]:
 # ---- 2. the model ---------------------------------------------------------------------------------------
 
 
+# The most of the GPU's memory the model server may take while the evaluations' GPU tools share its device:
+# the rest holds every OpenEvolve worker's GPU worker (a CUDA context each, 4 workers x 8 tasks) and the
+# sanitizer's and Nsight Compute's own contexts (issue 28: at a larger share they found no memory).
+TOOLS_SHARE_CAP = 0.5
+
+
+def server_share(model: Any, gpu: bool) -> Any:
+    """The model spec the recorder serves: its gpuMemoryUtilization capped when tools share the GPU (pure)."""
+    if not gpu or model.serve != "local" or model.gpu_memory_utilization <= TOOLS_SHARE_CAP:
+        return model
+    return model.model_copy(update={"gpu_memory_utilization": TOOLS_SHARE_CAP})
+
+
 @contextlib.contextmanager
 def served_model(rec: TrajectoryRecording, log_dir: str, health_timeout_s: float,
-                 say: Callable[[str], None] = lambda _: None) -> Iterator[tuple[str, str]]:
+                 say: Callable[[str], None] = lambda _: None, gpu: bool = False) -> Iterator[tuple[str, str]]:
     """(base URL, served name) of the agent's model for the duration of the block."""
-    model = rec.spec.model
+    model = server_share(rec.spec.model, gpu)
+    if model is not rec.spec.model:
+        say(f"model server capped at {TOOLS_SHARE_CAP:.0%} of the GPU's memory (the spec asks "
+            f"{rec.spec.model.gpu_memory_utilization:.0%}): the evaluations' GPU tools need the rest")
     if model.serve != "local":
         endpoint = remote_endpoint(model)
         yield endpoint.base_url, endpoint.model
@@ -193,7 +209,7 @@ def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
                 if 0 < t.done < t.total:
                     now.say(f"{t.task}: resuming after iteration {t.done} (its last complete checkpoint)")
             if any(t.done < t.total for t in tasks):
-                with served_model(rec, str(folder), args.health_timeout, now.say) as (endpoint, served):
+                with served_model(rec, str(folder), args.health_timeout, now.say, gpu) as (endpoint, served):
                     now.say("evolving: every task at once against one model server")
                     codes = run_tasks(rec, endpoint, served, gpu, folder, now.tick)
             else:
@@ -217,5 +233,9 @@ def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
     meaning = ("OpenEvolve's lineage depth" if window is None else
                f"the window of {window} iteration(s) a program was found in, by its first")
     console.print(f"programs per generation ({meaning}): {per_generation(store)}", highlight=False)
+    from cudanalyst.recording import recorded_tool_lines
+
+    for line in recorded_tool_lines(store):  # whether the reports are the tools' real output (issue 28)
+        console.print(line, highlight=False, markup=False)
     console.print(f"use it as an AttributionRun's spec.trajectory.uri: {uri}")
     return 0

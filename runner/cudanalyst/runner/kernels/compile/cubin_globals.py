@@ -26,6 +26,7 @@ _SHT_SYMTAB = 2
 _STT_OBJECT = 1
 _STT_FUNC = 2
 _SHN_UNDEF = 0
+_STO_ENTRY = 0x10  # st_other of a kernel's symbol (CUDA's ELF): cuobjdump prints it as STO_ENTRY
 WRITABLE_SECTIONS = (".nv.global", ".nv.global.init")
 
 
@@ -77,20 +78,25 @@ def _string(blob: bytes, table: _Section, offset: int) -> str:
 
 def _symbols(cubin: bytes) -> list[tuple[str, int, str | None, int]]:
     """Every symbol: (name, type, its section's name or None when undefined, size)."""
+    return [(name, kind, section, size) for name, kind, section, size, _ in _symbols_other(cubin)]
+
+
+def _symbols_other(cubin: bytes) -> list[tuple[str, int, str | None, int, int]]:
+    """Every symbol: (name, type, its section's name or None when undefined, size, st_other)."""
     sections = _sections(cubin)
     shstrndx, = struct.unpack_from("<H", cubin, 0x3E)
     if shstrndx >= len(sections):
         raise CubinFormatError("section name table out of range")
     names = [_string(cubin, sections[shstrndx], s.name_offset) for s in sections]
-    found = []
+    found: list[tuple[str, int, str | None, int, int]] = []
     for table in sections:
         if table.kind != _SHT_SYMTAB or table.entsize < 24 or table.link >= len(sections):
             continue
         strings = sections[table.link]
         for at in range(table.offset, table.offset + table.size - 23, table.entsize):
-            st_name, st_info, _other, st_shndx, _value, st_size = struct.unpack_from("<IBBHQQ", cubin, at)
+            st_name, st_info, other, st_shndx, _value, st_size = struct.unpack_from("<IBBHQQ", cubin, at)
             section = None if st_shndx == _SHN_UNDEF else names[st_shndx] if st_shndx < len(sections) else ""
-            found.append((_string(cubin, strings, st_name), st_info & 0xF, section, int(st_size)))
+            found.append((_string(cubin, strings, st_name), st_info & 0xF, section, int(st_size), other))
     return found
 
 
@@ -104,3 +110,26 @@ def heap_calls(cubin: bytes) -> list[str]:
     """The device-heap functions the cubin calls (malloc, free, the aligned malloc's system call), sorted."""
     return sorted({name for name, kind, section, _ in _symbols(cubin)
                    if kind == _STT_FUNC and section is None and (name == "free" or "malloc" in name)})
+
+
+def kernel_symbols(cubin: bytes) -> list[str]:
+    """The kernels (entry functions) the cubin defines, by their symbol names, mangled or not: the function
+    symbols marked STO_ENTRY (0x10 in st_other), as `cuobjdump -symbols` shows them; a device function that was
+    not inlined is a function symbol without the mark."""
+    return [name for name, kind, section, _, other in _symbols_other(cubin)
+            if kind == _STT_FUNC and section is not None and other & _STO_ENTRY]
+
+
+def entry_symbol(cubin: bytes, kernel: str) -> str | None:
+    """The symbol to launch for the contract's kernel `kernel`: its own name, else the one C++ mangling of it.
+
+    A kernel declared without extern "C" keeps its name inside the Itanium mangling `_Z<len><name><params>`;
+    the tools (compute-sanitizer, Nsight Compute) still launch it by that name, while verification keeps
+    refusing it (the contract asks for the plain name). None when neither is there, or the mangling is
+    ambiguous (overloads)."""
+    symbols = kernel_symbols(cubin)
+    if kernel in symbols:
+        return kernel
+    prefix = f"_Z{len(kernel)}{kernel}"
+    mangled = [s for s in symbols if s.startswith(prefix)]
+    return mangled[0] if len(mangled) == 1 else None

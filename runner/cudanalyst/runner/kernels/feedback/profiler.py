@@ -2,7 +2,9 @@
 
 Nsight Compute runs with `--clock-control none` (the card's clocks are left as they are) over the
 first launch of each kernel of the program. Where the GPU grants no performance counters (common in
-pods without the capability), the report says so and the event timings stand alone.
+pods without the capability), the report says so and the event timings stand alone. Where ncu could not
+profile for another reason, the report says which one (`ncu_failure`) in one plain line, never ncu's own
+failure text, which the agent would read as feedback about its program; that text is kept in the `ToolRun`.
 """
 
 from __future__ import annotations
@@ -14,14 +16,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cudanalyst.runner.kernels.feedback.sanitizer import launch_command
+from cudanalyst.runner.kernels.feedback.gpu_queue import queued
+from cudanalyst.runner.kernels.feedback.sanitizer import (
+    ToolOutput,
+    launch_command,
+    launcher_failure,
+    tool_environment,
+)
 from cudanalyst.runner.kernels.timing.trials import speedup
-from cudanalyst.runner.kernels.workers.worker import scrubbed_environment
+from cudanalyst.runner.kernels.verify.launch_once import LAUNCHED
 from cudanalyst.tasks import Task
+from cudanalyst.trajectory.toolruns import NCU, ToolRun, statement
 
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis")
-_NO_COUNTERS = re.compile(r"ERR_NVGPUCTRPERM|LibraryNotLoaded|Failed to initialize the profiler|"
-                          r"not supported|permission", re.IGNORECASE)
 
 
 def find_ncu() -> str | None:
@@ -52,11 +59,13 @@ def clean_ncu_output(text: str) -> list[str]:
     return keep
 
 
-def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0) -> tuple[bool, list[str]]:
-    """(counters were read, lines)."""
+def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0,
+               inputs_dir: str | None = None) -> tuple[bool, list[str], ToolRun]:
+    """(counters were read, lines, the run's type). The time limit counts from the moment the run got its
+    slot of the GPU tools' queue, not while it waited."""
     exe = find_ncu()
     if exe is None:
-        return False, ["Nsight Compute (ncu) is not installed here."]
+        return False, [statement(NCU, "not-installed")], ToolRun(status="failed", cause="not-installed")
     with tempfile.TemporaryDirectory(prefix="cudanalyst-ncu-") as work:
         path = Path(work) / "program.cubin"
         path.write_bytes(cubin)
@@ -64,44 +73,61 @@ def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0) -> tuple[bool
         for s in NCU_SECTIONS:
             cmd += ["--section", s]
         cmd += launch_command(task, path)
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                               env=scrubbed_environment(), cwd=work)
-        except subprocess.TimeoutExpired:
-            return False, [f"Nsight Compute did not finish within {timeout_s:g} s."]
-    text = p.stdout + p.stderr
-    if p.returncode != 0 or "Section:" not in text:
-        return False, [ncu_failure(p.returncode, text)]
-    return True, clean_ncu_output(text)
+
+        def once() -> tuple[int | None, str]:
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                                   env=tool_environment(inputs_dir), cwd=work)
+            except subprocess.TimeoutExpired:
+                return None, ""
+            return p.returncode, p.stdout + p.stderr
+
+        code, text = queued(once, lambda r: r[0] is not None and ncu_failure(r[0], r[1])[0] == "gpu-memory")
+    if code is None:
+        return False, [statement(NCU, "timeout")], ToolRun(status="failed", cause="timeout",
+                                                            detail=f"did not finish within {timeout_s:g} s")
+    if code == 0 and "Section:" in text:
+        return True, [x for x in clean_ncu_output(text) if LAUNCHED not in x], ToolRun(status="ok")
+    cause, line = ncu_failure(code, text)
+    return False, [line], ToolRun(status="failed", cause=cause, detail="\n".join(clean_ncu_output(text))[-4000:])
 
 
-def ncu_failure(returncode: int, text: str) -> str:
-    """Why Nsight Compute gave no sections, from its output (pure).
+def ncu_failure(returncode: int, text: str) -> tuple[str, str]:
+    """(cause, the report's line) of an Nsight Compute run that gave no sections, from its output (pure).
 
-    The program's own error (launch_once's stderr, which ncu passes through) comes first: ncu then only says "the
-    application returned an error code", and calling that a refusal of counters would mislead the agent."""
+    The program's own failure comes first (launch_once's stderr, which ncu passes through): ncu then only says
+    "the application returned an error code", and calling that a refusal of counters would mislead the agent
+    (the 2026-11-30 recording did, 77 times). Counters are denied only when ncu says ERR_NVGPUCTRPERM."""
     lines = clean_ncu_output(text)
-    tail = "; only the event timings above are available."
-    program = next((x.strip() for x in lines if x.lstrip().startswith("launch_once:")), None)
-    if program is not None:
-        return f"Nsight Compute ran, but the program's launch under it failed ({program}){tail}"
-    refused = next((x.strip() for x in lines if _NO_COUNTERS.search(x)), None)
-    if refused is not None:
-        return f"Nsight Compute could not read the GPU's performance counters here (exit status {returncode}: {refused}){tail}"
-    first = next((x.strip() for x in lines if "ERROR" in x), lines[-1].strip() if lines else "no output")
-    return f"Nsight Compute failed (exit status {returncode}: {first}){tail}"
+    if "ERR_NVGPUCTRPERM" in text:
+        return "counters-denied", statement(NCU, "counters-denied") + " The event timings above stand alone."
+    launcher = launcher_failure(text, returncode)
+    if launcher is not None and launcher[0] != "tool-error":
+        cause, error = launcher
+        if cause == "not-launchable":
+            return "program-failed", statement(NCU, "program-failed", f"the program failed under it: {error}")
+        return cause, statement(NCU, cause)
+    own = next((x.split("launch_once:", 1)[1].strip() for x in lines
+                if "launch_once:" in x and LAUNCHED not in x), None)
+    if own is not None:  # the kernels were launched and failed
+        return "program-failed", statement(NCU, "program-failed", f"the program failed under it: {own}")
+    return "tool-error", statement(NCU, "tool-error")
 
 
 def profiler_report(task: Task, cubin: bytes | None, program: dict[str, Any] | None,
-                    baseline: dict[str, Any] | None, *, gpu: bool, use_ncu: bool = True) -> str:
+                    baseline: dict[str, Any] | None, *, gpu: bool, use_ncu: bool = True,
+                    inputs_dir: str | None = None) -> ToolOutput:
     head = [f"Profiler report: task {task.name} on the GPU"]
     if not gpu:
-        return "\n".join([f"Profiler report: task {task.name}",
-                          "Not run: no GPU on this machine, so there are no timings or counters."])
+        return ToolOutput("\n".join([f"Profiler report: task {task.name}",
+                                     "Not run: no GPU on this machine, so there are no timings or counters."]),
+                          ToolRun(status="not-run"))
     if cubin is None:
-        return "\n".join([*head, "Not run: the program did not compile (see the debugger report)."])
+        return ToolOutput("\n".join([*head, "Not run: the program did not compile (see the debugger report)."]),
+                          ToolRun(status="not-run"))
     lines = head + timing_lines(program, baseline)
     if use_ncu:
-        ok, ncu = ncu_report(task, cubin)
+        ok, ncu, run = ncu_report(task, cubin, inputs_dir=inputs_dir)
         lines += (["Nsight Compute (--clock-control none):"] + [f"  {x}" for x in ncu]) if ok else ncu
-    return "\n".join(lines)
+        return ToolOutput("\n".join(lines), run.model_copy(update={"timings": program is not None}))
+    return ToolOutput("\n".join(lines), ToolRun(status="not-run", timings=program is not None))

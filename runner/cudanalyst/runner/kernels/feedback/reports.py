@@ -3,15 +3,20 @@
 They describe the program being improved, so they are computed once per frozen program (Nsight Compute
 costs seconds), never per candidate. What every tool reads (the build, and on a GPU the verdict and the
 timings) is gathered once into `ProgramFacts`; each tool in `cudanalyst.players.TOOLS` then turns the facts
-into its text. On a GPU the program is also verified: when it fails, the debugger report gets the
-compute-sanitizer part.
+into its text. On a GPU the program is also verified, and every program that compiled gets the compute-sanitizer
+part in its debugger report. Whether the GPU tools (compute-sanitizer, Nsight Compute) really ran on the program
+is typed in `ProgramFacts.tools` (`cudanalyst.trajectory.toolruns`); a tool that could not run leaves one plain
+line in the report, never its failure text.
 """
 
 from __future__ import annotations
 
 import importlib
+import shutil
+import tempfile
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cudanalyst import players
@@ -23,6 +28,14 @@ from cudanalyst.runner.kernels.feedback.sanitizer import sanitizer_report
 from cudanalyst.runner.kernels.workers.pool import WorkerPool
 from cudanalyst.runner.kernels.workers.requests import TimedProgram, compare_request, verify_request
 from cudanalyst.tasks import Task, UnknownTaskError, get_task
+from cudanalyst.trajectory.toolruns import (
+    NCU,
+    SANITIZER,
+    TOOL_NAMES,
+    VERIFICATION_NO_CONTEXT,
+    ToolRun,
+    verification_lacked_memory,
+)
 
 
 @dataclass
@@ -37,6 +50,8 @@ class ProgramFacts:
     verdict: dict[str, Any] | None = None
     program_stats: dict[str, Any] | None = None
     baseline_stats: dict[str, Any] | None = None
+    tools: dict[str, ToolRun] = field(default_factory=dict)  # filled as the reports are written
+    inputs_dir: str | None = None  # where the tools' launches of this program share its inputs
 
     @property
     def correct(self) -> bool:
@@ -48,10 +63,13 @@ def debugger_report(f: ProgramFacts) -> str:
     if f.verdict is None:
         return text + ("" if f.compiled.ok else "\nRun-time checks: not run (no binary).")
     why = f.verdict.get("reason") or f.verdict.get("error")
-    text += f"\nRun-time verification: {'correct' if f.correct else 'FAILED'}: {why}"
-    if not f.correct:
-        text += "\n" + sanitizer_report(f.task, f.compiled.cubin or b"")
-    return text
+    if not f.correct and verification_lacked_memory(str(why)):
+        text += "\n" + VERIFICATION_NO_CONTEXT  # the machine's state, not the program's (issue 28)
+    else:
+        text += f"\nRun-time verification: {'correct' if f.correct else 'FAILED'}: {why}"
+    sanitized = sanitizer_report(f.task, f.compiled.cubin or b"", inputs_dir=f.inputs_dir)
+    f.tools[SANITIZER] = sanitized.run
+    return text + "\n" + sanitized.text
 
 
 def analyzer_report(f: ProgramFacts) -> str:
@@ -60,9 +78,12 @@ def analyzer_report(f: ProgramFacts) -> str:
 
 def profiler_report_of(f: ProgramFacts) -> str:
     if f.verdict is None:
-        return profiler_report(f.task, f.compiled.cubin if f.compiled.ok else None, None, None, gpu=f.gpu)
-    return profiler_report(f.task, f.compiled.cubin, f.program_stats, f.baseline_stats, gpu=True,
-                           use_ncu=f.use_ncu)
+        out = profiler_report(f.task, f.compiled.cubin if f.compiled.ok else None, None, None, gpu=f.gpu)
+    else:
+        out = profiler_report(f.task, f.compiled.cubin, f.program_stats, f.baseline_stats, gpu=True,
+                              use_ncu=f.use_ncu, inputs_dir=f.inputs_dir)
+    f.tools[NCU] = out.run
+    return out.text
 
 
 def program_facts(task: Task, source: str, cfg: Any, *, gpu: bool, pool: Any | None = None,
@@ -71,6 +92,9 @@ def program_facts(task: Task, source: str, cfg: Any, *, gpu: bool, pool: Any | N
     facts = ProgramFacts(task, source, compile_task_source(task, source, cache=cache), gpu, use_ncu)
     if not gpu or not facts.compiled.ok:
         return facts
+    # The tools launch the program up to five times: its inputs are made once, in a folder that goes with the facts.
+    facts.inputs_dir = tempfile.mkdtemp(prefix="cudanalyst-tool-inputs-")
+    weakref.finalize(facts, shutil.rmtree, facts.inputs_dir, True)
     own = pool is None
     pool = pool or WorkerPool(1)
     try:
@@ -101,13 +125,25 @@ def reporter(tool: players.FeedbackTool) -> Callable[[ProgramFacts], str]:
     return getattr(importlib.import_module(module), attr)
 
 
-def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, pool: Any | None = None,
-                           use_ncu: bool = True) -> dict[str, str]:
-    """Every registered tool's report of one frozen program, by tool name."""
-    tools = players.TOOLS
+def typed_reports(facts: ProgramFacts) -> tuple[dict[str, str], dict[str, ToolRun]]:
+    """(every registered tool's report by name, how each GPU tool ran): the tools that did not run are typed
+    `not-run` (no GPU, no binary)."""
+    reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
+    runs = {name: facts.tools.get(name, ToolRun(status="not-run")) for name in TOOL_NAMES}
+    return reports, runs
+
+
+def frozen_program_feedback(task_name: str, source: str, cfg: Any, *, gpu: bool, pool: Any | None = None,
+                            use_ncu: bool = True) -> tuple[dict[str, str], dict[str, ToolRun]]:
+    """Every registered tool's report of one frozen program, by tool name, and how the GPU tools ran."""
     try:
         task = get_task(task_name)
     except UnknownTaskError as exc:
-        return {t.name: f"No report: {exc}" for t in tools}
-    facts = program_facts(task, source, cfg, gpu=gpu, pool=pool, use_ncu=use_ncu)
-    return {t.name: reporter(t)(facts) for t in tools}
+        return {t.name: f"No report: {exc}" for t in players.TOOLS}, {}
+    return typed_reports(program_facts(task, source, cfg, gpu=gpu, pool=pool, use_ncu=use_ncu))
+
+
+def frozen_program_reports(task_name: str, source: str, cfg: Any, *, gpu: bool, pool: Any | None = None,
+                           use_ncu: bool = True) -> dict[str, str]:
+    """Every registered tool's report of one frozen program, by tool name."""
+    return frozen_program_feedback(task_name, source, cfg, gpu=gpu, pool=pool, use_ncu=use_ncu)[0]

@@ -187,14 +187,15 @@ class _Kernel:
 class ContractLauncher:
     """Launches a task's kernels in contract order, with the launch configuration the module defines."""
 
-    def __init__(self, cuda: Any, task: Task, module: Any) -> None:
+    def __init__(self, cuda: Any, task: Task, module: Any, symbols: Mapping[str, str] | None = None) -> None:
+        """`symbols` maps a contract kernel to the symbol to launch (the tools' launcher finds mangled ones)."""
         self.task = task
         signature = "".join("i" if p.role is Role.STEP else "P" if p.is_array else _ARG_CODES[p.dtype]
                             for p in task.params)
         self.kernels: list[_Kernel] = []
         for k in task.kernels:
             try:
-                fn = module.get_function(k.name)
+                fn = module.get_function((symbols or {}).get(k.name, k.name))
             except cuda.Error as exc:
                 raise ContractError(f'kernel {k.name!r} is not in the module (define it extern "C"; expected: '
                                     f"{task.signature(k.name)}): {exc}") from None

@@ -1,0 +1,86 @@
+"""A queue for the GPU tools (compute-sanitizer, Nsight Compute) across the processes of one machine.
+
+In a recording, every OpenEvolve worker of every task evaluates programs at once beside the model server; when
+all of them started a tool together, the tools' CUDA contexts ran out of memory (29 of 50 sanitizer reports of
+the 2026-11-30 recording) and Nsight Compute, which serializes profiling on the GPU, ran past its time limit.
+A tool run now first takes one of a few slots (an exclusive `flock` on a file; the kernel drops it when the
+process dies, so a killed worker never holds one), and a run whose launcher found no memory for its context
+(launch_once's exit status 4) waits and tries again: the tool runs when the GPU has room for it.
+
+CUDANALYST_GPU_TOOL_SLOTS sets the number of slots (default 2), CUDANALYST_GPU_TOOL_DIR their folder,
+CUDANALYST_GPU_TOOL_RETRIES the tries after the first when no memory was free (default 4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+DEFAULT_SLOTS = 2
+POLL_S = 0.2
+CONTEXT_RETRIES = 4  # a context that found no memory: tried again after 2, 4, 8, 16 s (CUDANALYST_GPU_TOOL_RETRIES)
+T = TypeVar("T")
+
+
+def slots() -> int:
+    try:
+        return max(1, int(os.environ.get("CUDANALYST_GPU_TOOL_SLOTS", DEFAULT_SLOTS)))
+    except ValueError:
+        return DEFAULT_SLOTS
+
+
+def slot_dir() -> Path:
+    folder = Path(os.environ.get("CUDANALYST_GPU_TOOL_DIR") or Path(tempfile.gettempdir()) /
+                  f"cudanalyst-gpu-tools-{os.getuid()}")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@contextlib.contextmanager
+def gpu_slot(device: str | None = None) -> Iterator[float]:
+    """Hold one slot of the device's queue for the block; yields the seconds waited for it."""
+    device = device if device is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "_")
+    started = time.monotonic()
+    folder, count = slot_dir(), slots()
+    while True:
+        for i in range(count):
+            fd = os.open(folder / f"gpu-{device}-slot-{i}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield time.monotonic() - started
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            return
+        time.sleep(POLL_S)
+
+
+def context_retries() -> int:
+    try:
+        return max(0, int(os.environ.get("CUDANALYST_GPU_TOOL_RETRIES", CONTEXT_RETRIES)))
+    except ValueError:
+        return CONTEXT_RETRIES
+
+
+def queued(run: Callable[[], T], no_context: Callable[[T], bool], *, retries: int | None = None,
+           sleep: Callable[[float], None] = time.sleep) -> T:
+    """`run()` in a slot; again after a back-off while `no_context(result)` says it found no GPU memory."""
+    retries = context_retries() if retries is None else retries
+    result = None
+    for attempt in range(retries + 1):
+        with gpu_slot():
+            result = run()
+        if not no_context(result) or attempt == retries:
+            break
+        sleep(2.0 * 2**attempt)
+    return result  # type: ignore[return-value]
