@@ -123,7 +123,7 @@ def test_a_run_spread_over_two_gpus_keeps_every_unit_once(tmp_path, monkeypatch)
 
 def cudanalyst_run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cudanalyst", "run", *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "COLUMNS": "400", **env})  # one summary a line
+                          timeout=600, env={**os.environ, "COLUMNS": "2000", **env})  # one summary a line
 
 
 def test_more_gpus_than_visible_is_invalid_input_and_nothing_is_written(tmp_path):

@@ -25,7 +25,7 @@ pytestmark = [*gpu_only, pytest.mark.skipif(len(GPUS) < 2, reason=f"needs two GP
 def test_each_gpu_verifies_and_times_its_own_lane(tmp_path):
     spec = kernels_only_spec(tmp_path, programs=4, shards=2)
     units = write_candidates(spec)
-    env = {**os.environ, "COLUMNS": "400", "TMPDIR": str(tmp_path), "CUDANALYST_COMPILE_CACHE": str(tmp_path / "cc")}
+    env = {**os.environ, "COLUMNS": "2000", "TMPDIR": str(tmp_path), "CUDANALYST_COMPILE_CACHE": str(tmp_path / "cc")}
     res = subprocess.run([sys.executable, "-m", "cudanalyst", "run", str(spec), "--stage", "kernels", "--gpus", "2"],
                          capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == 0, res.stderr[-4000:]
