@@ -6,7 +6,7 @@
 - RBAC: SubjectAccessReviews for the operator's ServiceAccount, cluster-wide install and namespaced install: the
   verbs its handlers call are allowed, a list of dangerous ones is denied (Secrets anywhere, pods/exec, deletes,
   impersonation, RBAC escalation, anything in a namespace it does not watch).
-- The chart's NetworkPolicy, rendered and applied; it selects the runner pods. kwok has no network plugin, so
+- The chart's NetworkPolicy, rendered and applied; it selects the runner and recorder pods and nothing else. kwok has no network plugin, so
   nothing enforces it here: what it allows is asserted from the stored object (and stated in docs/operator.md).
 """
 
@@ -51,6 +51,24 @@ def kube_version() -> str:
     return f"--kube-version={read_versions()['K8S_VERSION']}"
 
 
+def selector_text(selector: dict[str, Any]) -> str:
+    """A LabelSelector object as the `labelSelector` query text (so the API server evaluates it)."""
+    parts = [f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
+    for expr in selector.get("matchExpressions") or []:
+        op, values = expr["operator"], ",".join(expr.get("values") or [])
+        parts.append({"Exists": expr["key"], "DoesNotExist": f"!{expr['key']}",
+                      "In": f"{expr['key']} in ({values})", "NotIn": f"{expr['key']} notin ({values})"}[op])
+    return ",".join(parts)
+
+
+def recording_body(name: str, output: Path) -> dict[str, Any]:
+    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "TrajectoryRecording", "metadata": {"name": name},
+            "spec": {"tasks": ["conv2d"], "model": {**PLANNER, "serve": "endpoint"}, "iterations": 1,
+                     "population": 4, "seed": 1, "maxTokens": 32, "output": {"uri": str(output)},
+                     "resources": {"gpusPerShard": 1, "image": "registry.invalid/cudanalyst-runner:e2e",
+                                   "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}}}
+
+
 def label_restricted(runs: Runs) -> None:
     runs.core.patch_namespace(runs.ns, {"metadata": {"labels": RESTRICTED}})
 
@@ -72,13 +90,8 @@ def test_runner_and_recorder_pods_are_admitted_under_restricted_pod_security(
     assert "seccompProfile" in refused.stderr, refused.stderr
 
     runs.create(run_body("psa", tmp_path / "store", PLANNER, shards=2))
-    recording = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "TrajectoryRecording",
-                 "metadata": {"name": "psa-rec"},
-                 "spec": {"tasks": ["conv2d"], "model": {**PLANNER, "serve": "endpoint"}, "iterations": 1,
-                          "population": 4, "seed": 1, "maxTokens": 32, "output": {"uri": str(tmp_path / "rec")},
-                          "resources": {"gpusPerShard": 1, "image": "registry.invalid/cudanalyst-runner:e2e",
-                                        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}}}
-    runs.co.create_namespaced_custom_object(API_GROUP, API_VERSION, runs.ns, RECORDING_PLURAL, recording)
+    runs.co.create_namespaced_custom_object(API_GROUP, API_VERSION, runs.ns, RECORDING_PLURAL,
+                                            recording_body("psa-rec", tmp_path / "rec"))
 
     # Admitted: the Job controller made them (a refused pod leaves a FailedCreate event and no pod) and kwok ran them.
     pods = harness.running_pods(runs.ns, f"{RUN_LABEL}=psa", 2, deadline_s=90)
@@ -269,13 +282,16 @@ def test_network_policy_is_applied_and_selects_the_runner_pods(
     assert store == {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 9000}]}
     assert models == {"to": [{"ipBlock": {"cidr": "10.30.0.5/32"}}], "ports": [{"protocol": "TCP", "port": 8000}]}
 
-    # It selects exactly the run's runner pods: the API server evaluates the policy's own selector.
+    # It selects exactly the operator's pods, runner and recorder: the API server evaluates the policy's own selector.
     runs.create(run_body("netpol", tmp_path / "store", PLANNER, shards=2))
+    runs.co.create_namespaced_custom_object(API_GROUP, API_VERSION, runs.ns, RECORDING_PLURAL,
+                                            recording_body("netpol-rec", tmp_path / "rec"))
+    runs.core.create_namespaced_pod(runs.ns, {  # a pod of someone else, which the policy must leave alone
+        "metadata": {"name": "bystander", "labels": {"app.kubernetes.io/component": "runner"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}})
     pods = harness.running_pods(runs.ns, f"{RUN_LABEL}=netpol", 2, deadline_s=90)
-    selector = stored["podSelector"]
-    expr = ",".join([f"{k}={v}" for k, v in selector.get("matchLabels", {}).items()]
-                    + [e["key"] for e in selector.get("matchExpressions", []) if e["operator"] == "Exists"])
-    selected = runs.core.list_namespaced_pod(runs.ns, label_selector=expr).items
+    pods += harness.running_pods(runs.ns, f"{RECORDING_LABEL}=netpol-rec", 1, deadline_s=90)
+    selected = runs.core.list_namespaced_pod(runs.ns, label_selector=selector_text(stored["podSelector"])).items
     assert sorted(p.metadata.name for p in selected) == sorted(p.metadata.name for p in pods)
     # The chart's default: HTTPS anywhere for the store, nothing for models.
     default = next(d for d in yaml.safe_load_all(cluster.helm(
