@@ -94,8 +94,14 @@ def parse_model(data: Any, source: str, model: type[BaseModel], kind: str = KIND
     """Validate a decoded object as `model`; raise SpecError naming every bad field by its path."""
     if not isinstance(data, dict):
         raise SpecError(source, [("", f"expected a mapping (a {kind} object), got {type(data).__name__}")], kind)
+    # As the API server reads it (cudanalyst.api.wire), then with strict types, so a spec valid here is valid there.
+    from cudanalyst.api.wire import as_served, structural_schema
+
+    data, decoding = as_served(data, structural_schema(model))
+    if decoding:
+        raise SpecError(source, decoding, kind)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

@@ -1,0 +1,64 @@
+"""Local mode reads a spec as the API server does (cudanalyst.api.wire, strict types): the differences the fuzzed
+specs of issue 33 found between `cudanalyst validate` and the real API server, each pinned here. The cluster side of
+every case is tests/cluster/test_e2e_fuzz.py."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from cudanalyst.api import SpecError, parse_run
+
+BASE: dict[str, Any] = {
+    "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": "w"},
+    "spec": {"trajectory": {"uri": "builtin://example", "generations": [0]}, "players": ["debugger"],
+             "models": {"planner": {"endpoint": "http://127.0.0.1:9/v1", "model": "m"}}, "output": {"uri": "/tmp/o"},
+             "sampling": {"rollouts": 1}, "resources": {"shards": 1}},
+}
+
+
+def spec_with(path: str, value: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(BASE)
+    node = doc["spec"]
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return doc
+
+
+@pytest.mark.parametrize(("path", "value", "words"), [
+    ("resources.shards", "3", "spec.resources.shards"),  # a number as a string: the API server's "must be of type"
+    ("resources.shards", True, "spec.resources.shards"),
+    ("suspend", "true", "spec.suspend"),
+    ("suspend", 1, "spec.suspend"),
+    ("sampling.temperature", "0.5", "spec.sampling.temperature"),
+    ("sampling.seed", 2**63, "spec.sampling.seed: 9223372036854775808 is outside the 64-bit integer range"),
+    ("trajectory.generations", [0.0], "spec.trajectory.generations[0]: expected an integer"),
+    ("models.planner.serve", None, "spec.models.planner.serve: null is not a supported value"),
+])
+def test_refused_here_as_the_api_server_refuses_it(path: str, value: Any, words: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_run(spec_with(path, value))
+    assert words in str(info.value)
+
+
+def test_read_as_the_api_server_stores_it() -> None:
+    # A null where none is allowed is pruned (the default applies); an integral float is the integer.
+    run = parse_run(spec_with("planning", None))
+    assert run.spec.planning == "explicit"
+    run = parse_run(spec_with("resources.shards", 3.0))
+    assert run.spec.resources.shards == 3 and isinstance(run.spec.resources.shards, int)
+    assert parse_run(spec_with("sampling.seed", 2**63 - 1)).spec.sampling.seed == 2**63 - 1
+    assert parse_run(spec_with("sampling.temperature", 1)).spec.sampling.temperature == 1.0
+
+
+def test_whitespace_is_ascii_whitespace_as_in_the_api_servers_regex() -> None:
+    # Go's RE2 reads \s as ASCII whitespace: a no-break space is not one, a tab is.
+    assert parse_run(spec_with("models.planner.endpoint", "http://h\u00a0x/v1")).spec.models.planner.endpoint
+    with pytest.raises(SpecError, match="spec.models.planner.endpoint"):
+        parse_run(spec_with("models.planner.endpoint", "http://h\tx/v1"))
+    with pytest.raises(SpecError, match="spec.output.uri"):
+        parse_run(spec_with("output.uri", "/tmp/a b"))
