@@ -246,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     bins = bin_dir()
-    if missing_binaries(bins):
-        print(f"missing binaries in {bins}: {missing_binaries(bins)}; run scripts/build-control-plane.sh",
+    missing = [b for b in missing_binaries(bins) if b not in ("helm", "kueue")]  # neither is used here
+    if missing:
+        print(f"missing binaries in {bins}: {missing}; run scripts/build-control-plane.sh",
               file=sys.stderr)
         return 2
     if args.runs > args.nodes * args.gpus_per_node:
