@@ -5,9 +5,11 @@ every case is tests/cluster/test_e2e_fuzz.py."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
+import yaml
 
 from cudanalyst.api import SpecError, parse_run
 
@@ -62,3 +64,20 @@ def test_whitespace_is_ascii_whitespace_as_in_the_api_servers_regex() -> None:
         parse_run(spec_with("models.planner.endpoint", "http://h\tx/v1"))
     with pytest.raises(SpecError, match="spec.output.uri"):
         parse_run(spec_with("output.uri", "/tmp/a b"))
+
+
+def test_files_are_read_as_kubectl_reads_them(tmp_path: Any) -> None:
+    from cudanalyst.api import load_run
+
+    # JSON as JSON: a character beyond U+FFFF (escaped as a surrogate pair) and 5e-324 survive.
+    doc = spec_with("resources.queueName", "q\U000e02a7")
+    doc["spec"]["sampling"]["temperature"] = 5e-324
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    run = load_run(path)
+    assert run.spec.resources.queue_name == "q\U000e02a7" and run.spec.sampling.temperature == 5e-324
+    # YAML: 1e-5 is a number, as for kubectl, not the string PyYAML's YAML 1.1 makes of it.
+    text = path.with_suffix(".yaml")
+    text.write_text(yaml.safe_dump(BASE) + "  evaluation: {rtol: 1e-5, atol: 2E-6}\n")
+    evaluation = load_run(text).spec.evaluation
+    assert (evaluation.rtol, evaluation.atol) == (1e-5, 2e-6)
