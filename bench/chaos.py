@@ -31,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -318,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)
+    # A SIGTERM (a timeout, a kill) ends it through `finally`, which stops the operator and the control plane it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     bins = bin_dir()
     if missing_binaries(bins):

@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -172,7 +173,9 @@ def _dump(signum, frame):
     stats = snapshot.statistics("traceback")
     total = sum(s.size for s in stats)
     with open(os.environ["CUDANALYST_BENCH_TRACEMALLOC"], "w") as out:
-        out.write(f"traced {total / 2**20:.1f} MiB in {sum(s.count for s in stats)} blocks\\n")
+        current, peak = tracemalloc.get_traced_memory()
+        out.write(f"traced {total / 2**20:.1f} MiB in {sum(s.count for s in stats)} blocks; Python heap now "
+                  f"{current / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB\\n")
         for stat in stats[:40]:
             out.write(f"\\n{stat.size / 2**20:.2f} MiB in {stat.count} blocks\\n")
             out.write("\\n".join("    " + line for line in stat.traceback.format(limit=12)) + "\\n")
@@ -244,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run the operator under tracemalloc and dump what it holds at each step (keeps the folder)")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     args = p.parse_args(argv)
+    # A SIGTERM (a timeout, a kill) ends it through `finally`, which stops the operator and the control plane it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     bins = bin_dir()
     missing = [b for b in missing_binaries(bins) if b not in ("helm", "kueue")]  # neither is used here

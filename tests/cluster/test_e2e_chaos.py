@@ -49,6 +49,23 @@ def running_by_shard(runs: Runs, harness: PodHarness, name: str, count: int) -> 
     return {int(p.metadata.annotations[INDEX_ANNOTATION]): p for p in pods}
 
 
+def replacements(runs: Runs, name: str, gone: set[str], operator: OperatorProcess) -> dict[int, Any]:
+    """Waits until every shard has a Running pod that is not one of `gone` (nor being deleted); by shard."""
+    def live() -> dict[int, Any] | None:
+        found = {int(p.metadata.annotations[INDEX_ANNOTATION]): p for p in pods_of(runs, name)
+                 if p.status.phase == "Running" and p.spec.node_name and p.metadata.deletion_timestamp is None
+                 and p.metadata.name not in gone}
+        return found if len(found) == SHARDS else None
+
+    try:
+        return dict(wait_for(live, 300, f"new pods for every shard of {name}", interval_s=1))
+    except TimeoutError as exc:
+        state = [(p.metadata.name, p.status.phase, bool(p.metadata.deletion_timestamp),
+                  [(c.type, c.status, c.reason) for c in p.status.conditions or []]) for p in pods_of(runs, name)]
+        job = runs.jobs(name)[0].status
+        raise TimeoutError(f"{exc}\npods: {state}\njob: {job}\n{operator.tail()}") from None
+
+
 def test_faults_in_one_run_lose_and_redo_nothing(cluster: Cluster, operator: OperatorProcess, planner: dict[str, Any],
                                                  runs: Runs, harness: PodHarness, tmp_path: Path) -> None:
     out = tmp_path / "store"
@@ -78,17 +95,14 @@ def test_faults_in_one_run_lose_and_redo_nothing(cluster: Cluster, operator: Ope
         "apiVersion": "policy/v1", "kind": "Eviction",
         "metadata": {"name": pods[1].metadata.name, "namespace": runs.ns}})
     first = {p.metadata.name for p in pods.values()}
-    pods = wait_for(lambda: (lambda m: m if len(m) == SHARDS and not first & {p.metadata.name for p in m.values()}
-                             else None)(running_by_shard(runs, harness, "chaos", SHARDS)), 120,
-                    "replacement pods of both shards")
+    pods = replacements(runs, "chaos", first, operator)
     # Shard 0 runs, then its pod is deleted before it ends: the replacement runs the shard again.
     spec = runner_spec_file(runs, "chaos", tmp_path)
     assert run_shard(spec, 0, SHARDS, tmp_path / "chaos-shard-0-first.log") == 0
     done_first = {p.name: p.stat().st_mtime_ns for p in (out / "chaos" / "outcomes").glob("*.json")}
     assert done_first
     runs.core.delete_namespaced_pod(pods[0].metadata.name, runs.ns)
-    wait_for(lambda: pods[0].metadata.name not in {p.metadata.name for p in pods_of(runs, "chaos")
-                                                   if p.status.phase == "Running"}, 60, "the deleted pod to go")
+    replacements(runs, "chaos", first | {pods[0].metadata.name}, operator)
     codes = play_pods(runs, harness, "chaos", SHARDS, tmp_path)
     assert codes == {0: 0, 1: 0}, [p.read_text()[-2000:] for p in tmp_path.glob("chaos-shard-*.log")]
     operator.stop()  # SIGTERM while the Job's last changes come in
