@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             extra_env = tracemalloc_env(work, extra_env)
             args.keep = True
         op = OperatorProcess(cluster.kubeconfig, work / "operator.log", namespaces=NS,
-                             status_interval=args.interval, extra_env=extra_env).start()
+                             status_interval=args.interval, extra_env=extra_env).start(deadline_s=300 if args.tracemalloc else 60)
         rss_idle = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
 
         from kubernetes import client
