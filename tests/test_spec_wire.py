@@ -91,3 +91,24 @@ def test_a_trajectory_name_too_long_for_the_file_system_is_a_plan_error() -> Non
     run = parse_run(spec_with("trajectory.uri", "builtin://example" + "a" * 2000))
     with pytest.raises(PlanError, match="spec.trajectory.uri: no builtin trajectory"):
         plan_run(run)
+
+
+def test_the_schema_read_here_is_the_crds() -> None:
+    # wire.py reads types, nullability and enums from the models itself (the core may not import cudanalyst.crd
+    # from cudanalyst.api); they must be the CRD's, for both kinds.
+    from cudanalyst.api import AttributionRun
+    from cudanalyst.api.recording import TrajectoryRecording
+    from cudanalyst.api.wire import structural_schema
+    from cudanalyst.crd import openapi_schema, recording_schema
+
+    def differences(ours: dict[str, Any], crd: dict[str, Any], path: str) -> list[str]:
+        found = [f"{path}: {k}" for k in ("type", "nullable", "enum") if ours.get(k) != crd.get(k)]
+        for name in set(ours.get("properties", {})) | set(crd.get("properties", {})):
+            found += differences(ours.get("properties", {}).get(name, {}), crd.get("properties", {}).get(name, {}),
+                                 f"{path}.{name}")
+        if "items" in ours or "items" in crd:
+            found += differences(ours.get("items", {}), crd.get("items", {}), f"{path}[]")
+        return found
+
+    for model, crd in ((AttributionRun, openapi_schema()), (TrajectoryRecording, recording_schema())):
+        assert differences(structural_schema(model)["properties"]["spec"], crd["properties"]["spec"], "spec") == []

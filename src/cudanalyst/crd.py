@@ -111,13 +111,6 @@ def _immutability_rule(spec_model: type[BaseModel], noun: str, mutable: tuple[st
     return {"rule": f"!({started}) || ({' && '.join(checks)})", "message": message, "reason": "FieldValueForbidden"}
 
 
-def structural(model: type[BaseModel]) -> dict[str, Any]:
-    """A model's schema made structural as the CRD holds it, without CEL rules: what `cudanalyst.api.wire` reads a
-    document by, as the API server does."""
-    raw = model.model_json_schema(by_alias=True, mode="validation")
-    return _structural(raw, raw.get("$defs", {}))
-
-
 def _kind_schema(model: type[BaseModel], spec_rules: list[dict[str, str]],
                  immutability: dict[str, str]) -> dict[str, Any]:
     """One kind's openAPIV3Schema: the model made structural, its spec's CEL rules, the root's immutability."""

@@ -2,7 +2,7 @@
 (`cudanalyst validate`, `cudanalyst run`) and the cluster judge every spec alike (issue 33's fuzzed specs found
 where they did not).
 
-Read with the kind's own structural schema (`cudanalyst.crd`, generated from the same models):
+Read with the kind's own schema, as the CRD has it (`cudanalyst.crd` generates the CRD from the same models):
 
 - a null where the schema does not allow one is dropped, as the API server prunes it (the field's default
   applies);
@@ -26,9 +26,28 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 @cache
 def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
-    from cudanalyst.crd import structural
+    """The parts of the model's schema the API server's decoding reads (types, nullable, enums, properties, items),
+    with references inlined and `X | None` as nullable X, as `cudanalyst.crd` writes them into the CRD."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return _inline(raw, raw.get("$defs", {}))
 
-    return structural(model)
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_inline(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        return _inline({**target, **{k: v for k, v in node.items() if k != "$ref"}}, defs)
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        if len(options) == 1:
+            out = _inline({**options[0], **{k: v for k, v in node.items() if k != "anyOf"}}, defs)
+            if len(options) < len(node["anyOf"]):
+                out["nullable"] = True
+            return out
+    return {k: _inline(v, defs) for k, v in node.items() if k != "$defs"}
 
 
 def _path(parent: str, key: str | int) -> str:
