@@ -101,6 +101,7 @@ def start_planner(work: Path) -> tuple[dict[str, Any], Any]:
     from cudanalyst.runner.llm.serving import start_local_server
 
     model = str(build_tiny_model.build(models_cache())["tiny-llama"])
+    (work / "vllm").mkdir(exist_ok=True)
     spec = ModelSpec(model=model, serve="local", max_model_len=CONTEXT, dtype="float32", extra_args=SERVER_ARGS)
     server = start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, health_timeout_s=900,
                                 log_dir=str(work / "vllm"))
