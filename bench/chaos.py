@@ -118,6 +118,7 @@ class Player(threading.Thread):
         self.runs, self.harness, self.work = runs, harness, work
         self.done: set[str] = set()
         self.skip: set[str] = set()  # pods a fault has taken
+        self.held: set[str] = set()  # runs whose pods wait for a fault
         self.ended = threading.Event()
         self.stop = threading.Event()
         self.played: list[dict[str, Any]] = []
@@ -136,7 +137,8 @@ class Player(threading.Thread):
         todo = [p for p in pods if p.status.phase == "Running" and p.spec.node_name
                 and p.metadata.uid not in self.done and p.metadata.deletion_timestamp is None]
         with self.lock:
-            todo = [p for p in todo if p.metadata.uid not in self.skip]
+            todo = [p for p in todo if p.metadata.uid not in self.skip
+                    and (p.metadata.labels or {}).get(RUN_LABEL) not in self.held]
         if not todo:
             time.sleep(1)
             return
@@ -178,9 +180,10 @@ class Player(threading.Thread):
 
 class Chaos:
     def __init__(self, args: argparse.Namespace, cluster: Cluster, runs: Runs, op: OperatorProcess, proxy: FaultProxy,
-                 player: Player, planner: dict[str, Any]) -> None:
+                 player: Player, planner: dict[str, Any], bodies: dict[str, dict[str, Any]]) -> None:
         self.args, self.cluster, self.runs, self.op, self.proxy = args, cluster, runs, op, proxy
-        self.player, self.planner = player, planner
+        self.player, self.planner, self.bodies = player, planner, bodies
+        self.pod_runs = 0
         self.rng = random.Random(args.seed)
         self.t0 = time.monotonic()
         self.faults: list[dict[str, Any]] = []
@@ -203,15 +206,26 @@ class Chaos:
         time.sleep(pause)
         self.op.start(deadline_s=120)
 
-    def running_pod(self) -> Any | None:
-        pods = [p for p in self.runs.core.list_namespaced_pod(NS, label_selector=RUN_LABEL).items
-                if p.status.phase == "Running" and p.metadata.uid not in self.player.done]
-        return self.rng.choice(pods) if pods else None
-
     def pod_fault(self, kind: str) -> None:
-        pod = wait_for(self.running_pod, 300, "a Running runner pod not played yet")
+        """A run of its own for each pod fault, held from the player until the fault is done (the batch's pods are
+        played within seconds of starting, too soon for a fault to find them)."""
+        run = f"pod-fault-{self.pod_runs}"
+        self.pod_runs += 1
+        self.bodies[run] = run_spec(run, 10 + self.pod_runs, self.planner, self.proxy.url, "runs")
         with self.player.lock:
-            self.player.skip.add(pod.metadata.uid)
+            self.player.held.add(run)
+        try:
+            self.runs.create(self.bodies[run])
+            pods = self.player.harness.running_pods(NS, f"{RUN_LABEL}={run}", 2, deadline_s=180)
+            pod = self.rng.choice(pods)
+            with self.player.lock:
+                self.player.skip.add(pod.metadata.uid)
+            self._pod_fault(kind, pod)
+        finally:
+            with self.player.lock:
+                self.player.held.discard(run)
+
+    def _pod_fault(self, kind: str, pod: Any) -> None:
         name = pod.metadata.name
         if kind == "pod deleted":
             self.runs.core.delete_namespaced_pod(name, NS)
@@ -367,11 +381,14 @@ def main(argv: list[str] | None = None) -> int:
         bodies[late] = run_spec(late, 3, planner, proxy.url, "runs")
         bodies[created] = run_spec(created, 4, planner, proxy.url, "runs")
 
-        # The reference: each run's shards here, straight to the store, no cluster and no faults.
-        t_ref = time.monotonic()
-        ref_dir = work / "reference"
-        ref_dir.mkdir()
-        for name, body in bodies.items():
+        def reference(names: list[str]) -> None:
+            """Each run's shards here, straight to the store, no cluster and no faults."""
+            ref_dir = work / "reference"
+            ref_dir.mkdir(exist_ok=True)
+            for name in names:
+                reference_one(name, bodies[name], ref_dir)
+
+        def reference_one(name: str, body: dict[str, Any], ref_dir: Path) -> None:
             doc = json.loads(json.dumps(body))
             doc["metadata"]["namespace"] = NS
             doc["spec"]["output"]["uri"] = f"s3://{BUCKET}/reference/"
@@ -382,7 +399,6 @@ def main(argv: list[str] | None = None) -> int:
                 code = run_shard(spec, shard, 2, ref_dir / f"{name}-{shard}.log", env=S3_ENV, timeout_s=900)
                 if code:
                     raise RuntimeError(f"reference shard {name}/{shard} exited {code}: see {ref_dir}")
-        log(f"reference of {len(bodies)} runs in {time.monotonic() - t_ref:.0f} s")
 
         kubeconfig = cluster.impersonate(CHART_NAMESPACE, OPERATOR_SA)
         op = OperatorProcess(kubeconfig, work / "operator.log", status_interval=5.0, retry_interval=3.0,
@@ -412,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             # The victim's pod is never played: it is deleted with its run.
             player.skip.update(p.metadata.uid for p in harness.running_pods(NS, f"{RUN_LABEL}={victim}", 2, 120))
             player.start()
-            chaos = Chaos(args, cluster, runs, op, proxy, player, planner)
+            chaos = Chaos(args, cluster, runs, op, proxy, player, planner, bodies)
             chaos.play(chaos.plan(victim, late, names[0], created))
             log("faults done; waiting for every run to be Ready")
             wanted = sorted(bodies)
@@ -431,6 +447,10 @@ def main(argv: list[str] | None = None) -> int:
                     API_GROUP, API_VERSION, NS, RECORDING_PLURAL, "rec")), "Ready"), max(1.0, end - time.monotonic()),
                     "the recording Ready")
             player.stop.set()
+            t_ref = time.monotonic()
+            reference(wanted)
+            log(f"reference (the same runs without the cluster or faults) of {len(wanted)} runs in "
+                f"{time.monotonic() - t_ref:.0f} s")
 
             # What was found.
             found: dict[str, Any] = {"runs": {}}
