@@ -261,8 +261,13 @@ class Chaos:
         self.kill_operator(f"just after {name} was created (its ConfigMap and Job being made)")
 
     def kill_on_pod_end(self) -> None:
+        # A run of its own, so that a pod ends soon (the batch's may all have ended already).
+        run = f"pod-end-{self.pod_runs}"
+        self.pod_runs += 1
+        self.bodies[run] = run_spec(run, 10 + self.pod_runs, self.planner, self.proxy.url, "runs")
         self.player.ended.clear()
-        self.player.ended.wait(600)
+        self.runs.create(self.bodies[run])
+        self.player.ended.wait(300)
         time.sleep(self.rng.uniform(0, 0.3))
         self.kill_operator("just after a pod ended (status patches under way)")
 
