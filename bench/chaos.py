@@ -168,14 +168,28 @@ class Player(threading.Thread):
                                       stderr=subprocess.STDOUT, env={**os.environ, **env}, timeout=1800,
                                       check=False).returncode
             what = f"recording {rec}"
-        try:
-            self.harness.finish(NS, pod.metadata.name, succeeded=code == 0, exit_code=code or 1)
-            ended = "ended"
-        except Exception as exc:  # deleted meanwhile (a fault): its replacement plays the shard again
-            ended = f"not ended ({type(exc).__name__})"
+        ended = self.end(pod.metadata.name, code)
         self.played.append({"pod": pod.metadata.name, "what": what, "exit": code, "pod end": ended})
         log(f"played {pod.metadata.name} ({what}): exit {code}, {ended}")
         self.ended.set()
+
+
+    def end(self, pod: str, code: int) -> str:
+        """Ends the pod with the shard's exit status; tries again while the API server is away (a restart), gives
+        up only when the pod is gone (deleted by a fault: its replacement plays the shard again)."""
+        from kubernetes.client.exceptions import ApiException
+
+        for _ in range(60):
+            try:
+                self.harness.finish(NS, pod, succeeded=code == 0, exit_code=code or 1)
+                return "ended"
+            except ApiException as exc:
+                if exc.status == 404:
+                    return "not ended (gone)"
+            except Exception:
+                pass
+            time.sleep(2)
+        return "not ended (API server away for 2 min)"
 
 
 class Chaos:
