@@ -355,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     # A SIGTERM (a timeout, a kill) ends it through `finally`, which stops the operator and the control plane it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    os.environ.update(S3_ENV)  # this process reads the store too (the checks), as the runners and operator do
 
     bins = bin_dir()
     if missing_binaries(bins):
