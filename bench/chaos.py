@@ -415,6 +415,12 @@ def main(argv: list[str] | None = None) -> int:
             doc["spec"]["s3"]["endpoint"] = moto.url
             spec = ref_dir / f"{name}.json"
             spec.write_text(json.dumps(doc))
+            # spec.json and plan.json first, as the operator writes them at a run's start (the report reads them).
+            from cudanalyst.runfolder import write_start
+            from cudanalyst.runs import plan_run, run_store
+
+            run = parse_run(doc)
+            write_start(run_store(run), run, plan_run(run).overview())
             for shard in range(2):
                 code = run_shard(spec, shard, 2, ref_dir / f"{name}-{shard}.log", env=S3_ENV, timeout_s=900)
                 if code:
