@@ -10,9 +10,16 @@ own. Measured in one run:
   change in answer (a watch on runs: status.shards.succeeded or the phase moved), p50/p99 seconds and as a
   ratio of the 2 s target;
 - reconcile errors: the operator's cudanalyst_reconcile_errors_total and the ERROR lines of its log;
-- peak RSS of the operator (VmHWM), against the 300 MB target.
+- peak RSS of the operator (VmHWM), against the 300 MB target;
+- memory per run: the runs are posted in steps (--steps, default 100, N/4, N/2, N); after each step, once every
+  run of it is Running and the operator is idle, its RSS (VmRSS) is read, and the growth per added run is printed
+  between steps and from the first hundred to the end (issue 33: flat after the first hundred).
 
     python bench/operator_scale.py --runs 1000 --nodes 100
+
+`--tracemalloc` runs the operator under tracemalloc and writes, at each step, the allocations still held grouped
+by where they were made (`tracemalloc-<runs>.txt` in the work folder, kept): what each run adds, by line. It slows
+the operator; its RSS figures are then not the ones to quote.
 
 `--operator-source DIR` runs the operator from another copy of its package folder (e.g. an older commit's, from
 `git archive <commit> operator/cudanalyst/operator | tar -x -C DIR`, then DIR/operator/cudanalyst/operator; commits before the
@@ -29,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -157,6 +165,51 @@ _spec.loader.exec_module(_module)
 """
 
 
+# Imported first by the operator process with --tracemalloc: SIGUSR1 writes what is held, by where it was made.
+TRACEMALLOC_SHIM = """import os, signal, tracemalloc
+tracemalloc.start(12)
+def _dump(signum, frame):
+    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    stats = snapshot.statistics("traceback")
+    total = sum(s.size for s in stats)
+    with open(os.environ["CUDANALYST_BENCH_TRACEMALLOC"], "w") as out:
+        current, peak = tracemalloc.get_traced_memory()
+        out.write(f"traced {total / 2**20:.1f} MiB in {sum(s.count for s in stats)} blocks; Python heap now "
+                  f"{current / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB\\n")
+        for stat in stats[:40]:
+            out.write(f"\\n{stat.size / 2**20:.2f} MiB in {stat.count} blocks\\n")
+            out.write("\\n".join("    " + line for line in stat.traceback.format(limit=12)) + "\\n")
+        out.write("\\nby file:\\n")
+        for stat in snapshot.statistics("filename")[:30]:
+            out.write(f"{stat.size / 2**20:8.2f} MiB {stat.count:8d} blocks  {stat.traceback[0].filename}\\n")
+signal.signal(signal.SIGUSR1, _dump)
+"""
+
+
+def tracemalloc_env(work: Path, env: dict[str, str]) -> dict[str, str]:
+    shim = work / "tracemalloc-shim"
+    shim.mkdir()
+    text = TRACEMALLOC_SHIM
+    old = Path(env.get("PYTHONPATH", "").split(os.pathsep)[0]) / "sitecustomize.py" if env.get("PYTHONPATH") else None
+    if old is not None and old.is_file():
+        text = old.read_text() + "\n" + text  # keep --operator-source's shim too
+    (shim / "sitecustomize.py").write_text(text)
+    path = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")]))
+    return {**env, "PYTHONPATH": path, "CUDANALYST_BENCH_TRACEMALLOC": str(work / "tracemalloc.txt")}
+
+
+def dump_tracemalloc(pid: int, work: Path, runs: int) -> None:
+    import signal as signals
+
+    target = work / "tracemalloc.txt"
+    target.unlink(missing_ok=True)
+    os.kill(pid, signals.SIGUSR1)
+    wait_for(lambda: target.exists() and target.stat().st_size > 0, 300, "the operator's tracemalloc dump")
+    time.sleep(1)
+    target.rename(work / f"tracemalloc-{runs}.txt")
+    print(f"  tracemalloc at {runs} runs: {work / f'tracemalloc-{runs}.txt'}", flush=True)
+
+
 def operator_source_env(source: Path, work: Path) -> dict[str, str]:
     """The environment that makes `python -m cudanalyst.operator.main` run the operator in `source`."""
     if not (source / "main.py").is_file():
@@ -188,12 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--operator-source", type=Path, default=None,
                    help="a copy of operator/cudanalyst/operator to run instead of the installed one "
                         "(before/after comparisons)")
+    p.add_argument("--steps", default="",
+                   help="comma-separated run counts at which the operator's RSS is read (default 100,N/4,N/2,N)")
+    p.add_argument("--tracemalloc", action="store_true",
+                   help="run the operator under tracemalloc and dump what it holds at each step (keeps the folder)")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     args = p.parse_args(argv)
+    # A SIGTERM (a timeout, a kill) ends it through `finally`, which stops the operator and the control plane it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     bins = bin_dir()
-    if missing_binaries(bins):
-        print(f"missing binaries in {bins}: {missing_binaries(bins)}; run scripts/build-control-plane.sh",
+    missing = [b for b in missing_binaries(bins) if b not in ("helm", "kueue")]  # neither is used here
+    if missing:
+        print(f"missing binaries in {bins}: {missing}; run scripts/build-control-plane.sh",
               file=sys.stderr)
         return 2
     if args.runs > args.nodes * args.gpus_per_node:
@@ -227,8 +287,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.monotonic() - t0:.0f} s", flush=True)
 
         extra_env = operator_source_env(args.operator_source.resolve(), work) if args.operator_source else {}
+        if args.tracemalloc:
+            extra_env = tracemalloc_env(work, extra_env)
+            args.keep = True
         op = OperatorProcess(cluster.kubeconfig, work / "operator.log", namespaces=NS,
-                             status_interval=args.interval, extra_env=extra_env).start()
+                             status_interval=args.interval, extra_env=extra_env).start(deadline_s=300 if args.tracemalloc else 60)
         rss_idle = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
 
         from kubernetes import client
@@ -243,15 +306,45 @@ def main(argv: list[str] | None = None) -> int:
             co = client.CustomObjectsApi(apic)
             core = client.CoreV1Api(apic)
             harness = PodHarness(core)
-            t_post = time.monotonic()
-            for name in names:
-                co.create_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL,
-                                                   run_body(name, work / "store", PLANNER, shards=1))
-            t_posted = time.monotonic()
-
             def running_pods() -> list[Any]:
                 pods = core.list_namespaced_pod(NS, label_selector=RUN_LABEL).items
                 return [pod for pod in pods if pod.status.phase == "Running" and pod.spec.node_name]
+
+            def running_runs() -> int:
+                try:
+                    items = co.list_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL)["items"]
+                except ApiException:  # an overloaded API server times lists out (504): count again later
+                    return -1
+                return sum(1 for r in items if run_running(r))
+
+            steps = sorted({int(x) for x in args.steps.split(",") if x.strip()} if args.steps else
+                           {min(100, args.runs), args.runs // 4, args.runs // 2, args.runs})
+            steps = [n for n in steps if 0 < n <= args.runs] + ([args.runs] if args.runs not in steps else [])
+            rss_steps: list[dict[str, Any]] = []
+            pid = op.proc.pid  # type: ignore[union-attr]
+            t_post = time.monotonic()
+            posted = 0
+            for step in steps:
+                for name in names[posted:step]:
+                    co.create_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL,
+                                                       run_body(name, work / "store", PLANNER, shards=1))
+                posted = step
+                # Settled: every run so far says Running (its pod bound), then the operator idle for a moment.
+                settle_end = min(end, time.monotonic() + args.start_share * args.deadline)
+                while time.monotonic() < settle_end and running_runs() < step:
+                    time.sleep(2)
+                time.sleep(5)
+                point = {"runs": step, "rss_mb": round(current_rss_mb(pid), 1), "peak_mb": round(peak_rss_mb(pid), 1),
+                         "running": running_runs(), "at_s": round(time.monotonic() - t_post, 1)}
+                if rss_steps:
+                    before = rss_steps[-1]
+                    point["kb_per_added_run"] = round(
+                        (point["rss_mb"] - before["rss_mb"]) * 1024 / max(1, step - before["runs"]), 1)
+                rss_steps.append(point)
+                print(f"  step: {point}", flush=True)
+                if args.tracemalloc:
+                    dump_tracemalloc(pid, work, step)
+            t_posted = time.monotonic()
 
             # The start phase gets at most --start-share of the deadline; the rest measures the runs that started.
             start_end = t_post + args.start_share * args.deadline
@@ -308,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         error_lines = sum(1 for line in op.text().splitlines() if " ERROR " in line)
         rss = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
         rss_now = current_rss_mb(op.proc.pid)  # type: ignore[union-attr]
+        first = next((p for p in rss_steps if p["runs"] >= 100), rss_steps[0] if rss_steps else None)
+        last = rss_steps[-1] if rss_steps else None
+        per_run_kb = (round((last["rss_mb"] - first["rss_mb"]) * 1024 / (last["runs"] - first["runs"]), 1)
+                      if first and last and last["runs"] > first["runs"] else None)
         complete = len(started) == args.runs and len(latencies) == args.runs and not unanswered
         result = {
             "operatorSource": str(args.operator_source or "installed"),
@@ -320,7 +417,10 @@ def main(argv: list[str] | None = None) -> int:
             "p99_over_target": round(percentile(latencies, 99) / P99_TARGET_S, 2),
             "reconcileErrors": errors, "operatorErrorLines": error_lines, "reconciles": reconciles(metrics),
             "rssIdle_mb": round(rss_idle, 1), "rssPeak_mb": round(rss, 1), "rssEnd_mb": round(rss_now, 1),
-            "rss_over_target": round(rss / RSS_TARGET_MB, 2),
+            "rss_over_target": round(rss / RSS_TARGET_MB, 2), "rssSteps": rss_steps,
+            "kbPerRunAfterFirstHundred": per_run_kb,
+            "rssAtTenThousand_mb_extrapolated": (round(last["rss_mb"] + per_run_kb * (10000 - last["runs"]) / 1024, 0)
+                                                 if per_run_kb is not None and last else None),
             "endPhaseSeconds": round(time.monotonic() - finished_at, 1),
         }
         print(json.dumps(result, indent=1))
@@ -329,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
                    f"{args.nodes} nodes; p50 {result['latency_p50_s']} s, p99 {result['latency_p99_s']} s "
                    f"(target < {P99_TARGET_S} s: {'met' if result['latency_p99_s'] < P99_TARGET_S else 'MISSED'}); "
                    f"peak RSS {result['rssPeak_mb']} MB (target < {RSS_TARGET_MB:.0f} MB: "
-                   f"{'met' if rss < RSS_TARGET_MB else 'MISSED'}); reconcile errors {errors}")
+                   f"{'met' if rss < RSS_TARGET_MB else 'MISSED'}); reconcile errors {errors}; growth per run after the "
+                   f"first hundred {per_run_kb} KB, so about {result['rssAtTenThousand_mb_extrapolated']} MB at 10,000 "
+                   f"runs (extrapolated)")
         print(verdict)
         return 0 if complete else 1
     finally:

@@ -41,7 +41,7 @@ def plan_run(run: AttributionRun, s3: S3Settings | None = None) -> Plan:
                                      tasks[0] if len(tasks) == 1 else None)
         programs = freeze(trajectory.programs, spec.trajectory.generations,
                           spec.trajectory.programs_per_generation, spec.sampling.seed, spec.trajectory.tasks)
-    except (TrajectoryError, StoreError) as exc:
+    except (TrajectoryError, StoreError, OSError) as exc:  # OSError: what a reader let through, not a crash or a retry loop
         message = str(exc)
         # Name the field the user has to fix; freezing errors already do.
         raise PlanError(message if message.startswith("spec.") else f"spec.trajectory.uri: {message}") from None

@@ -63,6 +63,10 @@ def test_cluster_wide_install() -> None:
     assert runner_sa and runner_sa[0]["automountServiceAccountToken"] is False
     policy = by["NetworkPolicy"][0]
     assert policy["spec"]["ingress"] == [] and policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    # Runner and recorder pods alike, by the label the operator always sets (jobs.py, recording.py).
+    assert policy["spec"]["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "cudanalyst-operator"},
+        "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": ["runner", "recorder"]}]}
     assert "ServiceMonitor" not in by
 
 

@@ -47,6 +47,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # Fixed resources and an explicit namespace list (or cluster-wide): no need to scan CRDs or
     # namespaces, so the operator's RBAC needs no cluster-wide read of either.
     settings.scanning.disabled = True
+    # Only our own Jobs and Pods come over the watches (filtered by the API server), not every Job and Pod of a
+    # shared cluster: kopf keeps a memory for each object it watches (issue 33).
+    for resource in (("batch", "v1", "jobs"), ("", "v1", "pods")):
+        settings.watching.label_selectors[resource] = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY}"
     # Only our explicit events are posted, not every log line.
     settings.posting.loggers = False
     settings.posting.level = logging.INFO

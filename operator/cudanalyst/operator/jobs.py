@@ -216,7 +216,8 @@ def runner_job(run: AttributionRun, config: OperatorConfig) -> dict[str, Any]:
     res = run.spec.resources
     shards = res.shards
     labels = child_labels(run)
-    pod_labels = {**labels, **config.runner_pod_labels, c.COMPONENT_LABEL: "runner"}
+    # The operator watches only Pods with its managed-by label (handlers.configure): a pod label may not replace it.
+    pod_labels = {**labels, **config.runner_pod_labels, c.COMPONENT_LABEL: "runner", c.MANAGED_BY_LABEL: c.MANAGED_BY}
     # The Job controller sets JOB_COMPLETION_INDEX in each pod; Kubernetes expands $(VAR) in args.
     args = ["--spec", f"{c.SPEC_MOUNT}/{c.SPEC_FILE}", "--shard", "$(JOB_COMPLETION_INDEX)", "--of", str(shards),
             "--stage", config.runner_stage]

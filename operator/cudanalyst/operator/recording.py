@@ -94,8 +94,8 @@ def recorder_job(rec: TrajectoryRecording, config: OperatorConfig) -> dict[str, 
         "spec": {
             "completions": 1, "parallelism": 1, "backoffLimit": config.backoff_limit_per_index,
             "podFailurePolicy": pod_failure_policy(on_invalid="FailJob"),  # one pod: exit 2 ends the Job
-            "template": {"metadata": {"labels": {**labels, **config.runner_pod_labels,
-                                                 c.COMPONENT_LABEL: "recorder"}}, "spec": pod_spec},
+            "template": {"metadata": {"labels": {**labels, **config.runner_pod_labels, c.COMPONENT_LABEL: "recorder",
+                                                 c.MANAGED_BY_LABEL: c.MANAGED_BY}}, "spec": pod_spec},
         },
     }
 

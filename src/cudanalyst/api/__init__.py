@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,8 +96,14 @@ def parse_model(data: Any, source: str, model: type[BaseModel], kind: str = KIND
     """Validate a decoded object as `model`; raise SpecError naming every bad field by its path."""
     if not isinstance(data, dict):
         raise SpecError(source, [("", f"expected a mapping (a {kind} object), got {type(data).__name__}")], kind)
+    # As the API server reads it (cudanalyst.api.wire), then with strict types, so a spec valid here is valid there.
+    from cudanalyst.api.wire import as_served, structural_schema
+
+    data, decoding = as_served(data, structural_schema(model))
+    if decoding:
+        raise SpecError(source, decoding, kind)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -110,6 +118,18 @@ def parse_run(data: Any, source: str = "<input>") -> AttributionRun:
     return parse_model(data, source, AttributionRun)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as kubectl reads it in one more respect: `1e-5` is a float (PyYAML's YAML 1.1 wants a dot, `1.0e-5`,
+    and reads `1e-5` as a string, which the API server, through kubectl, would take as the number)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def read_document(path: str | Path) -> Any:
     """The one YAML or JSON document of a file; SpecError (naming the file and line) otherwise."""
     p = Path(path)
@@ -120,7 +140,13 @@ def read_document(path: str | Path) -> Any:
     except OSError as exc:
         raise SpecError(str(p), [("", f"cannot read: {exc.strerror}")]) from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        # JSON as JSON: PyYAML reads a JSON escaped surrogate pair (a character beyond U+FFFF) as two broken
+        # characters, and 5e-324 as a string (issue 33's fuzzed specs).
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        docs = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]  # a SafeLoader with one more resolver
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

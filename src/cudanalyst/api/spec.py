@@ -29,7 +29,11 @@ Control = Literal["noFeedback", "randomizedFeedback", "dummyPlan"]
 
 # A player's name is a coalition key's building block ("a,b"), so it may not hold commas or spaces.
 PLAYER_PATTERN = r"^[a-z][a-zA-Z0-9_-]{0,62}$"
-URI_PATTERN = r"^(s3://[^/\s]+(/\S*)?|file://\S+|builtin://[a-z0-9-]+/?|[^:\s]+)$"
+# Whitespace spelled out, not \s: the API server's regex engine (Go's RE2) reads \s as these five ASCII characters,
+# Python's and pydantic's as any Unicode space, and the two must judge a spec alike (issue 33).
+NOT_SPACE = r"[^\t\n\f\r ]"
+URI_PATTERN = (rf"^(s3://[^/\t\n\f\r ]+(/{NOT_SPACE}*)?|file://{NOT_SPACE}+|builtin://[a-z0-9-]+/?|"
+               r"[^:\t\n\f\r ]+)$")
 
 
 class Model(BaseModel):
@@ -134,7 +138,7 @@ class ModelSpec(Model):
         "Defaults to endpoint when an endpoint is given, else local."
     )
     endpoint: str | None = Field(
-        None, max_length=2048, pattern=r"^https?://\S+$", description="Base URL of an OpenAI-compatible server (…/v1)."
+        None, max_length=2048, pattern=rf"^https?://{NOT_SPACE}+$", description="Base URL of an OpenAI-compatible server (…/v1)."
     )
     api: Literal["chat", "completion"] = Field(
         "chat", description="chat for instruction-tuned models; completion for base models (no chat template)."

@@ -43,7 +43,11 @@ def builtin_path(name: str) -> Path:
     """Folder of a trajectory shipped inside the package (builtin://example)."""
     root = Path(str(resources.files("cudanalyst") / "data" / "trajectories"))
     path = root / name
-    if not any((path / name).is_file() for name in (PROGRAMS, PROGRAMS + ".gz")):
+    try:
+        found = any((path / name).is_file() for name in (PROGRAMS, PROGRAMS + ".gz"))
+    except OSError as exc:  # e.g. a name too long for the file system (issue 33's fuzzed specs)
+        raise TrajectoryError(f"no builtin trajectory {name[:40]!r}...: {exc.strerror}") from None
+    if not found:
         known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         raise TrajectoryError(f"no builtin trajectory {name!r} (known: {', '.join(known) or 'none'})")
     return path
