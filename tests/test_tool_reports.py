@@ -159,6 +159,44 @@ def test_the_sanitizer_tells_a_launched_kernel_from_one_that_never_ran() -> None
     assert T.sanitizer_run(ok).status == "ok"
 
 
+# What ncu printed on the H200 (2026-12-01, docs/results/h200-sealed-2026-12-01/gpu-tests-3-tools-beside-server.log)
+# for a gemm writing 2^30 elements past C, beside a model server: the kept tail of its output began with these two
+# lines (pytest cut the rest), a section table of NaN metrics, and no line of launch_once's own.
+NCU_FAULTED_TAIL = "              cycle      (!) nan\n      Compute (SM) Throughput   "
+# launch_once's own words for that fault when the program runs alone (pycuda's error for cuCtxSynchronize).
+ALONE_FAULTED = ("launch_once: launched gemm\n"
+                 "launch_once: LaunchError: cuCtxSynchronize failed: an illegal memory access was encountered\n")
+
+
+def test_a_kernel_that_faults_under_nsight_compute_is_the_programs_failure() -> None:
+    from cudanalyst.runner.kernels.feedback.profiler import alone_failure, ncu_failure
+
+    # ncu's output alone cannot tell: the program said nothing (ncu stopped it), so it reads as ncu's failure ...
+    assert ncu_failure(1, "launch_once: launched gemm\n" + NCU_FAULTED_TAIL)[0] == "tool-error"
+    # ... until the program run alone says what it does: its own error makes the report program-failed.
+    cause, line = alone_failure(1, ALONE_FAULTED)
+    assert cause == "program-failed" and line == T.statement(
+        T.NCU, "program-failed", "the program failed under it: LaunchError: cuCtxSynchronize failed: an illegal "
+        "memory access was encountered")
+    assert T.ncu_run("Event timings (CUDA events, ...)\n" + line).cause == "program-failed"
+    assert alone_failure(0, "launch_once: launched gemm\n") is None  # it runs alone: ncu's failure is its own
+    assert alone_failure(4, "launch_once: no CUDA context: MemoryError: cuCtxCreate failed: out of memory") is None
+    assert alone_failure(-11, "launch_once: launched gemm\nSegmentation fault") is None  # no error of its own
+
+
+def test_memcheck_pads_every_allocation_so_an_overrun_leaves_it() -> None:
+    from cudanalyst.runner.kernels.feedback.sanitizer import PADDING_CAP, tool_options
+    from cudanalyst.tasks import get_task
+
+    gemm = get_task("gemm")  # C, A, B: 1024 x 1024 float32, 4 MiB each
+    memcheck = tool_options("memcheck", gemm)
+    assert memcheck[:2] == ["--tool", "memcheck"] and memcheck[memcheck.index("--padding") + 1] == str(4 << 20)
+    assert "--padding" not in tool_options("racecheck", gemm)  # only memcheck reads bounds
+    big = gemm.with_sizes(NI=8192, NJ=8192, NK=8192)  # 256 MiB arrays: the padding stops at its cap
+    options = tool_options("memcheck", big)
+    assert int(options[options.index("--padding") + 1]) == PADDING_CAP < 256 << 20
+
+
 # ---- counting and warning -----------------------------------------------------------------------------------
 
 
@@ -419,6 +457,7 @@ case "${MODE}:$2" in
   denied:*) echo "launch_once: launched gemm" >&2
             echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
             exit 1;;
+  faulted:*) echo "launch_once: launched gemm" >&2; cat "$NCU_TEXT"; exit 1;;
   *) echo "========= ERROR SUMMARY: 0 errors";;
 esac
 """
@@ -472,6 +511,42 @@ def test_a_profiler_report_keeps_the_timings_and_says_why_counters_are_missing(
     out = profiler.profiler_report(get_task("gemm"), b"cubin", None, None, gpu=True)
     assert (out.run.cause, out.run.timings) == ("gpu-memory", False)
     assert out.text.endswith(T.statement(T.NCU, "gpu-memory")) and "cuCtxCreate" not in out.text
+
+
+ALONE = """#!/bin/sh
+# A stand-in for the program run alone by launch_once: what it prints is chosen by $ALONE.
+echo "launch_once: launched gemm" >&2
+case "${ALONE}" in
+  faults) echo "launch_once: LaunchError: cuCtxSynchronize failed: an illegal memory access was encountered" >&2
+          exit 1;;
+  *) exit 0;;
+esac
+"""
+
+
+def test_a_program_that_fails_under_nsight_compute_is_asked_alone(
+        fake_tool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudanalyst.runner.kernels.feedback import profiler
+    from cudanalyst.tasks import get_task
+
+    alone = tmp_path / "alone"
+    alone.write_text(ALONE)
+    alone.chmod(0o755)
+    (tmp_path / "ncu.txt").write_text("==PROF== Disconnected from process 1\n" + NCU_FAULTED_TAIL + "\n")
+    monkeypatch.setattr(profiler, "find_ncu", lambda: str(fake_tool))
+    monkeypatch.setattr(profiler, "launch_command", lambda task, path, runs=1: [str(alone)])
+    monkeypatch.setenv("MODE", "faulted")
+    monkeypatch.setenv("NCU_TEXT", str(tmp_path / "ncu.txt"))
+    monkeypatch.setenv("ALONE", "faults")
+    ok, lines, run = profiler.ncu_report(get_task("gemm"), b"cubin", timeout_s=5)
+    assert (ok, run.status, run.cause) == (False, "failed", "program-failed")
+    assert lines == [T.statement(T.NCU, "program-failed", "the program failed under it: LaunchError: "
+                                 "cuCtxSynchronize failed: an illegal memory access was encountered")]
+    assert "(!) nan" in run.detail and "the program alone (exit status 1)" in run.detail
+    monkeypatch.setenv("ALONE", "runs")  # the same ncu failure, but the program runs fine alone: ncu's own
+    ok, lines, run = profiler.ncu_report(get_task("gemm"), b"cubin", timeout_s=5)
+    assert (ok, run.cause, lines) == (False, "tool-error", [T.statement(T.NCU, "tool-error")])
+    assert "the program alone (exit status 0)" in run.detail
 
 
 # ---- the recorder beside its model server, and the recording that checks the targets -------------------------

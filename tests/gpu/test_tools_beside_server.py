@@ -5,6 +5,7 @@ memory as the recorder's model server does (TOOLS_SHARE_CAP of it). The CPU side
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -73,11 +74,14 @@ def test_the_sanitizer_launches_the_kernel_beside_a_server(memory_held: int) -> 
     assert "its kernels launched:" in out.text and "[memcheck] no errors" in out.text, out.text
     # Without extern "C" verification refuses the program, but the tools still check the kernel it wrote.
     mangled = gemm.baseline_source.replace('extern "C" __global__', "__global__")
-    bad = gemm.baseline_source.replace("C[i * NJ + j] = alpha", "C[i * NJ + j + NI * NJ] = alpha")
-    assert bad != gemm.baseline_source and mangled != gemm.baseline_source
-    for source in (mangled, bad.replace('extern "C" __global__', "__global__")):
-        checked = sanitizer_report(gemm, _cubin(source))
-        assert checked.run.status == "ok", (checked.run, checked.text)
+    checked = sanitizer_report(gemm, _cubin(mangled))
+    assert checked.run.status == "ok" and "[memcheck] no errors" in checked.text, (checked.run, checked.text)
+    # Every thread writes one whole C past C's end: outside C's allocation, into whatever follows it (A, when the
+    # driver puts the arrays back to back, as it did on 2026-12-01: memcheck said "no errors" before --padding).
+    bad = mangled.replace("C[i * NJ + j] = alpha", "C[i * NJ + j + NI * NJ] = alpha")
+    assert bad != mangled
+    checked = sanitizer_report(gemm, _cubin(bad))
+    assert checked.run.status == "ok", (checked.run, checked.text)
     assert "Invalid __global__ write" in checked.text, checked.text
 
 
@@ -96,7 +100,9 @@ def test_nsight_compute_collects_counters_or_says_why_beside_a_server(memory_hel
     ok, lines, run = ncu_report(gemm, _cubin(crashing))
     if run.cause not in ("counters-denied", "not-installed"):
         # The program's own failure is named as such, with its error: never "counters" and never out of memory.
+        # (ncu stops a faulting kernel's process before it speaks; the program then runs alone, profiler.py.)
         assert ok or run.cause == "program-failed", (run, lines)
+        assert ok or re.search(r"failed under it: \w+Error: ", lines[0]), (run, lines)
 
 
 @pytest.mark.skipif(os.environ.get("CUDANALYST_GPU_ALONE") != "1",

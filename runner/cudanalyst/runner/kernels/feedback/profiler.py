@@ -5,6 +5,9 @@ first launch of each kernel of the program. Where the GPU grants no performance 
 pods without the capability), the report says so and the event timings stand alone. Where ncu could not
 profile for another reason, the report says which one (`ncu_failure`) in one plain line, never ncu's own
 failure text, which the agent would read as feedback about its program; that text is kept in the `ToolRun`.
+A kernel that faults under ncu is stopped with it before the program can say why, so when ncu fails after the
+kernels launched and nothing in its output is the program's, the program runs once alone (`program_alone`): its
+own error makes the report program-failed; a program that runs fine alone leaves the failure ncu's own.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from cudanalyst.runner.kernels.feedback.sanitizer import (
     tool_environment,
 )
 from cudanalyst.runner.kernels.timing.trials import speedup
-from cudanalyst.runner.kernels.verify.launch_once import LAUNCHED
+from cudanalyst.runner.kernels.verify.launch_once import EXIT_CONTEXT, LAUNCHED
 from cudanalyst.tasks import Task
 from cudanalyst.trajectory.toolruns import NCU, ToolRun, statement
 
@@ -83,13 +86,46 @@ def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0,
             return p.returncode, p.stdout + p.stderr
 
         code, text = queued(once, lambda r: r[0] is not None and ncu_failure(r[0], r[1])[0] == "gpu-memory")
-    if code is None:
-        return False, [statement(NCU, "timeout")], ToolRun(status="failed", cause="timeout",
-                                                            detail=f"did not finish within {timeout_s:g} s")
-    if code == 0 and "Section:" in text:
-        return True, [x for x in clean_ncu_output(text) if LAUNCHED not in x], ToolRun(status="ok")
-    cause, line = ncu_failure(code, text)
-    return False, [line], ToolRun(status="failed", cause=cause, detail="\n".join(clean_ncu_output(text))[-4000:])
+        if code is None:
+            return False, [statement(NCU, "timeout")], ToolRun(status="failed", cause="timeout",
+                                                                detail=f"did not finish within {timeout_s:g} s")
+        if code == 0 and "Section:" in text:
+            return True, [x for x in clean_ncu_output(text) if LAUNCHED not in x], ToolRun(status="ok")
+        cause, line = ncu_failure(code, text)
+        detail = "\n".join(clean_ncu_output(text))[-4000:]
+        if cause == "tool-error" and LAUNCHED in text:
+            # The kernels ran and ncu failed without a word from the program: a kernel that faults under ncu is
+            # stopped with it (H200, 2026-12-01: a section table of "(!) nan", no launch_once line), so ask the
+            # program alone whether it fails by itself.
+            alone = program_alone(task, path, work, inputs_dir, timeout_s)
+            if alone is not None:
+                cause, line = alone_failure(*alone) or (cause, line)
+                detail += f"\n-- the program alone (exit status {alone[0]}):\n" + alone[1].strip()[-1000:]
+    return False, [line], ToolRun(status="failed", cause=cause, detail=detail[-5000:])
+
+
+def program_alone(task: Task, path: Path, work: str, inputs_dir: str | None,
+                  timeout_s: float) -> tuple[int, str] | None:
+    """(exit status, output) of launch_once run on the program without a tool; None past the time limit."""
+    def once() -> tuple[int, str] | None:
+        try:
+            p = subprocess.run(launch_command(task, path), capture_output=True, text=True, errors="replace",
+                               timeout=timeout_s, env=tool_environment(inputs_dir), cwd=work)
+        except subprocess.TimeoutExpired:
+            return None
+        return p.returncode, p.stdout + p.stderr
+
+    return queued(once, lambda r: r is not None and r[0] == EXIT_CONTEXT)
+
+
+def alone_failure(returncode: int, text: str) -> tuple[str, str] | None:
+    """(cause, the report's line) when the program run alone failed with its own error after its kernels launched,
+    the error that ncu's failed run then owes to the program; None when it ran (ncu's failure is then its own) or
+    could not tell (pure)."""
+    if returncode == 0 or LAUNCHED not in text:  # (its exit status may be pycuda's clean-up after the fault)
+        return None
+    cause, line = ncu_failure(returncode, text)
+    return (cause, line) if cause == "program-failed" else None
 
 
 def ncu_failure(returncode: int, text: str) -> tuple[str, str]:
@@ -97,7 +133,8 @@ def ncu_failure(returncode: int, text: str) -> tuple[str, str]:
 
     The program's own failure comes first (launch_once's stderr, which ncu passes through): ncu then only says
     "the application returned an error code", and calling that a refusal of counters would mislead the agent
-    (the 2026-11-30 recording did, 77 times). Counters are denied only when ncu says ERR_NVGPUCTRPERM."""
+    (the 2026-11-30 recording did, 77 times). Counters are denied only when ncu says ERR_NVGPUCTRPERM. A launched
+    program that said nothing of its own reads as tool-error here; `ncu_report` then asks the program alone."""
     lines = clean_ncu_output(text)
     if "ERR_NVGPUCTRPERM" in text:
         return "counters-denied", statement(NCU, "counters-denied") + " The event timings above stand alone."

@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from cudanalyst.runner.kernels.feedback.gpu_queue import queued
 from cudanalyst.runner.kernels.verify.launch_once import LAUNCHED
 from cudanalyst.runner.kernels.workers.references import FOLDER_ENV
@@ -26,6 +28,11 @@ from cudanalyst.trajectory.toolruns import SANITIZER, ToolRun, statement
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 MAX_LINES_PER_TOOL = 25
+# memcheck sees an access only when it leaves every live allocation, and cuMemAlloc may put one array right after
+# another: on the H200 (2026-12-01) a gemm writing a whole C past its end wrote into A and memcheck said "no errors".
+# --padding puts an invalid region after every allocation; sized like the task's largest array (capped: it costs
+# that much GPU memory per array), an overrun of up to one array lands there and is reported.
+PADDING_CAP = 64 << 20
 # racecheck ends with its own summary line ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)");
 # read as no summary, it made 4 clean racecheck runs of the 2026-11-30 recording "could not run".
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error")
@@ -39,6 +46,20 @@ def find_sanitizer() -> str | None:
 def launch_command(task: Task, cubin_path: Path, runs: int = 1) -> list[str]:
     return [sys.executable, "-m", "cudanalyst.runner.kernels.verify.launch_once", "--task", task.name,
             "--sizes", json.dumps(dict(task.sizes)), "--cubin", str(cubin_path), "--runs", str(runs)]
+
+
+def padding_bytes(task: Task) -> int:
+    """memcheck's --padding for a task: its largest array's bytes, at most PADDING_CAP (pure)."""
+    sizes = [int(np.prod(task.shape(p.name))) * np.dtype(p.dtype).itemsize for p in task.params if p.is_array]
+    return max(1, min(max(sizes, default=1), PADDING_CAP))
+
+
+def tool_options(tool: str, task: Task) -> list[str]:
+    """compute-sanitizer's options for one of its tools on a task (pure)."""
+    options = ["--tool", tool, "--print-limit", "10"]
+    if tool == "memcheck":
+        options += ["--padding", str(padding_bytes(task))]
+    return options
 
 
 def clean_tool_output(text: str, limit: int = MAX_LINES_PER_TOOL) -> tuple[list[str], int | None]:
@@ -91,7 +112,7 @@ def tool_environment(inputs_dir: str | None) -> dict[str, str]:
 def run_tool(exe: str, tool: str, task: Task, path: Path, work: str, timeout_s: float,
              inputs_dir: str | None = None) -> tuple[str, str | None, str]:
     """(the tool's line(s), cause when it did not check a launched kernel, the program's error)."""
-    cmd = [exe, "--tool", tool, "--print-limit", "10", *launch_command(task, path)]
+    cmd = [exe, *tool_options(tool, task), *launch_command(task, path)]
 
     def once() -> tuple[str, str | None, str]:
         try:
