@@ -31,7 +31,7 @@ from e2e_support import (
 )
 
 from cudanalyst.api import parse_run
-from cudanalyst.outcomes import OutcomeRecord
+from cudanalyst.outcomes import UnitOutcome
 from cudanalyst.runs import plan_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
@@ -114,7 +114,7 @@ def test_faults_in_one_run_lose_and_redo_nothing(cluster: Cluster, operator: Ope
     files = {p.name: p for p in (out / "chaos" / "outcomes").glob("*.json")}
     assert sorted(files) == sorted(f"{u.key}.json" for u in plan.units)
     for path in files.values():
-        OutcomeRecord.model_validate_json(path.read_text())
+        UnitOutcome.model_validate_json(path.read_text())
     assert {k: files[k].stat().st_mtime_ns for k in done_first} == done_first
     assert run["status"]["progress"]["done"] == len(plan.units) == run["status"]["progress"]["total"]
     assert len(runs.jobs("chaos")) == 1
