@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import signal
 import sys
 import tempfile
@@ -47,11 +46,8 @@ from cp_cluster import (  # noqa: E402
     Cluster,
     bin_dir,
     missing_binaries,
-    start_apiserver,
-    start_controller_manager,
-    start_etcd,
-    start_kwok,
-    start_scheduler,
+    start_cluster,
+    tear_down,
     wait_for,
 )
 from cp_harness import PodHarness  # noqa: E402
@@ -371,12 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     op: OperatorProcess | None = None
     t_start = time.monotonic()
     try:
-        etcd = start_etcd(bins, work)
-        components.append(etcd.component)
-        api = start_apiserver(bins, work, etcd)
-        components += [api.component, start_controller_manager(bins, work, api), start_scheduler(bins, work, api),
-                       start_kwok(bins, work, api)]
-        cluster = Cluster(api, bins, work, components)
+        cluster = start_cluster(bins, work, components)
         wait_for(lambda: cluster.kubectl("get", "sa", "default", "-n", "default", check=False).returncode == 0, 60,
                  "the default service account")
         cluster.add_gpu_nodes(4, 8)
@@ -528,12 +519,7 @@ def main(argv: list[str] | None = None) -> int:
                 stop()
             except Exception:
                 traceback.print_exc()
-        for comp in reversed(components):
-            comp.stop()
-        if args.keep:
-            print(f"work folder kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        tear_down(components, work, args.keep)
 
 
 if __name__ == "__main__":

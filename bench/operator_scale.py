@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -51,11 +50,8 @@ from cp_cluster import (  # noqa: E402
     Cluster,
     bin_dir,
     missing_binaries,
-    start_apiserver,
-    start_controller_manager,
-    start_etcd,
-    start_kwok,
-    start_scheduler,
+    start_cluster,
+    tear_down,
     wait_for,
 )
 from cp_harness import PodHarness  # noqa: E402
@@ -266,14 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     end = time.monotonic() + args.deadline
     try:
         t0 = time.monotonic()
-        etcd = start_etcd(bins, work)
-        components.append(etcd.component)
-        api = start_apiserver(bins, work, etcd)
-        components.append(api.component)
-        components.append(start_controller_manager(bins, work, api))
-        components.append(start_scheduler(bins, work, api))
-        components.append(start_kwok(bins, work, api))
-        cluster = Cluster(api, bins, work, components)
+        cluster = start_cluster(bins, work, components)
         wait_for(lambda: cluster.kubectl("get", "sa", "default", "-n", "default", check=False).returncode == 0,
                  60, "the default service account")
         cluster.add_gpu_nodes(args.nodes, args.gpus_per_node, deadline_s=300)
@@ -437,12 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if op is not None:
             op.stop()
-        for comp in reversed(components):
-            comp.stop()
-        if args.keep:
-            print(f"work folder kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        tear_down(components, work, args.keep)
 
 
 if __name__ == "__main__":

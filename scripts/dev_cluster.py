@@ -43,11 +43,7 @@ from cp_cluster import (  # noqa: E402
     Cluster,
     bin_dir,
     missing_binaries,
-    start_apiserver,
-    start_controller_manager,
-    start_etcd,
-    start_kwok,
-    start_scheduler,
+    start_cluster,
     wait_for,
     write_kubeconfig,
 )
@@ -145,14 +141,7 @@ def up(root: Path) -> int:
     components = []
     try:
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
-        etcd = start_etcd(bins, work)
-        components.append(etcd.component)
-        api = start_apiserver(bins, work, etcd)
-        components.append(api.component)
-        components.append(start_controller_manager(bins, work, api))
-        components.append(start_scheduler(bins, work, api))
-        components.append(start_kwok(bins, work, api))
-        cluster = Cluster(api, bins, work, components)
+        cluster = start_cluster(bins, work, components)
         wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", check=False).returncode == 0, 120,
                  "the controller-manager to make the default ServiceAccount")
         nodes = cluster.add_gpu_nodes(GPU_NODES, GPUS_PER_NODE)
@@ -162,12 +151,12 @@ def up(root: Path) -> int:
         # Runs go to namespace default here; its runner pods need the runner ServiceAccount there (the chart
         # makes it only in its own namespace or its watchNamespaces), as every namespace of runs does.
         cluster.kubectl("create", "serviceaccount", RUNNER_SA, "--namespace", "default", check=False)
-        shutil.copy(api.admin_kubeconfig, root / "kubeconfig")
+        shutil.copy(cluster.kubeconfig, root / "kubeconfig")
         operator_config = operator_kubeconfig(cluster, root)
         supervisor = start_supervisor(root, bins, operator_config)
         processes = [{"name": c.name, "pid": c.process.pid, "log": str(c.log)} for c in components]  # type: ignore[union-attr]
         processes.append({"name": "supervisor", "pid": supervisor.pid, "log": str(work / "logs" / "supervisor.log")})
-        (root / "state.json").write_text(json.dumps({"server": api.url, "bins": str(bins), "processes": processes},
+        (root / "state.json").write_text(json.dumps({"server": cluster.server, "bins": str(bins), "processes": processes},
                                                     indent=1))
         wait_for(lambda: supervisor.poll() is None and (work / "operator-ready").exists(), 180,
                  f"the operator to be healthy (log {work / 'logs'})")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -339,6 +340,30 @@ class Cluster:
 
             wait_for(all_ready, deadline_s, f"kwok to make nodes {names} Ready")
         return names
+
+
+def start_cluster(bins: Path, workdir: Path, components: list[Component]) -> Cluster:
+    """Starts etcd -> kube-apiserver -> kube-controller-manager -> kube-scheduler -> kwok in workdir (no nodes yet).
+
+    Each component is appended to `components` as soon as it is up, so that the caller's clean-up stops what did
+    start when a later one fails; the returned Cluster holds that same list."""
+    etcd = start_etcd(bins, workdir)
+    components.append(etcd.component)
+    api = start_apiserver(bins, workdir, etcd)
+    components.append(api.component)
+    for start in (start_controller_manager, start_scheduler, start_kwok):
+        components.append(start(bins, workdir, api))
+    return Cluster(api, bins, workdir, components)
+
+
+def tear_down(components: list[Component], workdir: Path, keep: bool) -> None:
+    """Stops the components newest first, then removes workdir unless it is to be kept (then says where it is)."""
+    for comp in reversed(components):
+        comp.stop()
+    if keep:
+        print(f"work folder kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def check_alive(components: list[Component]) -> None:

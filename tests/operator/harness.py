@@ -168,14 +168,16 @@ def operator_config(**overrides: Any) -> OperatorConfig:
 
 
 @contextlib.asynccontextmanager
-async def operator_running(services: Services, posting: bool = False) -> AsyncIterator[None]:
-    """kopf standalone in this loop, scanning off (kmock's cluster-wide namespace list fails).
+async def operator_running(services: Services | None = None, posting: bool = False) -> AsyncIterator[None]:
+    """kopf standalone in this loop, scanning off (kmock's cluster-wide namespace list fails); its services are
+    built from operator_config()'s defaults unless a test passes its own (another config, or to read its metrics).
 
     kopf.operator() is kopf.spawn_tasks() then kopf.run_tasks(), and run_tasks gives the tasks it did not start
     (here the timers' runners, which its daemon killer leaves running when embedded, and kmock's keep-alive
     request handlers) 5 s to end before it cancels them: 5 s of every test. This is the same sequence with
     those tasks cancelled at once: the root tasks end on the stop flag as before, the rest is cancelled, and a
     task's error is raised as run_tasks raises it."""
+    services = services if services is not None else Services(operator_config())
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = True
     settings.posting.enabled = posting

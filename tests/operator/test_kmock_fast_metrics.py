@@ -13,15 +13,12 @@ from harness import (
     RUNS,
     condition,
     eventually,
-    operator_config,
     operator_running,
     run_body,
     run_status,
     set_job_status,
     write_outcomes,
 )
-
-from cudanalyst.operator.lifecycle import Services
 
 pytestmark = pytest.mark.asyncio
 
@@ -43,7 +40,7 @@ def fields_of(coalition: tuple[str, ...]) -> dict[str, Any]:
 async def test_the_status_carries_both_fast_metrics(kube: Any, trajectory: str, output: str, tmp_path: Path) -> None:
     body = run_body("r1", trajectory, output, attribution={"bootstrap": 0})  # no metrics: the new default
     kube.objects[RUNS, NS, "r1"] = body
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: run_status(kube, "r1").get("phase") == "Running")
         total = write_outcomes(body, label_of, fields_of)
         await set_job_status(kube, "r1-runner", {"active": 0, "succeeded": 2,

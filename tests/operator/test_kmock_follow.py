@@ -95,7 +95,7 @@ async def test_progress_then_completion_writes_results_and_report(kube: Any, tra
 
 async def test_pod_problems_become_conditions_a_user_can_act_on(kube: Any, trajectory: str, output: str) -> None:
     kube.objects[RUNS, NS, "r2"] = run_body("r2", trajectory, output)
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: run_status(kube, "r2").get("phase") == "Running")
         await add_pod(kube, "r2", 0, {"phase": "Pending", "conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
@@ -116,7 +116,7 @@ async def test_pod_problems_become_conditions_a_user_can_act_on(kube: Any, traje
 async def test_failed_job_fails_the_run_and_ttl_cleanup_leaves_the_run(kube: Any, trajectory: str,
                                                                        output: str) -> None:
     kube.objects[RUNS, NS, "r3"] = run_body("r3", trajectory, output, ttlSecondsAfterFinished=0)
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: run_status(kube, "r3").get("phase") == "Running")
         assert kube.objects[JOBS, NS, "r3-runner"].raw["spec"]["ttlSecondsAfterFinished"] == 0
         await add_pod(kube, "r3", 1, {"phase": "Failed", "containerStatuses": [
@@ -141,7 +141,7 @@ async def test_failed_job_fails_the_run_and_ttl_cleanup_leaves_the_run(kube: Any
 
 async def test_job_deleted_before_finishing_is_made_again(kube: Any, trajectory: str, output: str) -> None:
     kube.objects[RUNS, NS, "r4"] = run_body("r4", trajectory, output)
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: run_status(kube, "r4").get("phase") == "Running")
         async with kube.delete(f"/apis/batch/v1/namespaces/{NS}/jobs/r4-runner") as resp:
             assert resp.status == 200

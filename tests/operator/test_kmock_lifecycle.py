@@ -50,7 +50,7 @@ async def test_invalid_spec_stalls_with_the_field_path_and_makes_no_job(kube: An
     bad["spec"]["sampling"]["rollouts"] = 0
     bad["spec"]["resources"]["shards"] = 0
     kube.objects[RUNS, NS, "bad"] = bad
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: run_status(kube, "bad").get("phase") == "Stalled")
         await asyncio.sleep(1.0)  # a permanent error is not retried
     stalled = condition(kube, "bad", "Stalled")
@@ -68,7 +68,7 @@ async def test_fixing_a_stalled_spec_starts_the_run(kube: Any, trajectory: str, 
     bad = run_body("fix", trajectory, output)
     bad["spec"]["trajectory"]["generations"] = [0, 7]  # generation 7 has no program
     kube.objects[RUNS, NS, "fix"] = bad
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         stalled = await eventually(lambda: condition(kube, "fix", "Stalled")
                                    if condition(kube, "fix", "Stalled")["status"] == "True" else None)
         assert stalled["reason"] == "PlanFailed"
@@ -108,7 +108,7 @@ async def test_unreachable_store_stalls_one_run_while_others_are_served(
     kube.objects[RUNS, NS, "nostore"] = run_body(
         "nostore", trajectory, "s3://results/runs/", s3={"endpoint": f"http://127.0.0.1:{port}", "region": "us-east-1"})
     kube.objects[RUNS, NS, "fine"] = run_body("fine", trajectory, output)
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: job_exists(kube, "fine-runner"), timeout=20)
         stalled = await eventually(lambda: condition(kube, "nostore", "Stalled")
                                    if condition(kube, "nostore", "Stalled")["status"] == "True" else None, timeout=60)
@@ -120,7 +120,7 @@ async def test_unreachable_store_stalls_one_run_while_others_are_served(
 
 async def test_suspend_and_resume_go_through_the_job(kube: Any, trajectory: str, output: str) -> None:
     kube.objects[RUNS, NS, "sus"] = run_body("sus", trajectory, output)
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: run_status(kube, "sus").get("phase") == "Running")
         await patch_spec(kube, "sus", {"suspend": True})
         await eventually(lambda: kube.objects[JOBS, NS, "sus-runner"].raw["spec"]["suspend"] is True)
@@ -141,7 +141,7 @@ async def test_queued_run_stalls_when_the_operator_does_not_follow_kueue(kube: A
     # Suspending a queued run needs its Workload (operator.kueue), so the operator refuses to half-run it.
     # What it does with a real Kueue is in tests/cluster/test_e2e_kueue.py.
     kube.objects[RUNS, NS, "q"] = run_body("q", trajectory, output, resources={"shards": 1, "queueName": "gpus"})
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: run_status(kube, "q").get("phase") == "Stalled")
         await asyncio.sleep(0.5)  # a permanent error is not retried
     stalled = condition(kube, "q", "Stalled")
@@ -153,10 +153,10 @@ async def test_queued_run_stalls_when_the_operator_does_not_follow_kueue(kube: A
 
 async def test_restarted_operator_creates_nothing_twice(kube: Any, trajectory: str, output: str) -> None:
     kube.objects[RUNS, NS, "again"] = run_body("again", trajectory, output)
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: run_status(kube, "again").get("phase") == "Running")
     first = dict(kube.objects[JOBS, NS, "again-runner"].raw)
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await asyncio.sleep(1.5)
     jobs = [k for k in kube.objects if k[0] == kube.resource(JOBS) and not kube.objects[k].deleted]
     assert jobs == [(kube.resource(JOBS), NS, "again-runner")]
@@ -172,7 +172,7 @@ async def test_deleting_a_run_keeps_results_unless_asked(kube: Any, trajectory: 
                                                          tmp_path: Path) -> None:
     kube.objects[RUNS, NS, "keep"] = run_body("keep", trajectory, output)
     kube.objects[RUNS, NS, "drop"] = run_body("drop", trajectory, output, output={"uri": output, "deleteWithRun": True})
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         await eventually(lambda: job_exists(kube, "keep-runner") and job_exists(kube, "drop-runner"))
         # drop's deletion handler needs the finalizer from the start. keep gets the same one once it is Running
         # (kopf's timers need it, to stop before the object goes), so only what deletion does tells them apart.
@@ -192,7 +192,7 @@ async def test_transitions_are_posted_as_events(kube: Any, output: str, tmp_path
     bad["spec"]["players"] = ["debugger", "debugger"]
     kube.objects[RUNS, NS, "ev"] = bad
     kube.objects[RUNS, NS, "ok"] = run_body("ok", trajectory, output)
-    async with operator_running(Services(operator_config()), posting=True):
+    async with operator_running(posting=True):
         def events() -> list[dict[str, Any]]:
             # kmock has no generateName, so it stores one event only; the requests hold every one posted.
             return [r.data for r in kube[kube.resource(EVENTS)] if r.method == "POST"]
@@ -213,7 +213,7 @@ async def test_model_prefix_without_weights_stalls_naming_the_field(
     body = run_body("nomodel", trajectory, output, s3={"endpoint": s3_endpoint.url, "region": s3_endpoint.region})
     body["spec"]["models"] = {"planner": {"model": f"s3://{s3_bucket}/models/missing/", "serve": "local"}}
     kube.objects[RUNS, NS, "nomodel"] = body
-    async with operator_running(Services(operator_config())):
+    async with operator_running():
         stalled = await eventually(lambda: condition(kube, "nomodel", "Stalled")
                                    if condition(kube, "nomodel", "Stalled")["status"] == "True" else None)
     assert stalled["reason"] == "PlanFailed"
