@@ -326,7 +326,7 @@ def outcomes(client: Any, prefix: str) -> dict[str, str]:
 
 def attribution(name: str, body: dict[str, Any], prefix: str, endpoint: str) -> dict[str, Any]:
     from cudanalyst.operator.completion import aggregate
-    from cudanalyst.runs import run_store
+    from cudanalyst.runfolder import run_store
 
     doc = json.loads(json.dumps(body))
     doc["metadata"]["namespace"] = NS
@@ -407,8 +407,8 @@ def main(argv: list[str] | None = None) -> int:
             spec = ref_dir / f"{name}.json"
             spec.write_text(json.dumps(doc))
             # spec.json and plan.json first, as the operator writes them at a run's start (the report reads them).
-            from cudanalyst.runfolder import write_start
-            from cudanalyst.runs import plan_run, run_store
+            from cudanalyst.planned_run import plan_run
+            from cudanalyst.runfolder import run_store, write_start
 
             run = parse_run(doc)
             write_start(run_store(run), run, plan_run(run).overview())

@@ -86,7 +86,7 @@ def test_files_are_read_as_kubectl_reads_them(tmp_path: Any) -> None:
 def test_a_trajectory_name_too_long_for_the_file_system_is_a_plan_error() -> None:
     # Valid for the schema (2,048 characters), too long for a file name: `cudanalyst plan` crashed with OSError and
     # the operator's start handler would have retried it forever; now it is the spec's fault, named.
-    from cudanalyst.runs import PlanError, plan_run
+    from cudanalyst.planned_run import PlanError, plan_run
 
     run = parse_run(spec_with("trajectory.uri", "builtin://example" + "a" * 2000))
     with pytest.raises(PlanError, match="spec.trajectory.uri: no builtin trajectory"):

@@ -32,7 +32,7 @@ from e2e_support import (
 
 from cudanalyst.api import parse_run
 from cudanalyst.outcomes import UnitOutcome
-from cudanalyst.runs import plan_run
+from cudanalyst.planned_run import plan_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 
