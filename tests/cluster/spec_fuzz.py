@@ -197,15 +197,20 @@ def _distinct(item: dict[str, Any], n: int) -> list[Any] | None:
     return None
 
 
-def set_path(spec: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    node = spec
+def set_path(spec: dict[str, Any], path: tuple[str, ...], value: Any, schema: dict[str, Any] | None = None) -> None:
+    """Set one field; an object above it that the spec lacks is made with its required fields (from `schema`), so
+    that a refusal is about the changed field, not about a sibling the mutation left out."""
+    node, sub = spec, schema
     for depth, key in enumerate(path[:-1]):
+        sub = ((sub or {}).get("properties") or {}).get(key)
         child = node.get(key)
         if not isinstance(child, dict):
             # A model spec needs its model or endpoint: a new coder or summarizer starts as a copy of the planner.
             planner = (spec.get("models") or {}).get("planner")
             filled = path[: depth + 1] in (("models", "coder"), ("models", "summarizer")) and isinstance(planner, dict)
-            child = copy.deepcopy(planner) if filled else {}
+            child = copy.deepcopy(planner) if filled else {
+                name: example(((sub or {}).get("properties") or {}).get(name) or {})
+                for name in (sub or {}).get("required") or []}
             node[key] = child
         node = child
     if value is DROP:
@@ -235,7 +240,7 @@ def field_cases(output: str, planner_endpoint: str, prefix: str = "f") -> list[C
     for path, sub in fields(schema):
         for label, value in mutations(sub, _required(schema, path)):
             spec = copy.deepcopy(base)
-            set_path(spec, path, value)
+            set_path(spec, path, value, schema)
             dotted = "spec." + ".".join(path)
             cases.append(Case(f"{prefix}{len(cases):04d}", f"{dotted} = {_show(value)} ({label})", [dotted],
                               body_of(f"{prefix}{len(cases):04d}", spec)))
@@ -247,6 +252,8 @@ def field_cases(output: str, planner_endpoint: str, prefix: str = "f") -> list[C
 
 def random_cases(count: int, output: str, planner_endpoint: str, prefix: str = "h") -> list[Case]:
     """`count` specs from hypothesis (derandomized: the same list every time), 1-4 fields changed each."""
+    if count <= 0:  # hypothesis refuses max_examples=0
+        return []
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
 
@@ -298,7 +305,7 @@ def random_cases(count: int, output: str, planner_endpoint: str, prefix: str = "
                 label = "drawn"
             else:
                 label, value = muts[data.draw(st.integers(0, len(muts) - 1))]
-            set_path(spec, path, value)
+            set_path(spec, path, value, schema)
             dotted = "spec." + ".".join(path)
             paths.append(dotted)
             hows.append(f"{dotted} = {_show(value)} ({label})")

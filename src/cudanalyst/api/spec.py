@@ -230,7 +230,7 @@ class EvaluationSpec(Model):
     compile_workers: int = Field(4, ge=1, le=256, description="Parallel nvcc processes.")
     gpu_workers: int = Field(2, ge=1, le=64, description="Persistent GPU worker processes (one CUDA context each).")
     seed: int | None = Field(
-        None, ge=0, le=2**63 - 1, description="Fixes the seed every verification and timing input derives from, "
+        None, ge=0, le=2**53 - 1, description="Fixes the seed every verification and timing input derives from, "
         "for a bit-for-bit replay. This makes the inputs public: a candidate can then be written to recognise "
         "them. Unset (the default), a secret seed is drawn when the run starts and kept in the run folder."
     )
