@@ -119,7 +119,9 @@ def test_faults_in_one_run_lose_and_redo_nothing(cluster: Cluster, operator: Ope
     assert run["status"]["progress"]["done"] == len(plan.units) == run["status"]["progress"]["total"]
     assert len(runs.jobs("chaos")) == 1
     events = runs.core.list_namespaced_event(runs.ns, field_selector="involvedObject.name=chaos,reason=JobCreated")
-    assert len(events.items) == 1, [e.message for e in events.items]
+    # At most one: a Job is never created twice. The event may be missing: the SIGKILL can land after the Job's
+    # create and before kopf posts its event (events are best effort; a clean-clone CI run saw none).
+    assert len(events.items) <= 1, [e.message for e in events.items]
 
     # What changed while the operator was down: the late run got its one Job; the deleted run left nothing.
     wait_for(lambda: len(runs.jobs("late")) == 1, 60, "the Job of the run applied while the operator was down")
