@@ -35,7 +35,6 @@ from cudanalyst.runner.local.executor import (
     lanes_for,
     llm_stage_in_lanes,
     prepare,
-    read_snapshot,
     run_lanes,
     start_stage,
     wait_stage,
@@ -126,8 +125,7 @@ def main(run: AttributionRun, args: argparse.Namespace) -> int:
             codes = run_stages(planned, lanes, args.stage, folder, display, args.health_timeout)
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a missing model
         return ended_early(exc, console, folder, "finished units are kept")
-    reasons = read_snapshot(planned.store, len(planned.plan.shards)).reasons  # the shards' own words
-    if failed := show_failed_stages(console, codes, folder, reasons):
+    if failed := show_failed_stages(console, codes, folder, planned):
         return failed
     for line in stage_summaries(Path(folder)):
         console.print(line, markup=False, highlight=False)

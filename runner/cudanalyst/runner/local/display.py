@@ -142,9 +142,9 @@ def show_start(console: Console, planned: PlannedRun, gpus: list[str]) -> None:
 
 
 def show_failed_stages(console: Console, codes: dict[str, dict[int, int]], folder: str,
-                       reasons: list[str] | None = None) -> int:
-    """Name the shards each stage failed in and where their logs are; the exit status (2 if any input was
-    invalid, else 1), or 0 when nothing failed."""
+                       planned: PlannedRun | None = None) -> int:
+    """Name the shards each stage failed in and where their logs are, with the shards' own reasons from the run
+    folder (read only when something failed); the exit status (2 if any input was invalid, else 1), or 0."""
     bad = {stage: [s for s, c in by_shard.items() if c != 0] for stage, by_shard in codes.items()}
     bad = {k: v for k, v in bad.items() if v}
     for stage, which in bad.items():
@@ -153,7 +153,8 @@ def show_failed_stages(console: Console, codes: dict[str, dict[int, int]], folde
                       + (" (invalid input)" if invalid else "; run again to resume"))
     if not bad:
         return 0
-    for reason in (reasons or [])[:5]:  # the shards' own words (a refused key, an endpoint's outage)
+    reasons = read_snapshot(planned.store, len(planned.plan.shards)).reasons if planned else []
+    for reason in reasons[:5]:  # the shards' own words (a refused key, an endpoint's outage)
         console.print(f"  {reason}", markup=False, highlight=False)
     return EXIT_INVALID if any(c == EXIT_INVALID for st in codes.values() for c in st.values()) else EXIT_FAILURE
 
