@@ -4,8 +4,11 @@
     python scripts/tool_report_share.py RECORDING [--target 0.95] [--json FILE]
 
 RECORDING is a recording's output folder (`<output.uri>/<name>/`, holding `trajectory/`), a trajectory folder, a
-`run-NAME.tgz` that `scripts/device/pipeline.sh` brought back, or `builtin://NAME`. Counted over the programs that
-compiled (`trajectory.toolruns.count_tools`):
+`run-NAME.tgz` that `scripts/device/pipeline.sh` brought back, or `builtin://NAME`. Counted over the programs the
+harness labels `compile` or better (`trajectory.toolruns.count_tools`): nvcc built them and the task's contract held.
+A program that nvcc built but that broke the contract (its kernel is missing or has the wrong parameters) has no
+kernel any tool can launch; it is labelled `fail`, its reports carry its own error, and it is counted on a line of
+its own, with the share over every program nvcc built beside the target's:
 - compute-sanitizer: a report from a launched kernel (`ok`);
 - Nsight Compute: its counters (`ok`), or the event timings with the reason counters were denied.
 Each tool's failures are listed by cause. Exit status: 0 when both shares reach the target, 1 when one does not,
@@ -44,14 +47,22 @@ def trajectory_uri(where: str, scratch: Path) -> str:
                      "(a recording writes it at its end, after every task's last iteration)")
 
 
-def shares(programs: list[Any], target: float) -> dict[str, Any]:
-    from cudanalyst.trajectory.toolruns import LABELS, count_tools
+def broke_contract(program: Any) -> bool:
+    return (program.metrics or {}).get("contract") == 0
 
-    out: dict[str, Any] = {"programs": len(programs), "target": target, "tools": {}}
-    for tool, c in count_tools(programs).items():
+
+def shares(programs: list[Any], target: float) -> dict[str, Any]:
+    from cudanalyst.trajectory.toolruns import LABELS, compiled, count_tools
+
+    held = [p for p in programs if not broke_contract(p)]
+    built = count_tools(programs)
+    out: dict[str, Any] = {"programs": len(programs), "target": target, "tools": {},
+                           "compiledButContractBroken": sum(1 for p in programs if compiled(p) and broke_contract(p))}
+    for tool, c in count_tools(held).items():
         share = c.share()
         out["tools"][tool] = {**c.to_dict(), "label": LABELS[tool], "share": share,
-                              "met": share is not None and share >= target}
+                              "met": share is not None and share >= target,
+                              "overEveryBuiltProgram": {**built[tool].to_dict(), "share": built[tool].share()}}
     out["met"] = all(t["met"] for t in out["tools"].values())
     return out
 
@@ -81,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{t['label']}: {t['usable']} of {t['compiled']} compiled programs carry {what[tool]}: {share} "
               f"(target {args.target:.0%}: {'met' if t['met'] else 'NOT met'}); ok {t['ok']}, failed by cause: "
               f"{failed}; not run {t['notRun']}")
+    if result["compiledButContractBroken"]:
+        print(f"not counted above: {result['compiledButContractBroken']} program(s) that nvcc built but that broke the "
+              "task's contract (label fail: no kernel a tool can launch; their reports carry the program's own error)")
+        for t in result["tools"].values():
+            every = t["overEveryBuiltProgram"]
+            print(f"  {t['label']} over every program nvcc built: {every['usable']} of {every['compiled']}"
+                  + ("" if every["share"] is None else f" ({every['share']:.1%})"))
     print("both targets met" if result["met"] else "targets NOT met")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

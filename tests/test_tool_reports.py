@@ -367,8 +367,10 @@ def test_the_share_script_counts_a_recording_against_the_targets(tmp_path: Path,
     assert old.returncode == 1, old.stderr  # the 2026-11-30 recording is far from 95 %
     counts = T.count_tools(recorded)
     said = json.loads((tmp_path / "old.json").read_text())
-    assert said["tools"][T.NCU]["usable"] == counts[T.NCU].usable and said["met"] is False
-    assert f"Nsight Compute: {counts[T.NCU].usable} of {counts[T.NCU].compiled} compiled programs" in old.stdout
+    held = T.count_tools([p for p in recorded if p.metrics.get("contract") != 0])  # the harness's `compile` label
+    assert said["tools"][T.NCU]["usable"] == held[T.NCU].usable and said["met"] is False
+    assert said["tools"][T.NCU]["overEveryBuiltProgram"]["usable"] == counts[T.NCU].usable
+    assert f"Nsight Compute: {held[T.NCU].usable} of {held[T.NCU].compiled} compiled programs" in old.stdout
     # A recording's output folder whose compiled programs all carry real reports meets both.
     launched = ("Status: compiled\ncompute-sanitizer (memcheck) on task gemm, its kernels launched:\n"
                 "[memcheck] no errors")
@@ -377,12 +379,19 @@ def test_the_share_script_counts_a_recording_against_the_targets(tmp_path: Path,
             for i in range(19)]
     good.append(program(launched, timings + T.statement(T.NCU, "counters-denied"), pid="denied"))
     good.append(program("Status: FAILED to compile", pid="nc", metrics={"compiled": 0}))
+    # nvcc built it, but its kernel is not the task's: no tool can launch it (label fail). It is counted on its own
+    # line, not in the target's share, and the share over every built program is printed beside it.
+    unlaunchable = "Status: compiled\n" + T.statement(T.SANITIZER, "not-launchable")
+    good.append(program(unlaunchable, T.statement(T.NCU, "program-failed"), pid="contract",
+                        metrics={"compiled": 1, "contract": 0}))
     folder = tmp_path / "rec" / "trajectory"
     folder.mkdir(parents=True)
     (folder / "programs.jsonl").write_text(dump_programs(good))
     new = _script("tool_report_share.py", str(tmp_path / "rec"), cwd=tmp_path)
     assert new.returncode == 0, new.stdout + new.stderr
     assert "compute-sanitizer: 20 of 20 compiled programs carry a report from a launched kernel: 100.0%" in new.stdout
+    assert "not counted above: 1 program(s) that nvcc built but that broke the task's contract" in new.stdout
+    assert "compute-sanitizer over every program nvcc built: 20 of 21 (95.2%)" in new.stdout
     assert _script("tool_report_share.py", str(tmp_path / "nothing"), cwd=tmp_path).returncode == 2
 
 
