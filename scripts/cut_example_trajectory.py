@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             trajectory = load_trajectory(uri)
         except (ValueError, OSError, TrajectoryError) as exc:
             return bad(str(exc))
+    # An archive is unpacked into a scratch folder that is gone by now: name the archive, as it was given.
+    where = args.recording if Path(args.recording).is_file() else trajectory.uri
     programs = trajectory.programs
     try:
         gens = {int(x) for x in args.generations.split(",") if x.strip()}
@@ -171,15 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     command = "python scripts/cut_example_trajectory.py " + " ".join(sys.argv[1:] if argv is None else argv)
     manifest = manifest_for(
         cut,
-        description=(f"{len(cut)} frozen programs cut from the recording {trajectory.uri} "
+        description=(f"{len(cut)} frozen programs cut from the recording {where} "
                      f"({trajectory.manifest.description.strip()}) by scripts/cut_example_trajectory.py."),
-        source={**trajectory.manifest.source, "cutFrom": trajectory.uri, "cutBy": command},
+        source={**trajectory.manifest.source, "cutFrom": where, "cutBy": command},
     )
     target = args.to
     staging = Path(tempfile.mkdtemp(prefix="cudanalyst-cut-out-"))
     (staging / "programs.jsonl").write_text(dump_programs(cut))
     (staging / "trajectory.json").write_text(json.dumps(manifest.model_dump(by_alias=True), indent=2) + "\n")
-    (staging / "README.md").write_text(readme(trajectory.uri, trajectory.manifest, cut, counts, command,
+    (staging / "README.md").write_text(readme(where, trajectory.manifest, cut, counts, command,
                                               quickstart_task(cut)))
     if target.exists():
         shutil.rmtree(target)

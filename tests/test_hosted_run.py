@@ -30,7 +30,7 @@ def spec_file(tmp_path: Path, api: HostedApi, out: Path, name: str = "hosted") -
         "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": name},
         "spec": {
             "trajectory": {"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1,
-                           "tasks": ["gemm"]},
+                           "tasks": ["sum_reduction"]},
             "players": ["debugger", "analyzer"],
             "planning": "explicit",
             "models": {"planner": {"endpoint": api.base_url, "model": api.model, "apiKey": {"env": VAR},

@@ -15,7 +15,7 @@ def make_run(tmp_path, planning: str = "explicit", **models) -> AttributionRun:
     return AttributionRun.model_validate({
         "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": "u"},
         "spec": {"trajectory": {"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1,
-                                "tasks": ["gemm"]},
+                                "tasks": ["sum_reduction"]},
                  "players": ["debugger", "analyzer"], "planning": planning, "feedback": {"modes": {"analyzer": "summary"}},
                  "controls": ["dummyPlan"],
                  "models": models or {"planner": {"endpoint": "https://gw.example/v1", "model": "big",

@@ -139,7 +139,7 @@ class OperatorProcess:
 
 
 def run_body(name: str, output: Path | str, planner: dict[str, Any], *, shards: int = 2,
-             suspend: bool = False, generation: int = 0, tasks: tuple[str, ...] = ("gemm",)) -> dict[str, Any]:
+             suspend: bool = False, generation: int = 0, tasks: tuple[str, ...] = ("sum_reduction",)) -> dict[str, Any]:
     """The smallest useful run over the bundled trajectory: 1 task, 1 generation, 1 program, 2 players,
     1 rollout, 1 sample, no controls = 4 units, in `shards` GPU pods on the kwok nodes."""
     return {

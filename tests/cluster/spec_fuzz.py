@@ -42,7 +42,7 @@ class Case:
 def base_spec(output: str, planner_endpoint: str) -> dict[str, Any]:
     """A small valid spec over the bundled trajectory; the store is a local folder (nothing leaves the machine)."""
     return {
-        "trajectory": {"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1, "tasks": ["gemm"]},
+        "trajectory": {"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1, "tasks": ["sum_reduction"]},
         "players": ["debugger", "analyzer"],
         "feedback": {"mode": "raw"},
         "planning": "explicit",

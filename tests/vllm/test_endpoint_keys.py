@@ -36,7 +36,7 @@ def spec_file(tmp_path: Path, name: str, planner: dict[str, Any], coder: dict[st
     models = {"planner": planner} | ({"coder": coder} if coder else {})
     doc = {"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": name},
            "spec": {"trajectory": {"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1,
-                                   "tasks": ["gemm"]},
+                                   "tasks": ["sum_reduction"]},
                     "players": ["debugger", "analyzer"], "planning": "explicit", "models": models,
                     "sampling": {"rollouts": 1, "samplesPerCoalition": 1, "maxTokens": 32, "seed": 0},
                     "resources": {"shards": 1, "gpusPerShard": 0}, "output": {"uri": str(tmp_path / "runs")}}}

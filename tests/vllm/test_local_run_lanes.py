@@ -19,7 +19,7 @@ from llm_support import tiny_quickstart
 def test_a_run_over_two_lanes_takes_every_unit_once_each_lane_on_its_gpu(tmp_path, tiny_models):
     spec = tiny_quickstart(
         tmp_path / "run.yaml", tiny_models,
-        trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 2, "tasks": ["gemm"]},
+        trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 2, "tasks": ["sum_reduction"]},
         players=["debugger", "analyzer"], planning="implicit", controls=[],
         sampling={"rollouts": 1, "samplesPerCoalition": 1, "maxTokens": 16, "temperature": 0.8, "seed": 0},
         resources={"shards": 1, "gpusPerShard": 0},

@@ -19,7 +19,7 @@ from llm_support import tiny_quickstart
 def write_spec(tmp_path: Path, tiny_models: dict[str, Path]) -> Path:
     return tiny_quickstart(
         tmp_path / "run.yaml", tiny_models,
-        trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1, "tasks": ["gemm"]},
+        trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 1, "tasks": ["sum_reduction"]},
         players=["debugger", "analyzer"],
         planning="explicit",
         controls=["noFeedback"],

@@ -32,7 +32,8 @@ def demo_spec(name: str = "demo", output_uri: str = "./runs", players: list[str]
     return {
         "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": name},
         "spec": {
-            "trajectory": {"uri": "builtin://example", "generations": list(generations), "programsPerGeneration": 2},
+            # The synthetic game names programs of these tasks and generations, which the hand-written trajectory has.
+            "trajectory": {"uri": "builtin://example-handwritten-2026-11-30", "generations": list(generations), "programsPerGeneration": 2},
             "players": players or tool_names(),
             "controls": list(controls),
             "models": {"planner": {"model": "gemma-3-270m", "serve": "local", "api": "completion"}},
