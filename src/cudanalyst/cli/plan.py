@@ -28,6 +28,7 @@ from cudanalyst.plan import Plan, estimate
 from cudanalyst.planned_run import PlanError, plan_run
 from cudanalyst.report.load import ReportError, load_outcomes
 from cudanalyst.store import S3Settings, StoreError, open_store
+from cudanalyst.trajectory.states import STATES
 from cudanalyst.trajectory.toolruns import count_tools, failed_report_warnings, report_lines
 
 
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     summary = plan.overview() | {"estimate": estimate(ar, plan), "tokens": usage.estimate(ar, plan.programs, plan.units),
                                  "design": design}
     if args.json:
+        tool_summary["warnings"] = strata_warnings(plan) + tool_summary["warnings"]
         print(json.dumps(summary | tool_summary, indent=2))
         return 0
     table = Table(title=f"plan of {ar.metadata.name}", show_header=False)
@@ -69,7 +71,11 @@ def run(args: argparse.Namespace) -> int:
     for key, value in token_rows(summary["tokens"]):
         table.add_row(key, value)
     Console().print(table)
+    if plan.draws:
+        Console().print(strata_table(summary["strata"]))
     Console().print(design_table(design, ar.spec.attribution.confidence))
+    for line in strata_warnings(plan):
+        Console().print(line, highlight=False, markup=False, style="yellow")
     for line in report_lines(plan.programs):  # before any GPU time is spent (issue 28)
         Console().print(line, highlight=False, markup=False, style="yellow" if line.startswith("warning") else None)
     return 0
@@ -102,8 +108,42 @@ def _design(ar: AttributionRun, plan: Plan, args: argparse.Namespace) -> list[di
     tasks = sorted({p.task for p in plan.programs})
     generations = sorted({p.generation for p in plan.programs})
     return design_rows(spreads, players=len(spec.players), rollouts=spec.sampling.rollouts,
-                       programs_per_generation=spec.trajectory.programs_per_generation, tasks=len(tasks),
+                       programs_per_generation=programs_per_cell(plan), tasks=len(tasks),
                        generations=len(generations), confidence=spec.attribution.confidence)
+
+
+def programs_per_cell(plan: Plan) -> int:
+    """Frozen programs per task and generation, as drawn (a stratified freeze need not draw the same number in
+    each): the mean, rounded, at least 1."""
+    cells = {(p.task, p.generation) for p in plan.programs}
+    return max(1, round(len(plan.programs) / max(1, len(cells))))
+
+
+def strata_table(strata: dict[str, object]) -> Table:
+    """Programs drawn per task and recorded state (spec.trajectory.strata)."""
+    drawn = strata["drawn"]
+    assert isinstance(drawn, dict)
+    table = Table(title="frozen programs by recorded state (spec.trajectory.strata)", title_justify="left")
+    for col in ("task", *STATES, "total"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    totals = dict.fromkeys(STATES, 0)
+    for task, row in drawn.items():
+        table.add_row(task, *(str(row.get(s, "-")) for s in STATES), str(sum(row.values())))
+        for s in STATES:
+            totals[s] += row.get(s, 0)
+    table.add_row("all", *(str(totals[s]) for s in STATES), str(sum(totals.values())))
+    return table
+
+
+def strata_warnings(plan: Plan) -> list[str]:
+    """One line per stratum that gave fewer programs than spec.trajectory.strata asks."""
+    lines = []
+    for d in plan.draws:
+        if d.short:
+            where = d.task if d.generation is None else f"{d.task}, generation {d.generation}"
+            lines.append(f"warning: spec.trajectory.strata.{d.state}: {where} has {d.available} {d.state} "
+                         f"program(s), {d.asked} asked; drew {d.drawn}")
+    return lines
 
 
 def design_table(rows: list[dict[str, object]], confidence: float) -> Table:
