@@ -209,6 +209,13 @@ def recording_schema() -> dict[str, Any]:
     return _kind_schema(TrajectoryRecording, [
         {"rule": "self.tasks.all(t, self.tasks.exists_one(u, u == t))", "message": "spec.tasks must be unique",
          "fieldPath": ".tasks"},
+        {"rule": "!has(self.search) || (has(self.search.explorationRatio) ? self.search.explorationRatio : 0.2) + "
+                 "(has(self.search.exploitationRatio) ? self.search.exploitationRatio : 0.7) <= 1.0",
+         "message": "spec.search: explorationRatio + exploitationRatio must be at most 1", "fieldPath": ".search"},
+        {"rule": "!has(self.search) || !has(self.search.fullRewriteProbability) || "
+                 "self.search.fullRewriteProbability == 0.0 || (has(self.search.evolution) && "
+                 "self.search.evolution == 'diff')",
+         "message": "spec.search: fullRewriteProbability is for evolution: diff", "fieldPath": ".search"},
     ], _immutability_rule(RecordingSpec, "recording"))
 
 
