@@ -74,8 +74,8 @@ def test_bad_search_settings_are_named(tmp_path: Path, search: dict, field: str)
 def test_the_study_recordings_differ_only_in_their_search(tmp_path: Path) -> None:
     from cudanalyst.tasks import get_task
 
-    first = load_recording(EXAMPLES / "study-real" / "record-1.5b.yaml")
-    second = load_recording(EXAMPLES / "study-real" / "record-1.5b-islands-diff.yaml")
+    first = load_recording(EXAMPLES / "study-real" / "recordings" / "1.5b.yaml")
+    second = load_recording(EXAMPLES / "study-real" / "recordings" / "1.5b-islands-diff.yaml")
     assert first.spec.search == SearchSpec() and second.spec.search.evolution == "diff"
     assert second.spec.islands > 1 and second.spec.search.migration_interval < second.spec.iterations
     assert len(first.spec.tasks) >= 16 and first.spec.tasks == second.spec.tasks

@@ -152,3 +152,17 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
+
+
+def test_the_study_real_specs_freeze_by_state_and_pair_as_a_study() -> None:
+    from cudanalyst.analysis.study import load_specs
+
+    root = Path(__file__).parents[1] / "examples" / "study-real"
+    for folder, recording in ((root, "study-real-1-5b"), (root / "second-agent", "study-real-1-5b-islands-diff")):
+        specs = load_specs(folder)  # the study's own check: paired fields agree
+        assert "main" in specs and len(specs) >= 2
+        for _, run in specs.values():
+            trajectory = run.spec.trajectory
+            assert trajectory.strata is not None and trajectory.strata.counts() == {
+                "broken": 2, "wrong": 2, "correct": 2, "fast": 1}
+            assert trajectory.uri == f"./recordings/{recording}/trajectory/"
