@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from cudanalyst.api import AttributionRun
 from cudanalyst.api.spec import StrataSpec
+from cudanalyst.plan import strata_line
 from cudanalyst.planned_run import PlanError, plan_run
 from cudanalyst.trajectory import FrozenProgram, TrajectoryError, freeze, freeze_strata, load_trajectory
 from cudanalyst.trajectory.states import program_state
@@ -122,6 +123,10 @@ def test_a_stratified_spec_plans_its_draw_and_an_empty_one_is_refused(tmp_path: 
     drawn = plan.overview()["strata"]["drawn"]  # type: ignore[index]
     assert drawn["syrk"] == {"broken": 2, "wrong": 1, "correct": 1, "fast": 1}
     assert sum(sum(row.values()) for row in drawn.values()) == len(plan.programs)
+    line = strata_line(plan.draws)  # what `cudanalyst run` prints at its start
+    short = sum(d.short for d in plan.draws)
+    assert line.startswith("frozen by recorded state over 8 task(s): broken 16, wrong ")
+    assert short > 0 and f"; {short} of {len(plan.draws)} strata gave fewer" in line
     data["spec"]["trajectory"]["strata"] = {"fast": 3}
     data["spec"]["trajectory"]["tasks"] = ["gemm"]
     with pytest.raises(PlanError, match="spec.trajectory.strata"):

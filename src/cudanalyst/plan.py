@@ -142,6 +142,19 @@ def strata_summary(draws: list[StratumDraw]) -> dict[str, object]:
     return {"drawn": per_task, "short": [d.to_dict() for d in draws if d.short]}
 
 
+def strata_line(draws: list[StratumDraw]) -> str:
+    """One line for a run's start: what a stratified freeze drew, over all tasks, and how many strata fell short."""
+    totals: dict[str, int] = {}
+    for d in draws:
+        totals[d.state] = totals.get(d.state, 0) + d.drawn
+    short = sum(d.short for d in draws)
+    tasks = len({d.task for d in draws})
+    line = f"frozen by recorded state over {tasks} task(s): " + ", ".join(f"{k} {v}" for k, v in totals.items())
+    if short:
+        line += f"; {short} of {len(draws)} strata gave fewer than spec.trajectory.strata asks (`cudanalyst plan` names them)"
+    return line
+
+
 def make_plan(run: AttributionRun, programs: list[FrozenProgram], draws: list[StratumDraw] | None = None) -> Plan:
     """The whole plan for `run` over its already frozen programs (and what a stratified freeze drew)."""
     units = make_units(run, programs)

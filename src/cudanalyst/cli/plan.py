@@ -152,13 +152,15 @@ def _design(ar: AttributionRun, plan: Plan, args: argparse.Namespace) -> list[di
     tasks = sorted({p.task for p in plan.programs})
     generations = sorted({p.generation for p in plan.programs})
     return design_rows(spreads, players=len(spec.players), rollouts=spec.sampling.rollouts,
-                       programs_per_generation=programs_per_cell(plan), tasks=len(tasks),
+                       programs_per_generation=programs_per_cell(ar, plan), tasks=len(tasks),
                        generations=len(generations), confidence=spec.attribution.confidence)
 
 
-def programs_per_cell(plan: Plan) -> int:
-    """Frozen programs per task and generation, as drawn (a stratified freeze need not draw the same number in
-    each): the mean, rounded, at least 1."""
+def programs_per_cell(ar: AttributionRun, plan: Plan) -> int:
+    """Frozen programs per task and generation: programsPerGeneration, or for a stratified freeze (which need not
+    draw the same number in each) the mean as drawn, rounded, at least 1."""
+    if ar.spec.trajectory.strata is None:
+        return ar.spec.trajectory.programs_per_generation
     cells = {(p.task, p.generation) for p in plan.programs}
     return max(1, round(len(plan.programs) / max(1, len(cells))))
 
