@@ -160,7 +160,7 @@ def sizing(levels: Sequence[Levels], design: Design, effect: float, confidence: 
         seen_p = detectable(design.programs, sd_p, alpha, power)
         seen_t = detectable(design.tasks, sd_t, alpha, power)
         rows.append({
-            **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(lv).items()},
+            **{_camel(k): (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(lv).items()},
             "noisePerProgram": round(math.sqrt(noise), 4),
             "programs": {"unit": "program", "sd": round(sd_p, 4), "needed": units_for(effect, sd_p, alpha, power),
                          "planned": design.programs, "detectable": None if seen_p is None else round(seen_p, 3)},
@@ -171,6 +171,11 @@ def sizing(levels: Sequence[Levels], design: Design, effect: float, confidence: 
         })
     return {"effect": effect, "confidence": confidence, "power": power, "comparisons": comparisons,
             "alpha": round(alpha, 6), "players": design.players, "rollouts": design.rollouts, "metrics": rows}
+
+
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(w.title() for w in rest)
 
 
 def _n(value: object) -> str:
@@ -201,7 +206,7 @@ def sizing_markdown(result: dict[str, object], pilot: str | None) -> str:
         p, t = r["programs"], r["tasks"]
         pilot_units = f"{r['programs']} / {r['tasks']}" if r["source"] == "pilot" else "assumed"
         lines.append(
-            f"| {r['metric']} | {r['player']} | {r['sigma_program']} | {r['sigma_task']} | {r['sigma_within']} | "
+            f"| {r['metric']} | {r['player']} | {r['sigmaProgram']} | {r['sigmaTask']} | {r['sigmaWithin']} | "
             f"{r['rate']} | {pilot_units} | {_n(p['needed'])} | {p['planned']}, {_n(p['detectable'])} | "
             f"{_n(t['needed'])} (m = {t['programsPerTask']}) | {_n(t['neededAnyProgramsPerTask'])} | "
             f"{t['planned']}, {_n(t['detectable'])} |")
@@ -215,8 +220,8 @@ def sizing_markdown(result: dict[str, object], pilot: str | None) -> str:
     ]
     for r in rows:
         p, t = r["programs"], r["tasks"]
-        lines.append(f"- {r['metric']}: sd_p = sqrt({r['sigma_program']}^2 + {r['noisePerProgram']}^2) = {p['sd']} "
-                     f"-> {_n(p['needed'])} programs; sd_t = sqrt({r['sigma_task']}^2 + ({r['sigma_within']}^2 + "
+        lines.append(f"- {r['metric']}: sd_p = sqrt({r['sigmaProgram']}^2 + {r['noisePerProgram']}^2) = {p['sd']} "
+                     f"-> {_n(p['needed'])} programs; sd_t = sqrt({r['sigmaTask']}^2 + ({r['sigmaWithin']}^2 + "
                      f"{r['noisePerProgram']}^2) / {t['programsPerTask']}) = {t['sd']} -> {_n(t['needed'])} tasks"
                      + (f" ({r['note']})" if r["note"] else ""))
     return "\n".join(lines) + "\n"

@@ -2,7 +2,9 @@
 the expected half-width of its Banzhaf intervals with the frozen programs it would need for 0.05.
 
 The half-width assumes a spread of per-program Banzhaf values (default 0.15 at the noisiest rate, 0.5;
-docs/attribution.md), or takes it from an earlier run's outcomes with `--pilot RUN_URI`."""
+docs/attribution.md), or takes it from an earlier run's outcomes with `--pilot RUN_URI`. `--effect DELTA` adds the
+programs and tasks the smallest effect to see needs (docs/sizing.md); a stratified freeze (spec.trajectory.strata)
+shows the programs drawn per task and state, warning about short strata."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "effects and the rates from its outcomes instead of the documented defaults")
     p.add_argument("--s3-endpoint", default="", help="S3 endpoint URL for the pilot run (MinIO/Ceph)")
     p.add_argument("--effect", type=float, metavar="DELTA", help="the smallest Banzhaf value to see: print how many "
-                   "programs and tasks it needs, with the calculation as a study page's section (docs/study.md)")
+                   "programs and tasks it needs, with the calculation as a study page's section (docs/sizing.md)")
     p.add_argument("--power", type=float, default=0.8, help="with --effect: the chance of seeing it (default 0.8; "
                    "0.5: the expected half-width is the effect)")
     p.add_argument("--comparisons", type=int, default=1, metavar="M", help="with --effect: the size of the Holm "
