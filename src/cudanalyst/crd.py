@@ -128,6 +128,11 @@ def _kind_schema(model: type[BaseModel], spec_rules: list[dict[str, str]],
     return schema
 
 
+# The strata's counts, summed; an absent count is 0 (the API server defaults them, has() keeps the rule safe).
+_STRATA_SUM = " + ".join(f"(has(self.trajectory.strata.{s}) ? self.trajectory.strata.{s} : 0)"
+                         for s in ("broken", "wrong", "correct", "fast"))
+
+
 def openapi_schema() -> dict[str, Any]:
     """The CRD's openAPIV3Schema for version v1alpha1."""
     return _kind_schema(AttributionRun, [
@@ -145,6 +150,9 @@ def openapi_schema() -> dict[str, Any]:
          "fieldPath": ".attribution.metrics"},
         {"rule": "has(self.trajectory.uri) != has(self.trajectory.recording)",
          "message": "spec.trajectory: give exactly one of uri and recording", "fieldPath": ".trajectory"},
+        {"rule": f"!has(self.trajectory.strata) || {_STRATA_SUM} > 0",
+         "message": "spec.trajectory.strata: ask for at least one program (broken, wrong, correct or fast)",
+         "fieldPath": ".trajectory.strata"},
     ], _immutability_rule(AttributionRunSpec, "run", mutable=("suspend",)))
 
 
@@ -201,6 +209,13 @@ def recording_schema() -> dict[str, Any]:
     return _kind_schema(TrajectoryRecording, [
         {"rule": "self.tasks.all(t, self.tasks.exists_one(u, u == t))", "message": "spec.tasks must be unique",
          "fieldPath": ".tasks"},
+        {"rule": "!has(self.search) || (has(self.search.explorationRatio) ? self.search.explorationRatio : 0.2) + "
+                 "(has(self.search.exploitationRatio) ? self.search.exploitationRatio : 0.7) <= 1.0",
+         "message": "spec.search: explorationRatio + exploitationRatio must be at most 1", "fieldPath": ".search"},
+        {"rule": "!has(self.search) || !has(self.search.fullRewriteProbability) || "
+                 "self.search.fullRewriteProbability == 0.0 || (has(self.search.evolution) && "
+                 "self.search.evolution == 'diff')",
+         "message": "spec.search: fullRewriteProbability is for evolution: diff", "fieldPath": ".search"},
     ], _immutability_rule(RecordingSpec, "recording"))
 
 

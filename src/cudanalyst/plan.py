@@ -14,7 +14,7 @@ import numpy as np
 
 from cudanalyst.api import AttributionRun
 from cudanalyst.outcomes import GAME_ARM
-from cudanalyst.trajectory import FrozenProgram
+from cudanalyst.trajectory import FrozenProgram, StratumDraw
 
 # Rough costs for `cudanalyst plan`'s estimate; measured on the H200 (see docs/performance.md).
 TOKENS_PER_GPU_SECOND = 10_000
@@ -47,6 +47,8 @@ class Plan:
     units: list[Unit]
     shard_count: int
     shards: list[list[Unit]] = field(default_factory=list)
+    # What each stratum of a stratified freeze gave (spec.trajectory.strata); empty for a draw by generation.
+    draws: list[StratumDraw] = field(default_factory=list)
 
     def overview(self) -> dict[str, object]:
         """What plan.json holds: counts and the digest (the units are a pure function of spec + trajectory)."""
@@ -62,7 +64,7 @@ class Plan:
             "unitsByArm": arms,
             "shards": [len(s) for s in self.shards],
             "digest": plan_digest(self),
-        }
+        } | ({"strata": strata_summary(self.draws)} if self.draws else {})
 
 
 def coalitions(players: list[str]) -> list[tuple[str, ...]]:
@@ -131,11 +133,33 @@ def split_shards(units: list[Unit], count: int) -> list[list[Unit]]:
     return shards
 
 
-def make_plan(run: AttributionRun, programs: list[FrozenProgram]) -> Plan:
-    """The whole plan for `run` over its already frozen programs."""
+def strata_summary(draws: list[StratumDraw]) -> dict[str, object]:
+    """Per task: programs drawn per state (summed over generations), and the strata that gave fewer than asked."""
+    per_task: dict[str, dict[str, int]] = {}
+    for d in draws:
+        row = per_task.setdefault(d.task, {})
+        row[d.state] = row.get(d.state, 0) + d.drawn
+    return {"drawn": per_task, "short": [d.to_dict() for d in draws if d.short]}
+
+
+def strata_line(draws: list[StratumDraw]) -> str:
+    """One line for a run's start: what a stratified freeze drew, over all tasks, and how many strata fell short."""
+    totals: dict[str, int] = {}
+    for d in draws:
+        totals[d.state] = totals.get(d.state, 0) + d.drawn
+    short = sum(d.short for d in draws)
+    tasks = len({d.task for d in draws})
+    line = f"frozen by recorded state over {tasks} task(s): " + ", ".join(f"{k} {v}" for k, v in totals.items())
+    if short:
+        line += f"; {short} of {len(draws)} strata gave fewer than spec.trajectory.strata asks (`cudanalyst plan` names them)"
+    return line
+
+
+def make_plan(run: AttributionRun, programs: list[FrozenProgram], draws: list[StratumDraw] | None = None) -> Plan:
+    """The whole plan for `run` over its already frozen programs (and what a stratified freeze drew)."""
     units = make_units(run, programs)
     count = run.spec.resources.shards
-    plan = Plan(run.metadata.name, list(run.spec.players), list(programs), units, count)
+    plan = Plan(run.metadata.name, list(run.spec.players), list(programs), units, count, draws=list(draws or []))
     plan.shards = split_shards(units, count)
     return plan
 

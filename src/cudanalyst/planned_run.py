@@ -19,7 +19,7 @@ from cudanalyst.cache import models_cache
 from cudanalyst.plan import Plan, make_plan
 from cudanalyst.runfolder import run_store
 from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
-from cudanalyst.trajectory import TrajectoryError, freeze, load_trajectory
+from cudanalyst.trajectory import StratumDraw, TrajectoryError, freeze, freeze_strata, load_trajectory
 
 
 class PlanError(ValueError):
@@ -39,13 +39,20 @@ def plan_run(run: AttributionRun, s3: S3Settings | None = None) -> Plan:
         tasks = spec.trajectory.tasks
         trajectory = load_trajectory(spec.trajectory.uri, s3 or S3Settings.from_spec(spec.s3), spec.trajectory.format,
                                      tasks[0] if len(tasks) == 1 else None)
-        programs = freeze(trajectory.programs, spec.trajectory.generations,
-                          spec.trajectory.programs_per_generation, spec.sampling.seed, spec.trajectory.tasks)
+        strata = spec.trajectory.strata
+        draws: list[StratumDraw] = []
+        if strata is None:
+            programs = freeze(trajectory.programs, spec.trajectory.generations,
+                              spec.trajectory.programs_per_generation, spec.sampling.seed, spec.trajectory.tasks)
+        else:
+            programs, draws = freeze_strata(trajectory.programs, spec.trajectory.generations, strata.counts(),
+                                            spec.sampling.seed, spec.trajectory.tasks, strata.per,
+                                            spec.evaluation.fast_tolerance)
     except (TrajectoryError, StoreError, OSError) as exc:  # OSError: what a reader let through, not a crash or a retry loop
         message = str(exc)
         # Name the field the user has to fix; freezing errors already do.
         raise PlanError(message if message.startswith("spec.") else f"spec.trajectory.uri: {message}") from None
-    return make_plan(run, programs)
+    return make_plan(run, programs, draws)
 
 
 def model_problems(run: AttributionRun, local_paths: bool, s3: S3Settings | None = None) -> list[str]:

@@ -87,7 +87,10 @@ CHANGEABLE = {"resources": "resources", "iterations_per_generation": "iterations
 
 def recorded_spec(rec: TrajectoryRecording) -> dict[str, Any]:
     """The spec fields that decide what is recorded (CHANGEABLE's may change between passes)."""
-    return rec.spec.model_dump(by_alias=True, mode="json", exclude=set(CHANGEABLE))
+    # `search` at its defaults is left out: folders recorded before the field existed hold no such key and resume.
+    default_search = rec.spec.search == type(rec.spec.search)()
+    return rec.spec.model_dump(by_alias=True, mode="json",
+                               exclude=set(CHANGEABLE) | ({"search"} if default_search else set()))
 
 
 def check_input(rec: TrajectoryRecording, more: Sequence[str] = (), serving: bool = True) -> None:

@@ -197,6 +197,11 @@ def _distinct(item: dict[str, Any], n: int) -> list[Any] | None:
     return None
 
 
+# Objects valid only with more than their required fields, as a new one starts: strata need at least one count
+# (a rule of the whole object), so `strata: {per: task}` alone would be refused for a field the mutation did not touch.
+NEW_OBJECTS: dict[tuple[str, ...], dict[str, Any]] = {("trajectory", "strata"): {"broken": 1}}
+
+
 def set_path(spec: dict[str, Any], path: tuple[str, ...], value: Any, schema: dict[str, Any] | None = None) -> None:
     """Set one field; an object above it that the spec lacks is made with its required fields (from `schema`), so
     that a refusal is about the changed field, not about a sibling the mutation left out."""
@@ -208,7 +213,7 @@ def set_path(spec: dict[str, Any], path: tuple[str, ...], value: Any, schema: di
             # A model spec needs its model or endpoint: a new coder or summarizer starts as a copy of the planner.
             planner = (spec.get("models") or {}).get("planner")
             filled = path[: depth + 1] in (("models", "coder"), ("models", "summarizer")) and isinstance(planner, dict)
-            child = copy.deepcopy(planner) if filled else {
+            child = copy.deepcopy(planner) if filled else copy.deepcopy(NEW_OBJECTS.get(path[: depth + 1])) or {
                 name: example(((sub or {}).get("properties") or {}).get(name) or {})
                 for name in (sub or {}).get("required") or []}
             node[key] = child

@@ -30,6 +30,43 @@ RECORDING_SHORT_NAMES = ["trec"]
 TRAJECTORY_FOLDER = "trajectory/"
 
 
+class SearchSpec(Model):
+    """OpenEvolve's search strategy: how a child is written and how its parent and inspirations are chosen.
+
+    The defaults are what every recording before this field used (whole rewrites; OpenEvolve's own sampling
+    ratios, migration and prompt sizes), so a spec without `search` records as it always did. A second agent
+    configuration for a study (issue 29) changes these: diff-based evolution, islands with migration, another
+    balance of exploration and exploitation."""
+
+    evolution: Literal["rewrite", "diff"] = Field(
+        "rewrite", description="rewrite: the model writes the whole program each iteration (small models rarely write "
+        "a diff that applies, and a failed diff is no program at all); diff: SEARCH/REPLACE blocks against the "
+        "parent (OpenEvolve's own default), with fullRewriteProbability of a whole rewrite instead.")
+    full_rewrite_probability: float = Field(
+        0.0, ge=0, le=1, description="evolution diff only: the chance that an iteration asks for a whole rewrite "
+        "(seeded per iteration by seed).")
+    exploration_ratio: float = Field(
+        0.2, ge=0, le=1, description="Chance that a parent is drawn at random from its island (exploration).")
+    exploitation_ratio: float = Field(
+        0.7, ge=0, le=1, description="Chance that a parent is drawn from the elite archive (exploitation); the rest, "
+        "1 - explorationRatio - exploitationRatio, is drawn from the island weighted by fitness.")
+    elite_selection_ratio: float = Field(0.1, ge=0, le=1, description="Share of a population kept as its elite.")
+    migration_interval: int = Field(
+        50, ge=1, le=100000, description="Island generations between migrations of the best programs to the next "
+        "island (islands > 1).")
+    migration_rate: float = Field(0.1, ge=0, le=1, description="Share of an island's programs that migrate.")
+    top_programs: int = Field(3, ge=0, le=32, description="Best programs shown in each prompt.")
+    diverse_programs: int = Field(2, ge=0, le=32, description="Diverse programs shown in each prompt.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchSpec:
+        if self.exploration_ratio + self.exploitation_ratio > 1:
+            raise ValueError("explorationRatio + exploitationRatio must be at most 1 (the rest is fitness-weighted)")
+        if self.evolution == "rewrite" and self.full_rewrite_probability > 0:
+            raise ValueError("fullRewriteProbability is for evolution: diff (rewrite always writes the whole program)")
+        return self
+
+
 class RecordingSpec(Model):
     """Which tasks OpenEvolve evolves, with which model, for how long; where the trajectory goes."""
 
@@ -54,6 +91,9 @@ class RecordingSpec(Model):
         "it was found in, named by the window's first iteration (N = 10: iterations 20..29 are generation 20). "
         "Only the import reads it, so it may change between passes.",
     )
+    search: SearchSpec = Field(
+        default_factory=SearchSpec, description="OpenEvolve's search strategy (evolution by rewrites or diffs, "
+        "sampling ratios, migration between islands); the defaults record as before this field existed.")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     output: OutputSpec
     s3: S3Spec = Field(default_factory=S3Spec)

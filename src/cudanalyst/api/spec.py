@@ -55,6 +55,33 @@ def _check_uri(value: str) -> str:
 Uri = Annotated[str, Field(min_length=1, max_length=2048, pattern=URI_PATTERN), AfterValidator(_check_uri)]
 
 
+class StrataSpec(Model):
+    """How many frozen programs of each recorded state to draw (a stratified freeze), seeded by sampling.seed.
+
+    A program's state comes from the metrics its agent recorded (docs/trajectory-format.md, "Stratified
+    freezing"); programs whose metrics do not say (no `correct`, e.g. recorded without a GPU) are in no stratum.
+    A stratum with fewer programs than asked gives all it has, and `cudanalyst plan` warns."""
+
+    broken: int = Field(0, ge=0, le=1024, description="Programs that did not compile or broke the task's contract.")
+    wrong: int = Field(0, ge=0, le=1024, description="Programs that compiled but were not correct.")
+    correct: int = Field(0, ge=0, le=1024, description="Correct programs not faster than the task's baseline by "
+                         "more than evaluation.fastTolerance (or not timed).")
+    fast: int = Field(0, ge=0, le=1024, description="Correct programs faster than the task's baseline by more than "
+                      "evaluation.fastTolerance (the rule of fastVsBaseline).")
+    per: Literal["task", "generation"] = Field(
+        "task", description="task: the counts are per task, drawn from the programs of all listed generations; "
+        "generation: per task and listed generation.")
+
+    @model_validator(mode="after")
+    def _some(self) -> StrataSpec:
+        if self.broken + self.wrong + self.correct + self.fast == 0:
+            raise ValueError("strata: ask for at least one program (broken, wrong, correct or fast)")
+        return self
+
+    def counts(self) -> dict[str, int]:
+        return {"broken": self.broken, "wrong": self.wrong, "correct": self.correct, "fast": self.fast}
+
+
 class TrajectorySpec(Model):
     """Where the recorded agent trajectory lives and which frozen programs to replay."""
 
@@ -76,7 +103,12 @@ class TrajectorySpec(Model):
         min_length=1, max_length=64, description="Generations whose programs are frozen and replayed."
     )
     programs_per_generation: int = Field(
-        4, ge=1, le=1024, description="Frozen programs drawn per task and generation (seeded by sampling.seed)."
+        4, ge=1, le=1024, description="Frozen programs drawn per task and generation (seeded by sampling.seed). "
+        "Not used when strata is given."
+    )
+    strata: StrataSpec | None = Field(
+        None, description="Draw the frozen programs by their recorded state (broken, wrong, correct, fast) instead "
+        "of programsPerGeneration at random; absent: the draw by generation alone."
     )
     tasks: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         default_factory=list, max_length=256, description="Tasks to replay; empty means every task of the trajectory."

@@ -19,14 +19,14 @@ from cudanalyst.trajectory.format import (
     manifest_for,
     parse_programs,
 )
-from cudanalyst.trajectory.freeze import freeze
+from cudanalyst.trajectory.freeze import StratumDraw, freeze, freeze_strata
 
 if TYPE_CHECKING:
     from cudanalyst.store import ObjectStore
 
 __all__ = [
-    "FrozenProgram", "Manifest", "ProgramContext", "Trajectory", "TrajectoryError",
-    "builtin_path", "dump_programs", "freeze", "load_trajectory", "manifest_for", "parse_programs",
+    "FrozenProgram", "Manifest", "ProgramContext", "StratumDraw", "Trajectory", "TrajectoryError",
+    "builtin_path", "dump_programs", "freeze", "freeze_strata", "load_trajectory", "manifest_for", "parse_programs",
 ]
 
 BUILTIN_SCHEME = "builtin://"

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from cudanalyst.trajectory.format import FrozenProgram, TrajectoryError
+from cudanalyst.trajectory.states import STATES, program_state
 
 
-def _rng(seed: int, task: str, generation: int) -> np.random.Generator:
+def _rng(seed: int, task: str, generation: int | str) -> np.random.Generator:
     # A stable per-(task, generation) stream: adding a task never changes another task's choice.
     digest = hashlib.sha256(f"{seed}/{task}/{generation}".encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
@@ -57,3 +59,88 @@ def freeze(
                 f"(the trajectory has generations {', '.join(map(str, have))})"
             )
     return frozen
+
+
+@dataclass(frozen=True)
+class StratumDraw:
+    """One stratum of one task (and generation, when drawn per generation): asked, there, drawn."""
+
+    task: str
+    generation: int | None  # None: drawn over all the listed generations
+    state: str
+    asked: int
+    available: int
+    drawn: int
+
+    @property
+    def short(self) -> bool:
+        return self.drawn < self.asked
+
+    def to_dict(self) -> dict[str, object]:
+        return {"task": self.task, "generation": self.generation, "state": self.state, "asked": self.asked,
+                "available": self.available, "drawn": self.drawn}
+
+
+def freeze_strata(
+    programs: Sequence[FrozenProgram],
+    generations: Sequence[int],
+    counts: Mapping[str, int],
+    seed: int,
+    tasks: Sequence[str] = (),
+    per: str = "task",
+    fast_tolerance: float = 0.12,
+) -> tuple[list[FrozenProgram], list[StratumDraw]]:
+    """Draw `counts[state]` programs of each recorded state per task (per task and generation with per =
+    "generation") from the listed generations, seeded by (seed, task, generation or all, state), so that
+    adding a task or changing one stratum's count never changes another's draw.
+
+    Returns the programs (ordered by generation, task, programId) and what each stratum gave. A stratum with
+    fewer programs than asked gives them all (the caller warns); a draw with no program at all, a listed
+    generation no selected task has, or a task the trajectory lacks is an error that names the field."""
+    pools: dict[tuple[str, int | None, str], list[FrozenProgram]] = defaultdict(list)
+    selected = _selected_tasks(programs, tasks)
+    wanted = set(generations)
+    have_gens = {p.generation for p in programs if p.task in selected}
+    for generation in generations:
+        if generation not in have_gens:
+            raise TrajectoryError(
+                f"spec.trajectory.generations: generation {generation} has no program "
+                f"(the trajectory has generations {', '.join(map(str, sorted(have_gens)))})"
+            )
+    for p in programs:
+        if p.task not in selected or p.generation not in wanted:
+            continue
+        state = program_state(p, fast_tolerance)
+        if state is not None:
+            pools[(p.task, p.generation if per == "generation" else None, state)].append(p)
+    scopes: list[int | None] = list(generations) if per == "generation" else [None]
+    frozen: list[FrozenProgram] = []
+    draws: list[StratumDraw] = []
+    for task in selected:
+        for scope in scopes:
+            for state in STATES:
+                asked = int(counts.get(state, 0))
+                if asked <= 0:
+                    continue
+                pool = sorted(pools.get((task, scope, state), []), key=lambda p: p.program_id)
+                k = min(asked, len(pool))
+                where = f"strata/{state}/{'all' if scope is None else scope}"
+                picks = sorted(_rng(seed, task, where).choice(len(pool), size=k, replace=False)) if k else []
+                frozen += [pool[i] for i in picks]
+                draws.append(StratumDraw(task, scope, state, asked, len(pool), k))
+    if not frozen:
+        raise TrajectoryError("spec.trajectory.strata: no program of the listed generations is in an asked "
+                              "stratum (a program's state comes from its recorded metrics: compiled, contract, "
+                              "correct, speedup; docs/trajectory-format.md)")
+    frozen.sort(key=lambda p: (p.generation, p.task, p.program_id))
+    return frozen, draws
+
+
+def _selected_tasks(programs: Sequence[FrozenProgram], tasks: Sequence[str]) -> list[str]:
+    known_tasks = sorted({p.task for p in programs})
+    missing = [t for t in tasks if t not in known_tasks]
+    if missing:
+        raise TrajectoryError(
+            f"spec.trajectory.tasks: not in the trajectory: {', '.join(missing)} (it has: {', '.join(known_tasks)})"
+        )
+    return list(tasks) or known_tasks

@@ -19,6 +19,7 @@ from rich.progress import (
 )
 
 from cudanalyst.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_INVALID
+from cudanalyst.plan import strata_line
 from cudanalyst.planned_run import PlannedRun
 from cudanalyst.runfolder import REPORT_HTML
 from cudanalyst.runner.local.executor import Snapshot, plans_expected, plans_written, read_snapshot
@@ -136,6 +137,8 @@ def show_start(console: Console, planned: PlannedRun, gpus: list[str]) -> None:
     where = f" on {len(gpus)} GPUs ({', '.join(gpus)})" if len(gpus) > 1 else ""
     console.print(f"[bold]{planned.name}[/]: {len(plan.units)} units over {len(plan.programs)} frozen programs, "
                   f"{planned.run.spec.resources.shards} shard(s){where} -> {planned.store.uri}")
+    if plan.draws:
+        console.print(strata_line(plan.draws), highlight=False, markup=False)
     # Before any GPU time: what the frozen programs' recorded reports say of the tools behind them (issue 28).
     for line in report_lines(plan.programs):
         console.print(line, highlight=False, markup=False)

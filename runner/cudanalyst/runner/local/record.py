@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cudanalyst.api.recording import TrajectoryRecording
+from cudanalyst.api.recording import SearchSpec, TrajectoryRecording
 from cudanalyst.exits import EXIT_FAILURE, EXIT_INVALID, die
 from cudanalyst.recording import (
     RecordInputError,
@@ -68,6 +68,16 @@ def model_problems(rec: TrajectoryRecording) -> list[str]:
 # the rest holds every OpenEvolve worker's GPU worker (a CUDA context each, 4 workers x 8 tasks) and the
 # sanitizer's and Nsight Compute's own contexts (issue 28: at a larger share they found no memory).
 TOOLS_SHARE_CAP = 0.5
+
+
+def search_note(search: SearchSpec) -> str:
+    """The search strategy in a few words, when it is not the default (pure)."""
+    if search == SearchSpec():
+        return ""
+    how = "diffs" + (f" ({search.full_rewrite_probability:g} rewrites)" if search.full_rewrite_probability else "") \
+        if search.evolution == "diff" else "rewrites"
+    return (f", {how}, exploration {search.exploration_ratio:g} / exploitation {search.exploitation_ratio:g}, "
+            f"migration every {search.migration_interval} at {search.migration_rate:g}")
 
 
 def server_share(model: Any, gpu: bool) -> Any:
@@ -193,7 +203,7 @@ def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
     gpu, why = gpu_status()
     spec = rec.spec
     console.print(f"[bold]{rec.name}[/]: OpenEvolve on {len(spec.tasks)} task(s) x {spec.iterations} iterations "
-                  f"({spec.islands} island(s), population {spec.population}) -> {store.uri}")
+                  f"({spec.islands} island(s), population {spec.population}{search_note(spec.search)}) -> {store.uri}")
     if serving:  # a pass that only imports evaluates nothing
         console.print("evaluation: compile, contract, verify and time on the GPU" if gpu else
                       f"evaluation: [yellow]compiled only[/] ({why}): correct and speedup are not evaluated; "

@@ -30,27 +30,39 @@ ARTIFACT_BYTES = 64 * 1024  # a report is a few KiB; Nsight Compute's sections s
 log = logging.getLogger("cudanalyst.record")
 
 
-def system_message(task: str) -> str:
+# With diff-based evolution OpenEvolve's user message asks for SEARCH/REPLACE blocks (or, on a rewrite iteration,
+# the whole program): the system text must not contradict it by always asking for the complete source.
+WHOLE_SOURCE = "Answer with the complete new source in one ```cuda fenced block."
+AS_ASKED = ("Answer in the form the request asks for: SEARCH/REPLACE blocks against the current program, or the "
+            "complete new source in one ```cuda fenced block when it asks for a rewrite.")
+
+
+def system_message(task: str, evolution: str = "rewrite") -> str:
     """The replay's coder system text and task section (its contract), so both agents are told the same."""
     from cudanalyst.runner.llm.prompts import render, template_text
     from cudanalyst.tasks import get_task
 
     contract = get_task(task).contract().strip()
-    return template_text("coder_system.txt").strip() + "\n\n" + render("task.tmpl", contract=contract).strip()
+    coder = template_text("coder_system.txt").strip()
+    if evolution == "diff":
+        coder = coder.replace(WHOLE_SOURCE, AS_ASKED)
+    return coder + "\n\n" + render("task.tmpl", contract=contract).strip()
 
 
 def openevolve_config(rec: TrajectoryRecording, task: str, endpoint: str, served: str, gpu: bool) -> dict[str, Any]:
     """OpenEvolve's configuration for one task (pure)."""
     spec = rec.spec
+    search = spec.search
     return {
         "max_iterations": spec.iterations,
         "checkpoint_interval": spec.checkpoint_interval,
         "random_seed": spec.seed,
         "language": "cuda",
         "file_suffix": ".cu",
-        # Whole programs, not SEARCH/REPLACE diffs: small models rarely write a diff that applies, and a
-        # failed diff is no program at all, while a bad rewrite is still a program with its reports.
-        "diff_based_evolution": False,
+        # By default whole programs, not SEARCH/REPLACE diffs: small models rarely write a diff that applies, and
+        # a failed diff is no program at all, while a bad rewrite is still a program with its reports.
+        "diff_based_evolution": search.evolution == "diff",
+        "full_rewrite_probability": search.full_rewrite_probability,
         "max_code_length": 100_000,
         "log_level": "INFO",
         "llm": {
@@ -60,7 +72,8 @@ def openevolve_config(rec: TrajectoryRecording, task: str, endpoint: str, served
             "timeout": 3600, "retries": 1, "retry_delay": 1,
         },
         "prompt": {
-            "system_message": system_message(task),
+            "system_message": system_message(task, search.evolution),
+            "num_top_programs": search.top_programs, "num_diverse_programs": search.diverse_programs,
             # The reports reach the child's prompt unaltered, so the recorded feedback is what the agent saw:
             # no redaction of long tokens (hex addresses, ncu's IDs) and no truncation below a report's size.
             "include_artifacts": True, "max_artifact_bytes": ARTIFACT_BYTES, "artifact_security_filter": False,
@@ -68,6 +81,9 @@ def openevolve_config(rec: TrajectoryRecording, task: str, endpoint: str, served
         "database": {
             "population_size": spec.population, "archive_size": min(spec.population, 100),
             "num_islands": spec.islands, "random_seed": spec.seed, "log_prompts": True,
+            "exploration_ratio": search.exploration_ratio, "exploitation_ratio": search.exploitation_ratio,
+            "elite_selection_ratio": search.elite_selection_ratio,
+            "migration_interval": search.migration_interval, "migration_rate": search.migration_rate,
             "in_memory": True, "max_snapshot_artifacts": None,
             # Reports stay inside the program files (artifacts_json), hence inside the checkpoint copied to
             # the store, never in a folder on this machine.
