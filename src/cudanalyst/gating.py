@@ -7,7 +7,7 @@ Used by the recorder (runner.record.gate), which renders what is shown into the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -75,3 +75,36 @@ def gate(policy: PolicySpec | None, state: str, artifacts: Mapping[str, Any]) ->
 def withheld_count(policy: PolicySpec, state: str) -> int:
     """How many of the policy's components a program in this state does not show (the random control's size)."""
     return sum(1 for p in policy.players if not policy.rule(state, p).show)
+
+
+def read_gating_log(text: str) -> list[dict[str, Any]]:
+    """The recorder's per-iteration gating log (runner.record.gate): one JSON object a line."""
+    import json
+
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def gating_lines(store: Any, tasks: Sequence[str]) -> list[str]:
+    """Per task, what the gate did over the recording: iterations by parent state, each component's times shown
+    and withheld, and the prompt tokens it saved (`store`: the recording's folder)."""
+    from collections import Counter
+
+    lines = []
+    for task in tasks:
+        key = f"openevolve/{task}/gating.jsonl"
+        if not store.exists(key):
+            lines.append(f"gating {task}: no log (no iteration built a prompt)")
+            continue
+        records = read_gating_log(store.get_text(key))
+        states = Counter(r["state"] for r in records)
+        shown = Counter(a for r in records for a in r["shown"])
+        withheld = Counter(a for r in records for a in r["withheld"])
+        saved = sum(int(r.get("savedTokens", 0)) for r in records)
+        exact = all(r.get("tokensExact") for r in records)
+        names = sorted(set(shown) | set(withheld))
+        lines.append(
+            f"gating {task}: {len(records)} prompts (parents {', '.join(f'{s} {n}' for s, n in sorted(states.items()))}"
+            f"); {', '.join(f'{a} shown {shown[a]}/withheld {withheld[a]}' for a in names) or 'no reports'}; "
+            f"{saved} prompt tokens saved{'' if exact else ' (estimated: the server has no /tokenize)'}"
+            f" -> {store.uri_of(key)}")
+    return lines

@@ -87,7 +87,12 @@ CHANGEABLE = {"resources": "resources", "iterations_per_generation": "iterations
 
 def recorded_spec(rec: TrajectoryRecording) -> dict[str, Any]:
     """The spec fields that decide what is recorded (CHANGEABLE's may change between passes)."""
-    return rec.spec.model_dump(by_alias=True, mode="json", exclude=set(CHANGEABLE))
+    dumped = rec.spec.model_dump(by_alias=True, mode="json", exclude=set(CHANGEABLE))
+    # Absent when unused, so a recording made before gating existed (issue 30) still matches its spec.json.
+    for key, default in (("policy", None), ("planner", None), ("gating", "policy")):
+        if dumped.get(key) == default:
+            dumped.pop(key, None)
+    return dumped
 
 
 def check_input(rec: TrajectoryRecording, more: Sequence[str] = (), serving: bool = True) -> None:
