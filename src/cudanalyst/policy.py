@@ -54,6 +54,7 @@ class FinishedRun:
     run: AttributionRun
     records: list[UnitOutcome]
     states: dict[str, str] = field(default_factory=dict)  # programId -> state
+    given: str = ""  # the path or URI as the user gave it (the policy's sources name it so)
 
     @property
     def name(self) -> str:
@@ -106,7 +107,7 @@ def load_finished(path: str) -> FinishedRun:
         raise PolicyInputError(f"{store.uri_of('spec.json')}: spec.trajectory: its frozen programs cannot be read "
                                f"({exc})") from None
     states = {p.program_id: program_state(p.metrics)[0] for p in programs}
-    return FinishedRun(store.uri, run, records, states)
+    return FinishedRun(store.uri, run, records, states, given=path)
 
 
 # ---- per state: Banzhaf values over the state's programs ----------------------------------------------------
@@ -326,12 +327,32 @@ def learn(runs: Sequence[FinishedRun], name: str = "learned", level: str = "prog
         f"{', '.join(f'{a.name} vs {b.name}' for a, b in mpairs) or 'none'}.",
     ]
     spec = PolicySpec(players=players, states=states, models=_models(model_ev, corrected),  # type: ignore[arg-type]
-                      level=level, correction=correction, sources=[fr.uri for fr in runs], notes=notes)
+                      level=level, correction=correction, sources=[fr.given or fr.uri for fr in runs],
+                      tasks=sorted({r.task for fr in runs for r in fr.records}), notes=notes)
     return FeedbackPolicy.model_validate({"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "FeedbackPolicy",
                                           "metadata": {"name": name}, "spec": spec.model_dump(by_alias=True)})
 
 
+class _Flow(dict):  # type: ignore[type-arg]
+    """A mapping written on one line: each piece of evidence, so a rule's reasons stay readable above it."""
+
+
+def _flow_evidence(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: ([_Flow({a: round(b, 4) if isinstance(b, float) else b for a, b in e.items()}) for e in v]
+                    if k == "evidence" else _flow_evidence(v)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_flow_evidence(x) for x in node]
+    return node
+
+
 def to_yaml(policy: FeedbackPolicy) -> str:
+    """The document for a person: block style, each piece of evidence on one line (numbers to 4 places)."""
     import yaml
 
-    return yaml.safe_dump(policy.to_dict(), sort_keys=False, width=120)
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(_Flow, lambda d, data: d.represent_mapping("tag:yaml.org,2002:map", data.items(),
+                                                                       flow_style=True))
+    return yaml.dump(_flow_evidence(policy.to_dict()), Dumper=Dumper, sort_keys=False, width=120)

@@ -97,6 +97,8 @@ class PolicySpec(Model):
     correction: Literal["holm", "none"] = Field(
         "holm", description="holm: an interval counts only if it excludes 0 after Holm over its family.")
     sources: list[str] = Field(default_factory=list, description="The run folders it was learned from.")
+    tasks: list[str] = Field(default_factory=list, description="The tasks of the programs it was learned from: a "
+                             "comparison holds them out.")
     notes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
