@@ -107,7 +107,7 @@ def load_finished(path: str) -> FinishedRun:
         raise PolicyInputError(f"{store.uri_of('spec.json')}: spec.trajectory: its frozen programs cannot be read "
                                f"({exc})") from None
     states = {p.program_id: program_state(p.metrics)[0] for p in programs}
-    return FinishedRun(store.uri, run, records, states, given=path)
+    return FinishedRun(store.uri, run, records, states, given=folder)
 
 
 # ---- per state: Banzhaf values over the state's programs ----------------------------------------------------

@@ -90,8 +90,10 @@ class PolicySpec(Model):
 
     players: list[str] = Field(default_factory=lambda: ["debugger", "analyzer", "profiler"], min_length=1,
                                description="The feedback components the policy speaks of; others are shown as is.")
-    states: dict[State, StateRule] = Field(
-        default_factory=dict, description="A state without a rule, or a component without an entry: shown, raw.")
+    # Keys are checked below, not typed as State: a CRD's structural schema has no propertyNames.
+    states: dict[str, StateRule] = Field(
+        default_factory=dict, description="Per program state (broken, unverified, wrong, correct, fast); a state "
+        "without a rule, or a component without an entry: shown, raw.")
     models: ModelChoice = Field(default_factory=ModelChoice)
     level: Level = Field("program", description="The level whose intervals decided (the evidence names its own).")
     correction: Literal["holm", "none"] = Field(
@@ -103,6 +105,9 @@ class PolicySpec(Model):
 
     @model_validator(mode="after")
     def _known_components(self) -> PolicySpec:
+        unknown = sorted(set(self.states) - set(STATES))
+        if unknown:
+            raise ValueError(f"states: {', '.join(unknown)} not a program state (one of {', '.join(STATES)})")
         for state, rule in self.states.items():
             for c in rule.components:
                 if c.component not in self.players:
@@ -112,7 +117,7 @@ class PolicySpec(Model):
 
     def rule(self, state: str, component: str) -> ComponentRule:
         """The rule for a component in a state; the default (shown, raw) where the policy has none."""
-        for c in self.states[state].components if state in self.states else []:  # type: ignore[index]
+        for c in self.states[state].components if state in self.states else []:
             if c.component == component:
                 return c
         return ComponentRule(component=component, reason="default: the policy has no rule for it here")
