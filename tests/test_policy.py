@@ -300,3 +300,25 @@ def test_the_recorder_inlines_a_policy_file(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         with_policy(parse_recording(rec_doc()), str(f))
     assert exc.value.code == 2
+
+
+def test_a_resumed_task_keeps_the_gating_log_up_to_its_checkpoint(tmp_path: Path) -> None:
+    pytest.importorskip("openevolve", reason="OpenEvolve is the `record` extra")
+    from cudanalyst.api.recording import parse_recording
+    from cudanalyst.runner.record.evolve import GATING_LOG, gating_settings, restore_gating_log
+    from cudanalyst.store import open_store
+
+    store = open_store(tmp_path / "store")
+    store.put_bytes(GATING_LOG, "".join(json.dumps({"iteration": i}) + "\n" for i in (1, 2, 3, 4)).encode())
+    local = tmp_path / "gating.jsonl"
+    restore_gating_log(store, local, 2)  # checkpoint 2: iterations 3 and 4 were cut short and run again
+    assert [json.loads(x)["iteration"] for x in local.read_text().splitlines()] == [1, 2]
+    restore_gating_log(open_store(tmp_path / "empty"), local, 0)
+    assert local.read_text() == ""
+
+    assert gating_settings(parse_recording(rec_doc()), tmp_path, "http://c/v1", "c", None) is None  # ungated
+    planned = parse_recording(rec_doc(policy={"models": {"planner": "big"}}, planner={"model": "big"}))
+    s = gating_settings(planned, tmp_path, "http://c/v1", "c", ("http://p/v1", "big"))
+    assert (s.planner_url, s.planner_model, s.coder_url, s.log_path) == ("http://p/v1", "big", "http://c/v1",
+                                                                         str(tmp_path / GATING_LOG))
+    assert type(s).from_json(s.to_json()) == s  # what the workers read back
