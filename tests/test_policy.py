@@ -322,3 +322,12 @@ def test_a_resumed_task_keeps_the_gating_log_up_to_its_checkpoint(tmp_path: Path
     assert (s.planner_url, s.planner_model, s.coder_url, s.log_path) == ("http://p/v1", "big", "http://c/v1",
                                                                          str(tmp_path / GATING_LOG))
     assert type(s).from_json(s.to_json()) == s  # what the workers read back
+
+
+def test_at_the_task_level_the_units_are_the_tasks() -> None:
+    from cudanalyst.policy import learn, load_finished
+
+    p = learn([load_finished(str(STUDY / "study-raw-0-5b"))], level="task", correction="none").spec
+    evidence = [e for r in p.states.values() for c in r.components for e in c.evidence if " - " not in e.run]
+    assert evidence and all(e.level == "task" and e.units <= 4 for e in evidence)
+    assert p.level == "task" and p.tasks == ["atax", "conv2d", "gemm", "jacobi-2d"]
