@@ -184,9 +184,13 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
         for metric in ("compiled", "pass"):
             per_unit = [sum(r) / len(r) for t, s in units[a] if (r := rates[(a, t, s)][metric])]
             row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence))
+        # Per iteration: the share of that iteration's children (one per unit) that compiled / passed, with a
+        # t-interval over them (none from fewer than two).
         row["alongIterations"] = [
             {"iteration": i, "programs": len(v), "compiled": sum(c for c, _ in v) / len(v),
-             "pass": sum(p for _, p in v) / len(v)} for i, v in sorted(curve[a].items())]
+             "pass": sum(p for _, p in v) / len(v),
+             "compiledInterval": list(t_interval([c for c, _ in v], confidence)[1:]),
+             "passInterval": list(t_interval([p for _, p in v], confidence)[1:])} for i, v in sorted(curve[a].items())]
         for k in ("promptTokens", "completionTokens", "plannerTokens", "savedTokens", "gpuSeconds"):
             row[k] = _plain(t_interval([spent[(a, t, s)][k] for t, s in units[a]], confidence))
         out["arms"].append(row)
