@@ -38,7 +38,7 @@ for t in "$restore"/policy-runs*.tgz; do
     if [ -d "$runs/$name" ]; then echo "restore: $name kept from this machine"
     else tar xzf "$t" -C "$runs" "$name" && echo "restore: $name from $t"; fi
   done
-  tar xzf "$t" -C "$runs" --wildcards 'times-*.tsv' 2>/dev/null || true
+  tar xzf "$t" -C "$runs" --skip-old-files --wildcards 'times-*.tsv' 2>/dev/null || true  # a warm machine's own win
 done
 
 picked=() all_done=1
