@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +191,13 @@ def cmd_measure(args: argparse.Namespace) -> int:
             arm, seed = arm_and_seed(name, spec.name)
             seeds = seeds_for(cfg, fresh_secret())  # inputs the agent never saw, one secret per recording
             programs = load_trajectory((f / "trajectory").resolve().as_uri() + "/").programs
-            for p in programs:
-                got = measure_program(get_task(p.task), p.source, cfg, seeds, pool)
-                rows.append({"recording": name, "arm": arm, "seed": seed, "task": p.task, "programId": p.program_id,
-                             "iteration": p.generation, **got})
+            # Compiles and verifications side by side (the pool's workers); timing holds the GPU alone (its gate).
+            with ThreadPoolExecutor(max_workers=args.workers) as threads:
+                measured = threads.map(
+                    lambda p, seeds=seeds: measure_program(get_task(p.task), p.source, cfg, seeds, pool), programs)
+                for p, got in zip(programs, measured, strict=True):
+                    rows.append({"recording": name, "arm": arm, "seed": seed, "task": p.task,
+                                 "programId": p.program_id, "iteration": p.generation, **got})
             tasks = sorted({p.task for p in programs})
             for t in tasks:
                 usage.append({"recording": name, "arm": arm, "seed": seed, "task": t, **task_usage(f, t),
