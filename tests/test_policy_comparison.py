@@ -113,3 +113,17 @@ def test_one_unit_gives_a_value_without_an_interval() -> None:
     result = analyse([row("all", "a", 0, 0, speedup=1.0), row("all", "a", 0, 1, speedup=3.0)], [], 8)
     best = result["arms"][0]["bestSpeedup"]
     assert math.isclose(best["value"], 3.0) and best["low"] is None and best["high"] is None
+
+
+def test_measure_reports_a_program_that_does_not_build_without_touching_the_gpu() -> None:
+    import importlib.util
+
+    from cudanalyst.tasks import get_task
+
+    spec = importlib.util.spec_from_file_location("policy_comparison", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    pc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pc)
+    got = pc.measure_program(get_task("gemm"), "this is not CUDA", None, None, pool=None)  # nvcc refuses it
+    assert got == {"compiled": False, "correct": False, "speedup": None}
+    assert pc.arm_and_seed("pc-learned-s2", "pc") == ("learned", 2)
