@@ -26,8 +26,9 @@ vllm_from_wheelhouse() {
 spec_models() {
   $py -c "
 import sys, yaml; from cudanalyst.api import load_run; from cudanalyst.api.recording import load_recording
-if yaml.safe_load(open(sys.argv[1]))['kind'] == 'TrajectoryRecording':  # issue 14: one model, the agent's
-    m = load_recording(sys.argv[1]).spec.model; print(m.model if m.serve == 'local' else ''); sys.exit(0)
+if yaml.safe_load(open(sys.argv[1]))['kind'] == 'TrajectoryRecording':  # the agent's model, and a policy's planner
+    r = load_recording(sys.argv[1]).spec; ms = [r.model] + ([r.planner] if r.planner and r.policy and r.policy.models.planner else [])
+    print(' '.join(sorted({m.model for m in ms if m.serve == 'local'}))); sys.exit(0)
 s = load_run(sys.argv[1]).spec
 print(' '.join(sorted({m.model for m in (s.models.planner, s.models.resolved_coder, s.models.resolved_summarizer) if m.serve == 'local'})))" "$1"
 }

@@ -87,10 +87,15 @@ CHANGEABLE = {"resources": "resources", "iterations_per_generation": "iterations
 
 def recorded_spec(rec: TrajectoryRecording) -> dict[str, Any]:
     """The spec fields that decide what is recorded (CHANGEABLE's may change between passes)."""
-    # `search` at its defaults is left out: folders recorded before the field existed hold no such key and resume.
-    default_search = rec.spec.search == type(rec.spec.search)()
-    return rec.spec.model_dump(by_alias=True, mode="json",
-                               exclude=set(CHANGEABLE) | ({"search"} if default_search else set()))
+    dumped = rec.spec.model_dump(by_alias=True, mode="json", exclude=set(CHANGEABLE))
+    # Absent when unused, so a recording made before the field existed still matches its spec.json: `search` at
+    # its defaults (issue 29), no gating (issue 30).
+    if rec.spec.search == type(rec.spec.search)():
+        dumped.pop("search", None)
+    for key, default in (("policy", None), ("planner", None), ("gating", "policy")):
+        if dumped.get(key) == default:
+            dumped.pop(key, None)
+    return dumped
 
 
 def check_input(rec: TrajectoryRecording, more: Sequence[str] = (), serving: bool = True) -> None:

@@ -164,3 +164,65 @@ def test_a_killed_recording_resumes_from_its_last_complete_checkpoint(tmp_path: 
     assert {f"{p.program_id}.json" for p in programs} >= before
     after = open_store(out / "rec-kill").get_json("done.json")
     assert after["programs"] == len(programs)
+
+
+def test_a_gated_recording_leaves_out_what_its_policy_withholds(tmp_path: Path, vllm_server: Any) -> None:
+    """Issue 30: `cudanalyst record --policy FILE` against the tiny model. The policy withholds the analyzer and
+    the profiler while the parent does not compile or cannot be checked (the baseline, here, without a GPU), shows
+    the debugger's report summarised for an unchecked parent and raw for a broken one, and names a planner: each
+    child's prompt shows the parent's debugger report (or its summary) and a plan, never the two others; the
+    recorded feedback still holds all three; the log says per iteration what was shown and the tokens saved."""
+    model = {"serve": "endpoint", "endpoint": vllm_server.endpoint.base_url, "model": "tiny"}
+    out = tmp_path / "recordings"
+    path = recording(tmp_path, "rec-gated", model, str(out), 2, planner=model)
+    withhold = [{"component": c, "show": False, "reason": "test"} for c in ("analyzer", "profiler")]
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump({
+        "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "FeedbackPolicy", "metadata": {"name": "withhold"},
+        "spec": {"states": {"broken": {"components": withhold},
+                            "unverified": {"components": [*withhold, {"component": "debugger", "form": "summary"}]}},
+                 "models": {"planner": "tiny", "coder": "tiny"}}}))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "cudanalyst", "record", str(path), "--policy", str(policy_file)],
+                          text=True, capture_output=True, timeout=1800, env={**os.environ, "TMPDIR": str(work)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    console = " ".join((proc.stdout + proc.stderr).split())
+    assert "plans by tiny" in console and "gating conv2d: " in console
+
+    programs = load_trajectory((out / "rec-gated" / "trajectory").as_uri() + "/").programs
+    by_id = {p.program_id: p for p in programs}
+    children = [p for p in programs if p.parent_id]
+    assert len(children) >= 2
+    for p in programs:
+        assert set(p.feedback) == PLAYERS, p.program_id  # what is recorded is not gated, only what is shown
+    from cudanalyst.gating import program_state
+
+    states = set()
+    for child in children:
+        parent = by_id[child.parent_id]
+        prompt = child.context.prompt
+        state = program_state(parent.metrics)[0]
+        states.add(state)
+        raw = raw_report(parent.feedback["debugger"], "debugger")
+        assert "### debugger" in prompt
+        assert (raw in prompt) == (state == "broken"), (child.program_id, state)  # unverified: the summary
+        for withheld in ("analyzer", "profiler"):
+            assert f"### {withheld}" not in prompt, (child.program_id, withheld)
+            assert raw_report(parent.feedback[withheld], withheld) not in prompt, (child.program_id, withheld)
+        assert "## Plan for this revision" in prompt
+
+    log = [json.loads(line) for line in
+           (out / "rec-gated" / "openevolve" / "conv2d" / "gating.jsonl").read_text().splitlines()]
+    assert sorted(e["iteration"] for e in log) == [1, 2]
+    assert "unverified" in states  # the baseline, the first child's parent: its debugger report summarised
+    for e in log:
+        assert e["state"] in ("broken", "unverified") and e["withheld"] == ["analyzer", "profiler"]
+        forms = {d["artifact"]: d["form"] for d in e["decisions"] if d["shown"]}
+        assert forms == {"debugger": "summary" if e["state"] == "unverified" else "raw"}
+        assert e["shown"] == ["debugger"] and all("test" in d["reason"] for d in e["decisions"] if not d["shown"])
+        # Counted by the server's own tokenizer (vLLM's /tokenize): exact, and what the two reports weigh.
+        assert e["tokensExact"] and e["savedTokens"] > 0
+        assert e["ungatedPromptTokens"] - e["promptTokens"] == e["savedTokens"]
+        assert e["planner"] == "tiny" and e["plannerCompletionTokens"] > 0
+    assert f"{sum(e['savedTokens'] for e in log)} prompt tokens saved" in console

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from cudanalyst.api import KubeObject, parse_model, read_document
+from cudanalyst.api.policy import PolicySpec
 from cudanalyst.api.spec import (
     EvaluationSpec,
     Model,
@@ -95,6 +96,16 @@ class RecordingSpec(Model):
         default_factory=SearchSpec, description="OpenEvolve's search strategy (evolution by rewrites or diffs, "
         "sampling ratios, migration between islands); the defaults record as before this field existed.")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    policy: PolicySpec | None = Field(
+        None, description="A FeedbackPolicy's spec, inline (`cudanalyst policy` writes one; `cudanalyst record "
+        "--policy FILE` puts it here): per parent program state, which reports the child's prompt shows and in "
+        "which form, and whether a planner writes a plan first. Unset: every report shown raw (ungated).")
+    gating: Literal["policy", "random"] = Field(
+        "policy", description="policy: withhold what the policy withholds; random (the control): per iteration, "
+        "the same number of components, drawn at random.")
+    planner: ModelSpec | None = Field(
+        None, description="The model that writes a plan before each child when the policy names a planner "
+        "(policy.models.planner); served like `model`.")
     output: OutputSpec
     s3: S3Spec = Field(default_factory=S3Spec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
@@ -104,6 +115,16 @@ class RecordingSpec(Model):
         dupes = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
         if dupes:
             raise ValueError(f"tasks must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _planner_served(self) -> RecordingSpec:
+        wants = self.policy is not None and self.policy.models.planner is not None
+        if wants and self.planner is None:
+            raise ValueError(f"planner: the policy names a planner ({self.policy.models.planner}) "  # type: ignore[union-attr]
+                             "(policy.models.planner); give spec.planner, the model that serves it")
+        if self.planner is not None and self.planner.api != "chat":
+            raise ValueError("planner.api: the recorder asks the planner through the chat API only")
         return self
 
 

@@ -21,7 +21,8 @@ from cudanalyst.exits import EXIT_INTERRUPTED, guarded
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 # Subcommands in the order `--help` lists them: the core's modules, and the names handed in (run, record).
-COMMANDS = ["validate", "crd", "plan", "run", "record", "status", "report", "attribute", "study", "importer", "tasks"]
+COMMANDS = ["validate", "crd", "plan", "run", "record", "status", "report", "attribute", "study", "policy", "importer",
+            "tasks"]
 
 
 def build_parser(more: Mapping[str, Register] | None = None) -> argparse.ArgumentParser:

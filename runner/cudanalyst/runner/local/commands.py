@@ -60,6 +60,8 @@ def register_record(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="TrajectoryRecording YAML or JSON")
     p.add_argument("--output", help="override spec.output.uri (a folder or s3:// prefix)")
+    p.add_argument("--policy", metavar="FILE", help="a FeedbackPolicy (`cudanalyst policy` writes one): its spec "
+                   "goes into spec.policy, and the prompts follow it (default: the spec's own, else ungated)")
     _health_timeout(p)
     p.set_defaults(handler=record)
 
@@ -77,6 +79,26 @@ def load_spec(args: argparse.Namespace, load: Callable[[str], Spec]) -> Spec:
     return obj
 
 
+def with_policy(rec: TrajectoryRecording, path: str) -> TrajectoryRecording:
+    """The recording with the policy file's spec inline (it is then part of what the recording's folder records,
+    so a resume with another policy is refused); a bad file or a policy the spec cannot serve exits 2."""
+    from pydantic import ValidationError
+
+    from cudanalyst.api.policy import load_policy
+    from cudanalyst.api.recording import RecordingSpec
+
+    try:
+        policy = load_policy(path)
+    except SpecError as exc:
+        die(str(exc))
+    try:
+        spec = RecordingSpec.model_validate({**rec.spec.model_dump(by_alias=True),
+                                             "policy": policy.spec.model_dump(by_alias=True)})
+    except ValidationError as exc:
+        die(f"--policy {path}: " + "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()))
+    return rec.model_copy(update={"spec": spec})
+
+
 def run(args: argparse.Namespace) -> int:
     from cudanalyst.api import load_run
 
@@ -90,6 +112,8 @@ def record(args: argparse.Namespace) -> int:
     from cudanalyst.api.recording import load_recording
 
     spec = load_spec(args, load_recording)
+    if getattr(args, "policy", None):
+        spec = with_policy(spec, args.policy)
     from cudanalyst.runner.local.record import main
 
     return main(spec, args)

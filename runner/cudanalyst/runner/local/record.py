@@ -48,17 +48,27 @@ STOP_GRACE_S = 30.0  # what an OpenEvolve process gets to stop its workers befor
 
 
 def model_problems(rec: TrajectoryRecording) -> list[str]:
-    """The local model's weights, found (or synced from S3) here; else the field and why."""
-    model = rec.spec.model
-    if model.api_key is not None:  # the agent's processes are given a URL only (issue 34 covers runs)
-        return ["spec.model.apiKey: a recording cannot send an API key yet; give an endpoint that needs none"]
-    if model.serve != "local":
-        return []
-    try:
-        resolve_model_path(str(model.model), s3_settings(rec))
-    except (WeightsError, StoreError) as exc:
-        return [f"spec.model.model: {exc}"]
-    return []
+    """The local models' weights (the agent's, and the planner's when the policy asks for one), found (or synced
+    from S3) here; else the field and why."""
+    problems = []
+    for field, model in (("model", rec.spec.model), ("planner", planner_spec(rec))):
+        if model is None:
+            continue
+        if model.api_key is not None:  # the agent's processes are given a URL only (issue 34 covers runs)
+            problems.append(f"spec.{field}.apiKey: a recording cannot send an API key yet; give an endpoint that "
+                            "needs none")
+        elif model.serve == "local":
+            try:
+                resolve_model_path(str(model.model), s3_settings(rec))
+            except (WeightsError, StoreError) as exc:
+                problems.append(f"spec.{field}.model: {exc}")
+    return problems
+
+
+def planner_spec(rec: TrajectoryRecording) -> Any:
+    """The planner's model spec when the recording's policy names a planner; else None (the coder plans)."""
+    policy = rec.spec.policy
+    return rec.spec.planner if policy is not None and policy.models.planner else None
 
 
 # ---- 2. the model ---------------------------------------------------------------------------------------
@@ -89,12 +99,14 @@ def server_share(model: Any, gpu: bool) -> Any:
 
 @contextlib.contextmanager
 def served_model(rec: TrajectoryRecording, log_dir: str, health_timeout_s: float,
-                 say: Callable[[str], None] = lambda _: None, gpu: bool = False) -> Iterator[tuple[str, str]]:
-    """(base URL, served name) of the agent's model for the duration of the block."""
-    model = server_share(rec.spec.model, gpu)
-    if model is not rec.spec.model:
+                 say: Callable[[str], None] = lambda _: None, gpu: bool = False,
+                 spec: Any = None) -> Iterator[tuple[str, str]]:
+    """(base URL, served name) of the agent's model (or `spec`, the planner's) for the duration of the block."""
+    given = spec if spec is not None else rec.spec.model
+    model = server_share(given, gpu)
+    if model is not given:
         say(f"model server capped at {TOOLS_SHARE_CAP:.0%} of the GPU's memory (the spec asks "
-            f"{rec.spec.model.gpu_memory_utilization:.0%}): the evaluations' GPU tools need the rest")
+            f"{given.gpu_memory_utilization:.0%}): the evaluations' GPU tools need the rest")
     if model.serve != "local":
         endpoint = remote_endpoint(model)
         yield endpoint.base_url, endpoint.model
@@ -114,26 +126,27 @@ def served_model(rec: TrajectoryRecording, log_dir: str, health_timeout_s: float
 
 
 def launch_task(spec_path: Path, task: str, endpoint: str, served: str, gpu: bool,
-                log_dir: Path) -> subprocess.Popen[bytes]:
+                log_dir: Path, planner: tuple[str, str] | None = None) -> subprocess.Popen[bytes]:
     with open(log_dir / f"task-{task}.log", "ab") as log:
         # SIGTERM when `cudanalyst record` dies, however it dies; its own session keeps Ctrl-C from the
         # terminal from reaching it twice. OpenEvolve stops its workers on SIGTERM.
         return lifeline.popen(
             [sys.executable, "-m", "cudanalyst.runner.record.evolve", "--recording", str(spec_path),
              "--task", task, "--endpoint", endpoint, "--served-model", served, "--gpu", str(int(gpu)),
-             "--workdir", str(log_dir / "work" / task)],
+             "--workdir", str(log_dir / "work" / task),
+             *(["--planner-endpoint", planner[0], "--planner-model", planner[1]] if planner else [])],
             death_signal=signal.SIGTERM, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
 
 
 def run_tasks(rec: TrajectoryRecording, endpoint: str, served: str, gpu: bool, log_dir: Path,
-              tick: Callable[[list[TaskProgress]], None]) -> dict[str, int]:
+              tick: Callable[[list[TaskProgress]], None], planner: tuple[str, str] | None = None) -> dict[str, int]:
     """Every unfinished task at once (one model server batches their requests); exit status per task."""
     store = recording_store(rec)
     spec_path = log_dir / "recording.json"
     spec_path.write_text(json.dumps(rec.to_dict()))
     todo = [t.task for t in read_recording_progress(rec, store) if t.done < t.total]
-    procs = {task: launch_task(spec_path, task, endpoint, served, gpu, log_dir) for task in todo}
+    procs = {task: launch_task(spec_path, task, endpoint, served, gpu, log_dir, planner) for task in todo}
     try:
         while any(p.poll() is None for p in procs.values()):
             tick(read_recording_progress(rec, store))
@@ -219,9 +232,17 @@ def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
                 if 0 < t.done < t.total:
                     now.say(f"{t.task}: resuming after iteration {t.done} (its last complete checkpoint)")
             if any(t.done < t.total for t in tasks):
-                with served_model(rec, str(folder), args.health_timeout, now.say, gpu) as (endpoint, served):
-                    now.say("evolving: every task at once against one model server")
-                    codes = run_tasks(rec, endpoint, served, gpu, folder, now.tick)
+                with contextlib.ExitStack() as stack:
+                    endpoint, served = stack.enter_context(
+                        served_model(rec, str(folder), args.health_timeout, now.say, gpu))
+                    planner = None
+                    if planner_spec(rec) is not None:  # the policy's planner: a second server (or endpoint)
+                        (folder / "planner").mkdir(exist_ok=True)
+                        planner = stack.enter_context(served_model(rec, str(folder / "planner"), args.health_timeout,
+                                                                   now.say, gpu, planner_spec(rec)))
+                    now.say("evolving: every task at once against one model server"
+                            + (f"; plans by {planner[1]}" if planner else ""))
+                    codes = run_tasks(rec, endpoint, served, gpu, folder, now.tick, planner)
             else:
                 now.say("every task has all its iterations: importing")
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a store away
@@ -247,5 +268,10 @@ def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
 
     for line in recorded_tool_lines(store):  # whether the reports are the tools' real output (issue 28)
         console.print(line, highlight=False, markup=False)
+    if spec.policy is not None:
+        from cudanalyst.gating import gating_lines
+
+        for line in gating_lines(store, spec.tasks):
+            console.print(line, highlight=False, markup=False)
     console.print(f"use it as an AttributionRun's spec.trajectory.uri: {uri}")
     return 0

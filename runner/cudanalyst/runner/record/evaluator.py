@@ -20,6 +20,7 @@ from cudanalyst import players
 from cudanalyst.runner.kernels.feedback.reports import program_facts, reporter
 from cudanalyst.runner.kernels.timing.trials import speedup
 from cudanalyst.runner.kernels.workers.requests import EvalSettings
+from cudanalyst.runner.record import gate
 from cudanalyst.tasks import get_task
 from cudanalyst.tasks.conformance import contract_problems
 
@@ -28,6 +29,9 @@ from cudanalyst.tasks.conformance import contract_problems
 # BUILT; a correct one CORRECT plus up to (1 - CORRECT) by its speedup over the task baseline, s / (1 + s).
 BUILT = 0.1
 CORRECT = 0.5
+
+# OpenEvolve's workers load this file before they build a prompt: a recording with a policy gates the reports there.
+gate.install_from_env()
 
 _pool: tuple[int, Any] | None = None  # (pid, WorkerPool): OpenEvolve forks its workers, each needs its own
 

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -124,8 +125,34 @@ def drop_checkpoints_after(store: ObjectStore, number: int) -> None:
             store.delete(key)
 
 
+GATING_LOG = "gating.jsonl"  # per task, beside its checkpoints: one line per iteration (runner.record.gate)
+
+
+def gating_settings(rec: TrajectoryRecording, workdir: Path, endpoint: str, served: str,
+                    planner: tuple[str, str] | None) -> Any:
+    """The gate's settings for this task's OpenEvolve processes, or None: no policy, every report shown raw."""
+    from cudanalyst.runner.record.gate import GateSettings
+
+    spec = rec.spec
+    if spec.policy is None:
+        return None
+    url, name = planner if planner and spec.policy.models.planner else ("", "")
+    return GateSettings(policy=spec.policy, gating=spec.gating, seed=spec.seed, log_path=str(workdir / GATING_LOG),
+                        coder_url=endpoint, coder_model=served, planner_url=url, planner_model=name,
+                        max_tokens=spec.max_tokens, temperature=spec.temperature)
+
+
+def restore_gating_log(store: ObjectStore, local: Path, done: int) -> None:
+    """The store's log up to the resumed checkpoint (lines past it were cut short and are run again)."""
+    lines = []
+    if store.exists(GATING_LOG):
+        lines = [ln for ln in store.get_text(GATING_LOG).splitlines()
+                 if ln.strip() and int(json.loads(ln).get("iteration", 0)) <= done]
+    local.write_text("".join(f"{ln}\n" for ln in lines))
+
+
 def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str, gpu: bool,
-                workdir: Path) -> int:
+                workdir: Path, planner: tuple[str, str] | None = None) -> int:
     from openevolve import OpenEvolve
     from openevolve.config import Config
 
@@ -143,6 +170,14 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
     initial = workdir / "initial.cu"
     initial.write_text(get_task(task).baseline_source)
     resume = str(download_checkpoint(store, done, workdir / "resume")) if done else None
+    settings = gating_settings(rec, workdir, endpoint, served, planner)
+    if settings is not None:
+        from cudanalyst.runner.record.gate import ENV, install
+
+        restore_gating_log(store, workdir / GATING_LOG, done)
+        (workdir / "gating.json").write_text(settings.to_json())
+        os.environ[ENV] = str(workdir / "gating.json")  # OpenEvolve's workers start with this process's environment
+        install(settings)
 
     config = Config.from_dict(openevolve_config(rec, task, endpoint, served, gpu))
     controller = OpenEvolve(str(initial), evaluator.__file__, config, output_dir=str(workdir / "out"))
@@ -152,6 +187,8 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
     def save_and_upload(iteration: int) -> None:
         save(iteration)
         programs = upload_checkpoint(workdir / "out" / "checkpoints", store, iteration)
+        if settings is not None and (workdir / GATING_LOG).exists():
+            store.put_bytes(GATING_LOG, (workdir / GATING_LOG).read_bytes())
         best = controller.database.get_best_program()
         top.put_json(progress_key(task), {
             "task": task, "checkpoint": iteration, "iterations": total, "programs": programs,
@@ -176,13 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint", required=True, help="OpenAI-compatible base URL (…/v1)")
     parser.add_argument("--served-model", required=True)
     parser.add_argument("--gpu", type=int, choices=(0, 1), default=0)
+    parser.add_argument("--planner-endpoint", default="", help="the planner's base URL, when the policy names one")
+    parser.add_argument("--planner-model", default="")
     parser.add_argument("--workdir", default="")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     rec = parse_recording(json.loads(Path(args.recording).read_text()), args.recording)
     work = Path(args.workdir or tempfile.mkdtemp(prefix=f"cudanalyst-record-{args.task}-"))
     try:
-        return evolve_task(rec, args.task, args.endpoint, args.served_model, bool(args.gpu), work)
+        planner = (args.planner_endpoint, args.planner_model) if args.planner_endpoint else None
+        return evolve_task(rec, args.task, args.endpoint, args.served_model, bool(args.gpu), work, planner)
     except Exception:
         log.exception("task %s failed", args.task)
         return 1

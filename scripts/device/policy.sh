@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs ON the GPU machine: the policy comparison of issue 30 (docs/policy.md). Its recordings (one per arm and seed,
+# scripts/policy_comparison.py specs) one after another inside one call's time, each resumable across calls, then
+# `measure` (the kernel stage's verify and compare) once every picked recording is finished.
+#   POLICY_BUDGET=540 scripts/device/policy.sh examples/policy/comparison-h200.yaml [GLOB]
+# GLOB picks recordings by name (default: all; e.g. 'pc-*-s0' for one seed, so lanes.sh can split the arms or
+# seeds over GPUs). Needs what pipeline.sh needs (.device carried; the wheelhouse and both models' GGUF parts
+# stashed by earlier calls: scripts/device/stash.sh).
+# 1. Restores $POLICY_RESTORE/policy-runs*.tgz (default .device/policy-runs: what earlier calls brought back) into
+#    /tmp/runs, unless this warm machine still has the folder.
+# 2. Per picked recording not yet imported: `cudanalyst record SPEC --output /tmp/runs`, SIGTERM (taken as Ctrl-C)
+#    when POLICY_BUDGET seconds (from this script's start) are nearly spent; its wall seconds are added to
+#    /tmp/runs/times.tsv (the recording's GPU time: the GPU is held by it alone).
+# 3. When every picked recording has its trajectory: measure -> $OUT/measured-GLOB/ (programs.jsonl, usage.jsonl).
+# 4. Brings back $OUT/policy-runs-GLOB.tgz (each folder with its last checkpoint only: what a resume and `measure`
+#    read) and the consoles in $OUT/policy-logs-GLOB.tgz.
+set -uo pipefail
+[ $# -ge 1 ] || { echo "usage: scripts/device/policy.sh COMPARISON.yaml [GLOB]" >&2; exit 2; }
+comparison=$1 pick=${2:-*}
+tag=$(echo "$pick" | tr -c 'A-Za-z0-9\n-' '_')
+budget="${POLICY_BUDGET:-540}" restore="${POLICY_RESTORE:-.device/policy-runs}"
+reserve=90 min_run=${POLICY_MIN_RUN:-150}
+runs=/tmp/runs specs=/tmp/policy-specs logs=/tmp/policy-logs
+# shellcheck source=scripts/device/setup.sh
+source scripts/device/setup.sh || exit 1
+# shellcheck source=scripts/device/models.sh
+source scripts/device/models.sh
+vllm_from_wheelhouse || exit 1
+mkdir -p "$runs" "$logs"
+$py scripts/policy_comparison.py specs "$comparison" --out "$specs" || exit 2
+# shellcheck disable=SC2046
+prepare_models $($py -c "
+import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c['large']['model'], c['small']['model'])" "$comparison") || exit 1
+
+for t in "$restore"/policy-runs*.tgz; do
+  [ -e "$t" ] || continue
+  for name in $(tar tzf "$t" | sed -n 's|^\([^/]*\)/spec.json$|\1|p'); do
+    if [ -d "$runs/$name" ]; then echo "restore: $name kept from this machine"
+    else tar xzf "$t" -C "$runs" "$name" && echo "restore: $name from $t"; fi
+  done
+  tar xzf "$t" -C "$runs" --skip-old-files --wildcards 'times-*.tsv' 2>/dev/null || true  # a warm machine's own win
+done
+
+picked=() all_done=1
+for spec in "$specs"/$pick.yaml; do
+  [ -e "$spec" ] || { echo "no recording matches $pick"; exit 2; }
+  name=$(basename "$spec" .yaml); picked+=("$name")
+  if [ -d "$runs/$name/trajectory" ]; then echo "$name: recorded before this call"; continue; fi
+  left=$((budget - SECONDS - reserve))
+  if [ "$left" -lt "$min_run" ]; then echo "$name: not started, $left s left"; all_done=0; continue; fi
+  step "$name: cudanalyst record ($left s at most)"
+  t0=$SECONDS
+  timeout --signal=TERM --kill-after=60 "$left" $py -m cudanalyst record "$spec" --output "$runs" > "$logs/$name.log" 2>&1
+  rc=$?
+  printf '%s\t%s\n' "$name" "$((SECONDS - t0))" >> "$runs/times-$name.tsv"
+  tail -n 12 "$logs/$name.log"
+  [ -d "$runs/$name/trajectory" ] || { echo "$name: stopped (exit $rc), resumes next call"; all_done=0; }
+done
+
+# A recording's GPU seconds: the sum of its passes.
+cat "$runs"/times-*.tsv 2>/dev/null | awk -F'\t' '{s[$1]+=$2} END {for (n in s) printf "%s\t%d\n", n, s[n]}' > "$runs/times.tsv"
+if [ "$all_done" = 1 ] && [ "${POLICY_MEASURE:-1}" = 1 ]; then
+  step "measure: the kernel stage re-verifies and re-times every recorded program"
+  folders=(); for n in "${picked[@]}"; do folders+=("$runs/$n"); done
+  $py scripts/policy_comparison.py measure "${folders[@]}" --comparison "$comparison" --times "$runs/times.tsv" \
+    --out "$out/measured-$tag" 2>&1 | tee "$logs/measure-$tag.log" | tail -n 25
+fi
+
+step "pack"
+: > /tmp/policy-exclude
+for n in "${picked[@]}"; do
+  for task_dir in "$runs/$n"/openevolve/*/checkpoints; do
+    [ -d "$task_dir" ] || continue
+    last=$(ls "$task_dir" | sed -n 's/^checkpoint_//p' | sort -n | tail -1)
+    ls "$task_dir" | grep -v "^checkpoint_$last$" | sed "s|^|${task_dir#"$runs"/}/|" >> /tmp/policy-exclude
+  done
+done
+existing=(); for n in "${picked[@]}"; do [ -d "$runs/$n" ] && existing+=("$n"); done
+(cd "$runs" && tar czf "$out/policy-runs-$tag.tgz" -X /tmp/policy-exclude "${existing[@]}" times-*.tsv 2>/dev/null)
+tar czf "$out/policy-logs-$tag.tgz" -C "$logs" .
+cp "$runs/times.tsv" "$out/times-$tag.tsv" 2>/dev/null
+ls -la "$out"

@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""The comparison of issue 30, part 3: does the learned feedback policy make the agent better on held-out tasks?
+
+  specs    COMPARISON.yaml --out DIR      one TrajectoryRecording per arm and seed (cudanalyst.comparison); exit 2
+                                          when a task is one the policy was learned on, or a family has no task
+  measure  RECORDING... --comparison COMPARISON.yaml [--times TSV] --out DIR
+                                          (GPU) re-verify and re-time every recorded program with the kernel stage's
+                                          verify and compare (the AttributionRun's timing, on fresh secret inputs,
+                                          never the agent's fitness): DIR/programs.jsonl; tokens (OpenEvolve's
+                                          usage, the gating log) and GPU seconds per task: DIR/usage.jsonl
+  analyse  DIR --comparison COMPARISON.yaml --out RESULTS [--preface FILE]
+                                          (no GPU) each arm's numbers with intervals over tasks x seeds:
+                                          RESULTS/README.md and RESULTS/comparison.json
+
+docs/policy.md gives the H200 commands (scripts/device/policy.sh runs the recordings and `measure`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXIT_INVALID = 2
+
+
+def bad(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def load_comparison(path: str) -> tuple[Any, Any]:
+    """(ComparisonSpec, the learned FeedbackPolicy); SystemExit(2) naming the file and field."""
+    from pydantic import ValidationError
+
+    from cudanalyst.api import SpecError
+    from cudanalyst.api.policy import load_policy
+    from cudanalyst.comparison import ComparisonSpec
+
+    try:
+        spec = ComparisonSpec.model_validate(yaml.safe_load(Path(path).read_text()))
+    except FileNotFoundError:
+        raise SystemExit(bad(f"{path}: file not found")) from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SystemExit(bad(f"{path}: {problems}")) from None
+    try:
+        policy = load_policy(Path(path).parent / spec.policy)
+    except SpecError as exc:
+        raise SystemExit(bad(f"{path}: policy: {exc}")) from None
+    return spec, policy
+
+
+def held_out_problems(tasks: list[str], learned_on: list[str]) -> list[str]:
+    """Why these tasks are not a held-out set from every family (pure but for the task registry)."""
+    from cudanalyst.tasks import UnknownTaskError, all_tasks, get_task
+
+    problems = []
+    seen = [t for t in tasks if t in set(learned_on)]
+    if seen:
+        problems.append(f"tasks: {', '.join(seen)} were in the policy's own runs (spec.tasks of the policy)")
+    families = set()
+    for i, t in enumerate(tasks):
+        try:
+            families.add(get_task(t).family)
+        except UnknownTaskError as exc:
+            problems.append(f"tasks[{i}]: {exc}")
+    missing = sorted({t.family for t in all_tasks()} - families)
+    if missing:
+        problems.append(f"tasks: no held-out task of the famil{'y' if len(missing) == 1 else 'ies'} "
+                        f"{', '.join(missing)}")
+    return problems
+
+
+def cmd_specs(args: argparse.Namespace) -> int:
+    from cudanalyst.comparison import recordings
+
+    spec, policy = load_comparison(args.comparison)
+    problems = held_out_problems(spec.tasks, policy.spec.tasks)
+    if problems:
+        return bad(f"{args.comparison}: " + "; ".join(problems))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    recs = recordings(spec, policy.spec)
+    from cudanalyst.api.recording import parse_recording
+
+    for name, doc in recs.items():
+        parse_recording(doc, name)  # every arm's spec valid before any is written
+    for name, doc in recs.items():
+        (out / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
+    withheld = sum(1 for r in policy.spec.states.values() for c in r.components if not c.show)
+    print(f"{len(recs)} recordings ({len(spec.arms)} arms x {len(spec.seeds)} seeds) over {len(spec.tasks)} held-out "
+          f"tasks -> {out}/")
+    if withheld == 0 and policy.spec.models.planner is None:
+        print("note: the learned policy withholds nothing and names no planner: its arm is `all` again, and `random`"
+              " withholds nothing either (say so in the results)")
+    return 0
+
+
+# ---- measure (GPU) --------------------------------------------------------------------------------------------
+
+
+def arm_and_seed(name: str, comparison: str) -> tuple[str, int]:
+    rest = name.removeprefix(f"{comparison}-")
+    arm, _, seed = rest.rpartition("-s")
+    return arm, int(seed)
+
+
+def last_checkpoint_programs(folder: Path, task: str) -> list[dict[str, Any]]:
+    root = folder / "openevolve" / task / "checkpoints"
+    numbers = sorted(int(p.name.removeprefix("checkpoint_")) for p in root.glob("checkpoint_*"))
+    if not numbers:
+        return []
+    return [json.loads(p.read_text()) for p in (root / f"checkpoint_{numbers[-1]}" / "programs").glob("*.json")]
+
+
+def task_usage(folder: Path, task: str) -> dict[str, float]:
+    """Tokens the agent spent on one task: OpenEvolve's per-program usage, the gating log's planner and savings."""
+    prompt = completion = 0.0
+    for p in last_checkpoint_programs(folder, task):
+        usage = (p.get("metadata") or {}).get("token_usage") or {}
+        prompt += float(usage.get("prompt_tokens") or 0)
+        completion += float(usage.get("completion_tokens") or 0)
+    planner = saved = 0.0
+    log = folder / "openevolve" / task / "gating.jsonl"
+    if log.exists():
+        for line in log.read_text().splitlines():
+            if line.strip():
+                e = json.loads(line)
+                planner += float(e.get("plannerPromptTokens") or 0) + float(e.get("plannerCompletionTokens") or 0)
+                saved += float(e.get("savedTokens") or 0)
+    return {"promptTokens": prompt, "completionTokens": completion, "plannerTokens": planner, "savedTokens": saved}
+
+
+def measure_program(task: Any, source: str, cfg: Any, seeds: Any, pool: Any) -> dict[str, Any]:
+    """Compile, verify and time against the baseline as the kernel stage does (its functions, its settings)."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source, shared_cache
+    from cudanalyst.runner.kernels.timing.trials import speedup
+    from cudanalyst.runner.kernels.workers.requests import TimedProgram, compare_request, verify_request
+
+    cache = shared_cache()
+    built = compile_task_source(task, source, cache=cache)
+    if not built.ok or not built.cubin:
+        return {"compiled": False, "correct": False, "speedup": None}
+    verdict = pool.verify(verify_request(task, built.cubin, cfg, seeds), cfg.timeout_seconds)
+    correct = bool(verdict.get("ok") and verdict.get("correct"))
+    if not correct:
+        return {"compiled": True, "correct": False, "speedup": None}
+    base = compile_task_source(task, task.baseline_source, cache=cache)
+    reply = pool.compare(compare_request(task, [TimedProgram("program", built.cubin),
+                                                TimedProgram("baseline", base.cubin or b"")], cfg, seeds),
+                         max(cfg.timeout_seconds, 60))
+    timed = reply.get("programs", {}) if reply.get("ok") else {}
+
+    def median(name: str) -> float | None:
+        entry = timed.get(name, {})
+        return (entry.get("stats") or {}).get("median_ms") if entry.get("ok") else None
+
+    p_ms, b_ms = median("program"), median("baseline")
+    return {"compiled": True, "correct": True, "speedup": speedup(b_ms, p_ms), "programMs": p_ms, "baselineMs": b_ms}
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from cudanalyst.runner.kernels.workers.pool import WorkerPool
+    from cudanalyst.runner.kernels.workers.requests import EvalSettings, fresh_secret, seeds_for
+    from cudanalyst.tasks import get_task
+    from cudanalyst.trajectory import load_trajectory
+
+    spec, _ = load_comparison(args.comparison)
+    cfg = EvalSettings.of(spec.evaluation)
+    times = {}
+    if args.times:
+        for line in Path(args.times).read_text().splitlines():
+            name, _, seconds = line.partition("\t")
+            times[name] = float(seconds or 0)
+    folders = [Path(f) for f in args.recordings]
+    for f in folders:
+        if not (f / "trajectory" / "programs.jsonl").exists() and not (f / "trajectory" / "programs.jsonl.gz").exists():
+            return bad(f"{f}: no trajectory/ (an unfinished recording? run it again to finish and import it)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, usage = [], []
+    with WorkerPool(args.workers) as pool:
+        for f in folders:
+            name = json.loads((f / "spec.json").read_text())["name"]
+            arm, seed = arm_and_seed(name, spec.name)
+            seeds = seeds_for(cfg, fresh_secret())  # inputs the agent never saw, one secret per recording
+            programs = load_trajectory((f / "trajectory").resolve().as_uri() + "/").programs
+            # Compiles and verifications side by side (the pool's workers); timing holds the GPU alone (its gate).
+            with ThreadPoolExecutor(max_workers=args.workers) as threads:
+                measured = threads.map(
+                    lambda p, seeds=seeds: measure_program(get_task(p.task), p.source, cfg, seeds, pool), programs)
+                for p, got in zip(programs, measured, strict=True):
+                    rows.append({"recording": name, "arm": arm, "seed": seed, "task": p.task,
+                                 "programId": p.program_id, "iteration": p.generation, **got})
+            tasks = sorted({p.task for p in programs})
+            for t in tasks:
+                usage.append({"recording": name, "arm": arm, "seed": seed, "task": t, **task_usage(f, t),
+                              # the recording's GPU time, shared by its tasks (they ran at once on one server)
+                              "gpuSeconds": times.get(name, 0.0) / max(len(tasks), 1)})
+            print(f"{name}: {len(programs)} programs measured", flush=True)
+    (out / "programs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "usage.jsonl").write_text("".join(json.dumps(r) + "\n" for r in usage))
+    return 0
+
+
+def cmd_analyse(args: argparse.Namespace) -> int:
+    from cudanalyst.comparison import analyse, readme
+
+    spec, _ = load_comparison(args.comparison)
+    folder = Path(args.measured)
+    try:
+        rows = [json.loads(x) for x in (folder / "programs.jsonl").read_text().splitlines() if x.strip()]
+        usage = [json.loads(x) for x in (folder / "usage.jsonl").read_text().splitlines() if x.strip()]
+    except FileNotFoundError as exc:
+        return bad(f"{exc.filename}: not found (run `measure` first)")
+    result = analyse(rows, usage, spec.iterations)
+    preface = Path(args.preface).read_text() if args.preface else ""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "README.md").write_text(readme(result, f"Does the learned feedback policy help? ({spec.name})", preface))
+    print(f"-> {out}/README.md")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="policy_comparison.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("specs")
+    p.add_argument("comparison")
+    p.add_argument("--out", required=True)
+    p.set_defaults(handler=cmd_specs)
+    p = sub.add_parser("measure")
+    p.add_argument("recordings", nargs="+", help="recording folders (<output.uri>/<name>/)")
+    p.add_argument("--comparison", required=True)
+    p.add_argument("--times", default="", help="name<TAB>seconds per recording (scripts/device/policy.sh)")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--out", required=True)
+    p.set_defaults(handler=cmd_measure)
+    p = sub.add_parser("analyse")
+    p.add_argument("measured", help="the folder `measure` wrote")
+    p.add_argument("--comparison", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--preface", default="")
+    p.set_defaults(handler=cmd_analyse)
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Does a learned feedback policy make the agent better? The comparison of issue 30, part 3: its spec, the
+recordings of its arms, and the analysis of what `scripts/policy_comparison.py measure` re-measured (pure).
+
+Arms (each a TrajectoryRecording per seed over the same held-out tasks, iterations, model server and sampling):
+  all       every report shown raw: today's recorder (no policy)
+  none      every report withheld in every state
+  learned   the learned policy
+  random    the learned policy's number of withheld components per state, drawn at random per iteration
+  split     every report shown, a planner (the large model) writes a plan, the small model writes the code
+  small     every report shown, the small model alone (the split's own baseline: the paper compares the split with
+            the planner model alone, which is `all`)
+A unit is one (task, seed). Per arm: the best verified speedup over the task's baseline after N iterations
+(re-verified and re-timed by the kernel stage's own verify and compare, on inputs the agent never saw: never the
+agent's fitness), its geometric mean over units with a t-interval on the log scale; the difference from `all`
+paired by unit; compile and pass rates per iteration and over all; tokens and GPU seconds per unit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from cudanalyst.api.spec import EvaluationSpec, Model, ModelSpec
+
+ARMS = ("all", "none", "learned", "random", "split", "small")
+REFERENCE = "all"
+ArmName = Literal["all", "none", "learned", "random", "split", "small"]
+
+
+class ComparisonSpec(Model):
+    """What `scripts/policy_comparison.py specs` turns into one TrajectoryRecording per arm and seed."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+    policy: str = Field(description="The learned FeedbackPolicy's file, relative to this spec's folder.")
+    tasks: list[str] = Field(min_length=1, description="Held-out tasks: none of the policy's own (spec.tasks).")
+    seeds: list[int] = Field(min_length=1)
+    iterations: int = Field(ge=1, description="N: the budget per (task, seed), the same for every arm.")
+    arms: list[ArmName] = Field(default_factory=lambda: list(ARMS))
+    large: ModelSpec = Field(description="The model of every arm but split's coder and small.")
+    small: ModelSpec = Field(description="split's coder, and small's model.")
+    population: int = 20
+    parallel: int = 4
+    max_tokens: int = 2048
+    temperature: float = 0.8
+    recording_evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec,
+                                                 description="How the recorder evaluates (the agent's fitness).")
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec,
+                                       description="How `measure` re-verifies and re-times (the AttributionRun's).")
+    output: str = Field("/tmp/runs", description="The recordings' output.uri.")
+
+    @model_validator(mode="after")
+    def _reference(self) -> ComparisonSpec:
+        if REFERENCE not in self.arms:
+            raise ValueError(f"arms: the reference arm {REFERENCE!r} must be one of them")
+        return self
+
+
+def recording_name(spec: ComparisonSpec, arm: str, seed: int) -> str:
+    return f"{spec.name}-{arm}-s{seed}"
+
+
+def arm_policy(arm: str, learned: Any, large: str, small: str) -> dict[str, Any] | None:
+    """The `spec.policy` of an arm's recordings (None: ungated). `learned`: the learned PolicySpec."""
+    players = list(learned.players)
+    if arm in ("all", "small"):
+        return None
+    if arm == "none":
+        states = {s: {"components": [{"component": p, "show": False, "reason": "the no-feedback arm"}
+                                     for p in players]} for s in ("broken", "unverified", "wrong", "correct", "fast")}
+        return {"players": players, "states": states, "notes": ["arm none: every report withheld"]}
+    if arm == "split":
+        return {"players": players, "models": {"planner": large, "coder": small,
+                                               "reason": "the split arm: the large model plans, the small codes"},
+                "notes": ["arm split: every report shown, a plan first"]}
+    return learned.model_dump(by_alias=True, mode="json")  # learned, random (the recording's gating says which)
+
+
+def recordings(spec: ComparisonSpec, learned: Any) -> dict[str, dict[str, Any]]:
+    """{name: TrajectoryRecording} for every arm and seed (pure)."""
+    large = Path(str(spec.large.model).rstrip("/")).name
+    small = Path(str(spec.small.model).rstrip("/")).name
+    out = {}
+    for arm in spec.arms:
+        for seed in spec.seeds:
+            coder = spec.small if arm in ("split", "small") else spec.large
+            body: dict[str, Any] = {
+                "tasks": list(spec.tasks), "model": coder.model_dump(by_alias=True, exclude_none=True),
+                "iterations": spec.iterations, "islands": 1, "population": spec.population, "seed": seed,
+                "temperature": spec.temperature, "maxTokens": spec.max_tokens, "parallel": spec.parallel,
+                "checkpointInterval": max(1, spec.iterations // 4),
+                # generation = the iteration a program was found in: "after N iterations" is generation <= N
+                "iterationsPerGeneration": 1,
+                "evaluation": spec.recording_evaluation.model_dump(by_alias=True, exclude_none=True),
+                "output": {"uri": spec.output}, "resources": {"gpusPerShard": 1},
+            }
+            policy = arm_policy(arm, learned, large, small)
+            if policy is not None:
+                body["policy"] = policy
+            if arm == "random":
+                body["gating"] = "random"
+            if arm == "split":
+                body["planner"] = spec.large.model_dump(by_alias=True, exclude_none=True)
+            name = recording_name(spec, arm, seed)
+            out[name] = {"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "TrajectoryRecording",
+                         "metadata": {"name": name, "labels": {"arm": arm, "seed": str(seed)}}, "spec": body}
+    return out
+
+
+# ---- the analysis (pure) --------------------------------------------------------------------------------------
+
+
+def t_interval(values: Sequence[float], confidence: float) -> tuple[float, float | None, float | None]:
+    """(mean, low, high) of a t-interval over units; no interval from fewer than two."""
+    from scipy import stats
+
+    n = len(values)
+    if n == 0:
+        return math.nan, None, None
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None, None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def _exp(x: tuple[float, float | None, float | None]) -> dict[str, float | None]:
+    return {"value": math.exp(x[0]) if math.isfinite(x[0]) else None,
+            "low": None if x[1] is None else math.exp(x[1]), "high": None if x[2] is None else math.exp(x[2])}
+
+
+def _plain(x: tuple[float, float | None, float | None]) -> dict[str, float | None]:
+    return {"value": x[0] if math.isfinite(x[0]) else None, "low": x[1], "high": x[2]}
+
+
+def best_speedups(programs: Iterable[Mapping[str, Any]], iterations: int) -> dict[tuple[str, str, int], float]:
+    """Per (arm, task, seed): the best re-measured speedup over the baseline among programs found by iteration N
+    that the re-verification found correct; 1.0 (the baseline itself) when none is."""
+    best: dict[tuple[str, str, int], float] = {}
+    for p in programs:
+        key = (p["arm"], p["task"], int(p["seed"]))
+        best.setdefault(key, 1.0)
+        if p["iteration"] <= iterations and p.get("correct") and p.get("speedup"):
+            best[key] = max(best[key], float(p["speedup"]))
+    return best
+
+
+def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, Any]], iterations: int,
+            confidence: float = 0.95) -> dict[str, Any]:
+    """Each arm's numbers with intervals over its units (task x seed). `programs`: one re-measured program a row
+    (arm, task, seed, iteration, compiled, correct, speedup); `usage`: one recording's task a row (arm, task, seed,
+    promptTokens, completionTokens, plannerTokens, savedTokens, gpuSeconds)."""
+    best = best_speedups(programs, iterations)
+    arms = sorted({k[0] for k in best}, key=lambda a: ARMS.index(a) if a in ARMS else len(ARMS))
+    units = {a: sorted((t, s) for b, t, s in best if b == a) for a in arms}
+    rates: dict[tuple[str, str, int], dict[str, list[float]]] = defaultdict(lambda: {"compiled": [], "pass": []})
+    curve: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for p in programs:
+        if 1 <= p["iteration"] <= iterations:  # the children, not the baseline
+            key = (p["arm"], p["task"], int(p["seed"]))
+            rates[key]["compiled"].append(float(bool(p.get("compiled"))))
+            rates[key]["pass"].append(float(bool(p.get("correct"))))
+            curve[p["arm"]][int(p["iteration"])].append((float(bool(p.get("compiled"))), float(bool(p.get("correct")))))
+    spent: dict[tuple[str, str, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for u in usage:
+        key = (u["arm"], u["task"], int(u["seed"]))
+        for k in ("promptTokens", "completionTokens", "plannerTokens", "savedTokens", "gpuSeconds"):
+            spent[key][k] += float(u.get(k) or 0)
+    out: dict[str, Any] = {"iterations": iterations, "confidence": confidence, "reference": REFERENCE, "arms": []}
+    for a in arms:
+        logs = [math.log(best[(a, t, s)]) for t, s in units[a]]
+        row: dict[str, Any] = {"arm": a, "units": len(units[a]),
+                               "tasks": sorted({t for t, _ in units[a]}), "seeds": sorted({s for _, s in units[a]}),
+                               "bestSpeedup": _exp(t_interval(logs, confidence))}
+        if REFERENCE in arms and a != REFERENCE:
+            paired = [math.log(best[(a, t, s)]) - math.log(best[(REFERENCE, t, s)])
+                      for t, s in units[a] if (REFERENCE, t, s) in best]
+            row["speedupRatioToAll"] = {**_exp(t_interval(paired, confidence)), "pairs": len(paired)}
+        for metric in ("compiled", "pass"):
+            per_unit = [sum(r) / len(r) for t, s in units[a] if (r := rates[(a, t, s)][metric])]
+            row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence))
+        # Per iteration: the share of that iteration's children (one per unit) that compiled / passed, with a
+        # t-interval over them (none from fewer than two).
+        row["alongIterations"] = [
+            {"iteration": i, "programs": len(v), "compiled": sum(c for c, _ in v) / len(v),
+             "pass": sum(p for _, p in v) / len(v),
+             "compiledInterval": list(t_interval([c for c, _ in v], confidence)[1:]),
+             "passInterval": list(t_interval([p for _, p in v], confidence)[1:])} for i, v in sorted(curve[a].items())]
+        for k in ("promptTokens", "completionTokens", "plannerTokens", "savedTokens", "gpuSeconds"):
+            row[k] = _plain(t_interval([spent[(a, t, s)][k] for t, s in units[a]], confidence))
+        out["arms"].append(row)
+    return out
+
+
+def _fmt(x: Mapping[str, Any], digits: int = 3, suffix: str = "") -> str:
+    if x.get("value") is None:
+        return "n/a"
+    iv = "" if x.get("low") is None else f" [{x['low']:.{digits}f}, {x['high']:.{digits}f}]"
+    return f"{x['value']:.{digits}f}{suffix}{iv}"
+
+
+def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
+    """The results page: one row per arm, then the curves (markdown)."""
+    conf = f"{result['confidence']:.0%}"
+    lines = [f"# {title}", "", preface.strip(), "",
+             f"Best verified speedup over the task's baseline after {result['iterations']} iterations (geometric mean "
+             f"over units = task x seed, {conf} t-interval on the log scale), re-verified and re-timed by the kernel "
+             "stage on inputs the agent never saw; its ratio to `all` paired by unit; compile and pass rates of the "
+             "children (mean over units); tokens and GPU seconds per unit.", "",
+             "| arm | units | best speedup | ratio to all | compile rate | pass rate | prompt tokens | saved tokens "
+             "| GPU s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["arms"]:
+        ratio = _fmt(r["speedupRatioToAll"], suffix="x") if "speedupRatioToAll" in r else "(reference)"
+        lines.append(f"| {r['arm']} | {r['units']} | {_fmt(r['bestSpeedup'], suffix='x')} | {ratio} | "
+                     f"{_fmt(r['compiledRate'])} | {_fmt(r['passRate'])} | {_fmt(r['promptTokens'], 0)} | "
+                     f"{_fmt(r['savedTokens'], 0)} | {_fmt(r['gpuSeconds'], 0)} |")
+    lines += ["", "Compile / pass rate along the iterations:", ""]
+    for r in result["arms"]:
+        lines.append(f"- {r['arm']}: " + ", ".join(f"{p['iteration']}: {p['compiled']:.2f}/{p['pass']:.2f}"
+                                                   for p in r["alongIterations"]))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,129 @@
+"""The comparison's machinery (issue 30, part 3): the arms' recordings and the analysis of re-measured programs.
+The recordings themselves run on the H200 (docs/policy.md); here the specs they are made from and the numbers
+made of what `measure` writes (rows built here: the analysis is pure)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cudanalyst.api.recording import load_recording
+from cudanalyst.comparison import analyse, best_speedups, readme
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPARISON = ROOT / "examples" / "policy" / "comparison-h200.yaml"
+SCRIPT = ROOT / "scripts" / "policy_comparison.py"
+
+
+def specs(comparison: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), "specs", str(comparison), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_arm_and_seed_is_a_valid_recording_that_differs_only_where_the_arm_does(tmp_path: Path) -> None:
+    proc = specs(COMPARISON, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    recs = {p.stem: load_recording(p) for p in tmp_path.glob("*.yaml")}
+    assert len(recs) == 6 * 3
+    by = {(r.metadata.labels["arm"], int(r.metadata.labels["seed"])): r.spec for r in recs.values()}
+    all0 = by[("all", 0)]
+    assert all0.policy is None and all0.planner is None and all0.iterations_per_generation == 1
+    assert by[("learned", 0)].policy is not None and not by[("learned", 0)].policy.rule("fast", "analyzer").show
+    assert by[("random", 0)].gating == "random" and by[("random", 0)].policy == by[("learned", 0)].policy
+    none = by[("none", 0)].policy
+    assert none is not None and all(not none.rule(s, c).show for s in ("broken", "wrong", "correct", "fast")
+                                    for c in none.players)
+    split = by[("split", 0)]
+    assert split.planner is not None and split.planner.model == "qwen2.5-coder-1.5b-instruct"
+    assert split.model.model == "qwen2.5-coder-0.5b-instruct" and split.policy is not None
+    assert by[("small", 0)].model.model == "qwen2.5-coder-0.5b-instruct" and by[("small", 0)].policy is None
+    # The same budget, tasks and sampling in every arm; seeds differ only in the seed.
+    for (arm, seed), s in by.items():
+        assert (s.tasks, s.iterations, s.population, s.temperature, s.max_tokens) == \
+            (all0.tasks, all0.iterations, all0.population, all0.temperature, all0.max_tokens), arm
+        assert s.seed == seed
+
+
+@pytest.mark.parametrize("tasks, named", [
+    (["gemm", "softmax", "xs_lookup", "cg_spmv"], "gemm were in the policy's own runs"),
+    (["bicg", "softmax", "cg_spmv"], "no held-out task of the family xsbench"),
+])
+def test_tasks_that_are_not_held_out_from_every_family_exit_2(tmp_path: Path, tasks: list[str], named: str) -> None:
+    doc = yaml.safe_load(COMPARISON.read_text())
+    doc["tasks"] = tasks
+    spec = tmp_path / "c.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    (tmp_path / doc["policy"]).write_text((COMPARISON.parent / doc["policy"]).read_text())
+    proc = specs(spec, tmp_path / "out")
+    assert proc.returncode == 2 and named in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def row(arm: str, task: str, seed: int, iteration: int, compiled: bool = True, correct: bool = True,
+        speedup: float | None = None) -> dict[str, Any]:
+    return {"arm": arm, "task": task, "seed": seed, "iteration": iteration, "compiled": compiled,
+            "correct": correct, "speedup": speedup}
+
+
+def test_the_best_speedup_counts_verified_programs_found_within_the_budget_only() -> None:
+    rows = [row("all", "t", 0, 0, speedup=1.0), row("all", "t", 0, 2, speedup=3.0),
+            row("all", "t", 0, 9, speedup=50.0),  # after N
+            row("all", "t", 0, 3, correct=False, speedup=None),
+            row("none", "t", 0, 0, speedup=1.0), row("none", "t", 0, 1, compiled=False, correct=False)]
+    assert best_speedups(rows, 8) == {("all", "t", 0): 3.0, ("none", "t", 0): 1.0}
+
+
+def test_each_arm_gets_an_interval_over_tasks_and_seeds_and_a_paired_ratio_to_all() -> None:
+    rows = []
+    for task, base in (("a", 2.0), ("b", 4.0)):
+        for seed in (0, 1, 2):
+            rows += [row("all", task, seed, 0, speedup=1.0), row("all", task, seed, 1, speedup=base)]
+            # learned: twice all's speedup on every unit, and fails to compile once per unit
+            rows += [row("learned", task, seed, 0, speedup=1.0), row("learned", task, seed, 1, speedup=2 * base),
+                     row("learned", task, seed, 2, compiled=False, correct=False)]
+    usage = [{"arm": a, "task": t, "seed": s, "promptTokens": 100.0, "savedTokens": 10.0 if a == "learned" else 0.0,
+              "gpuSeconds": 60.0} for a in ("all", "learned") for t in ("a", "b") for s in (0, 1, 2)]
+    result = analyse(rows, usage, iterations=8)
+    arms = {r["arm"]: r for r in result["arms"]}
+    assert [r["arm"] for r in result["arms"]] == ["all", "learned"]
+    assert arms["all"]["units"] == 6 and arms["all"]["tasks"] == ["a", "b"] and arms["all"]["seeds"] == [0, 1, 2]
+    assert math.isclose(arms["all"]["bestSpeedup"]["value"], math.sqrt(8.0))  # geometric mean of 2 and 4
+    low, high = arms["all"]["bestSpeedup"]["low"], arms["all"]["bestSpeedup"]["high"]
+    assert low < math.sqrt(8.0) < high
+    ratio = arms["learned"]["speedupRatioToAll"]
+    assert math.isclose(ratio["value"], 2.0) and ratio["pairs"] == 6
+    assert math.isclose(ratio["low"], 2.0) and math.isclose(ratio["high"], 2.0)  # the same on every unit
+    assert arms["all"]["compiledRate"]["value"] == 1.0 and math.isclose(arms["learned"]["compiledRate"]["value"], 0.5)
+    along = [{k: r[k] for k in ("iteration", "programs", "compiled", "pass")} for r in arms["learned"]["alongIterations"]]
+    assert along == [{"iteration": 1, "programs": 6, "compiled": 1.0, "pass": 1.0},
+                     {"iteration": 2, "programs": 6, "compiled": 0.0, "pass": 0.0}]
+    assert arms["learned"]["alongIterations"][0]["compiledInterval"] == [1.0, 1.0]  # every unit compiled
+    assert arms["learned"]["savedTokens"]["value"] == 10.0 and arms["all"]["gpuSeconds"]["value"] == 60.0
+    page = readme(result, "t")
+    assert "| learned | 6 | 5.657x" in page and "2.000x [2.000, 2.000]" in page
+
+
+def test_one_unit_gives_a_value_without_an_interval() -> None:
+    result = analyse([row("all", "a", 0, 0, speedup=1.0), row("all", "a", 0, 1, speedup=3.0)], [], 8)
+    best = result["arms"][0]["bestSpeedup"]
+    assert math.isclose(best["value"], 3.0) and best["low"] is None and best["high"] is None
+
+
+def test_measure_reports_a_program_that_does_not_build_without_touching_the_gpu() -> None:
+    import importlib.util
+
+    from cudanalyst.tasks import get_task
+
+    spec = importlib.util.spec_from_file_location("policy_comparison", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    pc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pc)
+    got = pc.measure_program(get_task("gemm"), "this is not CUDA", None, None, pool=None)  # nvcc refuses it
+    assert got == {"compiled": False, "correct": False, "speedup": None}
+    assert pc.arm_and_seed("pc-learned-s2", "pc") == ("learned", 2)
