@@ -9,7 +9,8 @@ start paid the compile again.
 Here a server's cache folder is `<root>/<key>` with key = model (its folder name and a digest of config.json and
 the weight files' names and sizes), vLLM version and GPU kind, so a folder is never offered to a server it cannot
 serve. `VLLM_CACHE_ROOT` and `TRITON_CACHE_DIR` (vLLM's own Triton kernels, outside torch.compile, go there too)
-point into it. `<root>` is `$CUDANALYST_CACHE/vllm` (kept between runs on one machine). Where
+point into it. `<root>` is `$CUDANALYST_CACHE/vllm` (kept between runs on one machine;
+`$CUDANALYST_VLLM_CACHE_DIR` moves it alone). Where
 `$CUDANALYST_VLLM_CACHE_URI` names a store (`s3://bucket/prefix`, or a folder: a volume the runner pods mount),
 the folder is also kept there as `<key>.tar.gz`: fetched before the server starts when the local folder is empty,
 and put there (put-if-absent: the first start of a key wins) after a start that found nothing.
@@ -39,6 +40,7 @@ from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
 log = logging.getLogger("cudanalyst.runner.llm")
 
 CACHE_URI_ENV = "CUDANALYST_VLLM_CACHE_URI"
+DIR_ENV = "CUDANALYST_VLLM_CACHE_DIR"  # moves the local folder alone (as CUDANALYST_COMPILE_CACHE moves nvcc's)
 SWITCH_ENV = "CUDANALYST_VLLM_CACHE"  # "off": no cache of ours (vLLM's default ~/.cache/vllm)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 
@@ -96,7 +98,7 @@ def cache_key(model_path: str, version: str, gpu: str) -> str:
 
 
 def local_root() -> Path:
-    return cache_root() / "vllm"
+    return Path(os.environ.get(DIR_ENV) or cache_root() / "vllm")
 
 
 def remote_store(s3: S3Settings | None = None) -> ObjectStore | None:
@@ -183,8 +185,10 @@ class CompileCache:
             try:
                 files = _unpack(self.store.get_bytes(self.archive_key), self.folder)
                 self.found = "store" if files else "cold"
-            except StoreError as exc:  # absent (ObjectNotFound) or unreachable: a cold start, said once
-                log.info("vLLM compile cache: nothing at %s (%s)", self.store.uri_of(self.archive_key), exc)
+            except (StoreError, tarfile.TarError, OSError) as exc:
+                # Absent, unreachable or not a good archive: a cold start, said once (a cache never fails a run).
+                log.warning("vLLM compile cache: nothing usable at %s (%s)", self.store.uri_of(self.archive_key), exc)
+                shutil.rmtree(self.folder, ignore_errors=True)  # no half-unpacked folder passes for a warm one
                 self.found = "cold"
         else:
             self.found = "cold"

@@ -53,16 +53,16 @@ class WallClock:
         m, out = self.marks, []
         llm, over = m.get("llm"), m.get("llmOver")
         if llm is not None:
-            out.append(("start", "start, to the model server ready (warm-up included)", llm - self.started))
+            out.append(("start", "start (to the model server ready)", llm - self.started))
         last_plan = self.llm.get("lastPlan")
         if llm is not None and over is not None:
             if last_plan is not None and llm <= last_plan <= over:
-                out.append(("plans", "LLM stage: plans (to the last plan back)", last_plan - llm))
+                out.append(("plans", "LLM stage: plans (to the last one)", last_plan - llm))
                 out.append(("kernels", "LLM stage: kernels after the last plan", over - last_plan))
             else:
                 out.append(("kernels", "LLM stage: kernels", over - llm))
         if over is not None and "kernelsOver" in m:
-            out.append(("tail", "kernel stage's tail after the LLM stage", m["kernelsOver"] - over))
+            out.append(("tail", "kernel stage's tail after it", m["kernelsOver"] - over))
         if "report" in m and "reportOver" in m:
             out.append(("report", "report", m["reportOver"] - m["report"]))
         return out
@@ -85,7 +85,7 @@ class WallClock:
         wall = self.wall()
         rows = [(label, seconds) for _, label, seconds in self.spans()] + [("wall", wall)]
         width = max(len(label) for label, _ in rows)
-        out = ["where the wall time went (the user's clock: from the command's start):"]
+        out = ["where the wall time went (the user's clock, from the command's start):"]
         for label, seconds in rows:
             share = f"{seconds / wall * 100:5.1f} %" if wall > 0 and label != "wall" else ""
             out.append(f"  {label.ljust(width)}  {seconds:8.1f} s  {share}".rstrip())
