@@ -26,7 +26,7 @@ record. Without a GPU kernels are compiled only, and the output says so. `--json
 each side, so a run stopped by a time limit keeps the sides it finished; `--against FILE` also prints the
 ratios against the sides of an earlier run's JSON of the same units (another call on the same machine).
 
-  python bench/pipeline.py --spec SPEC --user-clock [cold,warm] [--gpus G] [--units M] ... [--json FILE]
+  python bench/pipeline.py --spec SPEC --user-clock [cold,warm] [--vllm-cache DIR] [--gpus G] [--units M] ...
 
 --user-clock measures what a user sees instead (issue 32): `cudanalyst run SPEC` as a user types it, a process of
 its own, from its start to the printed report, the model server's start included. `cold` starts from a fresh
@@ -375,6 +375,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", help="folder for the run folders and logs (default: a new temp folder)")
     p.add_argument("--json", dest="json_out", help="also write the figures to this JSON file (after each side)")
     p.add_argument("--against", help="an earlier run's --json of the same units: print the ratios against its sides")
+    p.add_argument("--vllm-cache", metavar="DIR",
+                   help="with --user-clock: the vLLM compile cache folder (default: one in the work folder); give "
+                        "the folder a cold run of an earlier call filled to run warm alone on the same machine")
     p.add_argument("--user-clock", type=user_runs, nargs="?", const=list(USER_RUNS), default=None, metavar="RUNS",
                    help="measure `cudanalyst run` as a user sees it instead: cold (fresh state), warm (the vLLM "
                         "compile cache of the cold run) or cold,warm (default)")
@@ -476,7 +479,12 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
     """--user-clock: the spec run as a user runs it, cold then warm (or as asked); prints the table."""
     spec_file = work / "spec.json"
     spec_file.write_text(json.dumps(base.to_dict()))
-    vllm_cache = work / "vllm-cache"  # empty: the cold run fills it, the warm run finds it
+    # Empty for a cold run, which fills it; a warm run finds it (--vllm-cache: the folder of another call's cold run).
+    vllm_cache = Path(args.vllm_cache).resolve() if args.vllm_cache else work / "vllm-cache"
+    if args.user_clock[0] == "cold" and vllm_cache.is_dir() and any(vllm_cache.rglob("*")):
+        print(f"bench/pipeline: --vllm-cache {vllm_cache} is not empty: a cold run starts from an empty one "
+              "(run warm alone to use it)", file=sys.stderr)
+        return 2
     gpus = args.gpus[0] if args.gpus else None
     figures: dict[str, Any] = {"spec": base.metadata.name, "units": len(plan_run(base).units), "userClock": {},
                                "workdir": str(work)}
