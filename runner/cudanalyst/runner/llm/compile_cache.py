@@ -35,7 +35,7 @@ from importlib import metadata
 from pathlib import Path
 
 from cudanalyst.cache import cache_root
-from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
+from cudanalyst.store import ObjectNotFound, ObjectStore, S3Settings, StoreError, open_store
 
 log = logging.getLogger("cudanalyst.runner.llm")
 
@@ -187,7 +187,8 @@ class CompileCache:
                 self.found = "store" if files else "cold"
             except (StoreError, tarfile.TarError, OSError) as exc:
                 # Absent, unreachable or not a good archive: a cold start, said once (a cache never fails a run).
-                log.warning("vLLM compile cache: nothing usable at %s (%s)", self.store.uri_of(self.archive_key), exc)
+                level = logging.INFO if isinstance(exc, ObjectNotFound) else logging.WARNING
+                log.log(level, "vLLM compile cache: nothing usable at %s (%s)", self.store.uri_of(self.archive_key), exc)
                 shutil.rmtree(self.folder, ignore_errors=True)  # no half-unpacked folder passes for a warm one
                 self.found = "cold"
         else:
