@@ -61,10 +61,11 @@ from cudanalyst.usage import ShardUsage, read_shard_usage
 log = logging.getLogger("cudanalyst.runner.llm")
 
 PLAN_MAX_TOKENS = 1024
-# Requests in flight to a server of ours: every request of a shard (vLLM's scheduler queues what it cannot run),
-# bounded only by the OpenAI client's pool of 1,000 connections (issue 32: a bound of 64 a shard left plans
-# waiting behind coder requests at the end of the plans).
-OURS_CONCURRENCY = 1000
+# Requests in flight to a server of ours: every plan of a shard at once, and vLLM's scheduler queues what it cannot
+# run (issue 32: a bound of 64 a shard left the last plans waiting behind coder requests). Still bounded, so that a
+# request queued at the server is answered well within the request timeout (600 s in a pod): 4 shards x 512
+# requests of up to 5 x 1,024 tokens are minutes of an H200's generation, not more.
+OURS_CONCURRENCY = 512
 PROGRESS_EVERY_S = 5.0
 
 
