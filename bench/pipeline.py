@@ -494,6 +494,8 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
         result = run_as_user(spec_file, work, name, vllm_cache, gpus)
         figures["userClock"][name] = result
         print(f"{name}: exit {result['exit']}, {result['benchWall']:.1f} s on the bench's clock", flush=True)
+        if result["exit"] != 0:  # the log stays on the machine: its end comes back with the bench's output
+            print(*Path(result["log"]).read_text(errors="replace").splitlines()[-40:], sep="\n", flush=True)
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(figures, indent=2))
     print(user_table(figures["userClock"]))
