@@ -150,8 +150,8 @@ def run_stages(planned: PlannedRun, lanes: list[Lane], stage: str, folder: str, 
 def show_clock(console: Console, clock: WallClock, timings: str | None) -> None:
     """The wall-time table, last (and as JSON to `timings`, for bench/pipeline.py)."""
     clock.mark("end")
-    for line in clock.lines():
-        console.print(line, markup=False, highlight=False)
+    for line in clock.lines():  # whole lines, as a log file gets them: a wrapped table is hard to read
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if timings:
         Path(timings).write_text(json.dumps(clock.to_json(), indent=2))
 
