@@ -25,6 +25,15 @@ serial side (the ratio is conservative). A "program" is a candidate kernel taken
 record. Without a GPU kernels are compiled only, and the output says so. `--json FILE` is rewritten after
 each side, so a run stopped by a time limit keeps the sides it finished; `--against FILE` also prints the
 ratios against the sides of an earlier run's JSON of the same units (another call on the same machine).
+
+  python bench/pipeline.py --spec SPEC --user-clock [cold,warm] [--vllm-cache DIR] [--gpus G] [--units M] ...
+
+--user-clock measures what a user sees instead (issue 32): `cudanalyst run SPEC` as a user types it, a process of
+its own, from its start to the printed report, the model server's start included. `cold` starts from a fresh
+state (new run folder, empty nvcc cache, empty vLLM compile cache: a fresh machine); `warm` again from a new run
+folder and an empty nvcc cache, but with the vLLM compile cache the cold run left (the next run on this machine,
+or a pod that fetched the cache). Each run's table is the command's own (its clock starts at its process start);
+the bench's clock (Popen to exit) is printed beside it.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import contextlib
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -365,6 +375,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", help="folder for the run folders and logs (default: a new temp folder)")
     p.add_argument("--json", dest="json_out", help="also write the figures to this JSON file (after each side)")
     p.add_argument("--against", help="an earlier run's --json of the same units: print the ratios against its sides")
+    p.add_argument("--vllm-cache", metavar="DIR",
+                   help="with --user-clock: the vLLM compile cache folder (default: one in the work folder); give "
+                        "the folder a cold run of an earlier call filled to run warm alone on the same machine")
+    p.add_argument("--user-clock", type=user_runs, nargs="?", const=list(USER_RUNS), default=None, metavar="RUNS",
+                   help="measure `cudanalyst run` as a user sees it instead: cold (fresh state), warm (the vLLM "
+                        "compile cache of the cold run) or cold,warm (default)")
     args = p.parse_args(argv)
     if args.serial_units < 0 or (args.units is not None and args.units < 1) or (args.rollouts or 1) < 1:
         p.error("--serial-units must be at least 0, --units and --rollouts at least 1")
@@ -390,6 +406,102 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------------------------ the user's clock
+USER_RUNS = ("cold", "warm")
+
+
+def user_runs(text: str) -> list[str]:
+    runs = [x.strip() for x in text.split(",") if x.strip()]
+    if not runs or any(r not in USER_RUNS for r in runs):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected cold, warm or cold,warm")
+    return runs
+
+
+def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: int | None) -> dict[str, Any]:
+    """One `cudanalyst run` as a user runs it: its own process, a new run folder and nvcc cache, the vLLM compile
+    cache in `vllm_cache`. Returns the command's own table (--timings) and the bench's clock around it."""
+    from cudanalyst.runner.llm.compile_cache import DIR_ENV
+
+    timings = work / f"timings-{name}.json"
+    env = {**os.environ, COMPILE_CACHE_ENV: str(work / f"cache-{name}"), DIR_ENV: str(vllm_cache)}
+    cmd = [sys.executable, "-m", "cudanalyst", "run", str(spec_file), "--output", str(work / f"runs-{name}"),
+           "--timings", str(timings)] + (["--gpus", str(gpus)] if gpus else [])
+    log = work / f"run-{name}.log"
+    started = time.time()
+    with log.open("wb") as out:
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
+    seconds = time.time() - started
+    table = json.loads(timings.read_text()) if timings.is_file() else {}
+    return {"exit": code, "benchWall": seconds, "log": str(log), **table}
+
+
+def user_table(results: dict[str, dict[str, Any]]) -> str:
+    """The runs side by side: each phase of the command's table, its wall, the bench's clock and the rates."""
+    labels = {"start": "start, to the model server ready", "plans": "LLM stage: plans", "kernels":
+              "LLM stage: kernels (after the last plan)", "tail": "kernel stage's tail after the LLM stage",
+              "report": "report"}
+    names = list(results)
+    rows = [("", *names)]
+    for key, label in labels.items():
+        if any(key in (r.get("spans") or {}) for r in results.values()):
+            rows.append((label, *(_cell(r, key) for r in results.values())))
+    rows.append(("wall (the command's clock: its process start to its last line)",
+                 *(f"{r.get('wall', 0):.1f} s" for r in results.values())))
+    rows.append(("wall (the bench's clock: Popen to exit)", *(f"{r['benchWall']:.1f} s" for r in results.values())))
+    rows.append(("units/h from the command", *(_rate(r.get("unitsPerHour")) for r in results.values())))
+    rows.append(("units/h after the start", *(_rate(r.get("unitsPerHourAfterStart")) for r in results.values())))
+    rows.append(("LLM stage tokens/s", *(_tokens(r) for r in results.values())))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    for name, r in results.items():
+        lines += [f"{name}: {note}" for note in r.get("notes") or []]
+        if r["exit"] != 0:
+            lines.append(f"{name}: cudanalyst run exited {r['exit']}: see {r['log']}")
+    return "\n".join(lines)
+
+
+def _cell(r: dict[str, Any], key: str) -> str:
+    seconds = (r.get("spans") or {}).get(key)
+    wall = r.get("wall") or 0
+    return "" if seconds is None else f"{seconds:.1f} s ({seconds / wall * 100:.0f} %)" if wall else f"{seconds:.1f} s"
+
+
+def _rate(value: float | None) -> str:
+    return f"{value:,.0f}" if value else "n/a"
+
+
+def _tokens(r: dict[str, Any]) -> str:
+    llm = r.get("llm") or {}
+    return f"{llm['tokens'] / llm['seconds']:,.0f}" if llm.get("tokens") and llm.get("seconds") else "n/a"
+
+
+def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> int:
+    """--user-clock: the spec run as a user runs it, cold then warm (or as asked); prints the table."""
+    spec_file = work / "spec.json"
+    spec_file.write_text(json.dumps(base.to_dict()))
+    # Empty for a cold run, which fills it; a warm run finds it (--vllm-cache: the folder of another call's cold run).
+    vllm_cache = Path(args.vllm_cache).resolve() if args.vllm_cache else work / "vllm-cache"
+    if args.user_clock[0] == "cold" and vllm_cache.is_dir() and any(vllm_cache.rglob("*")):
+        print(f"bench/pipeline: --vllm-cache {vllm_cache} is not empty: a cold run starts from an empty one "
+              "(run warm alone to use it)", file=sys.stderr)
+        return 2
+    gpus = args.gpus[0] if args.gpus else None
+    figures: dict[str, Any] = {"spec": base.metadata.name, "units": len(plan_run(base).units), "userClock": {},
+                               "workdir": str(work)}
+    print(f"{base.metadata.name}: {figures['units']} units, `cudanalyst run` as a user runs it: "
+          f"{', '.join(args.user_clock)}; work folder {work}", flush=True)
+    for name in args.user_clock:
+        result = run_as_user(spec_file, work, name, vllm_cache, gpus)
+        figures["userClock"][name] = result
+        print(f"{name}: exit {result['exit']}, {result['benchWall']:.1f} s on the bench's clock", flush=True)
+        if result["exit"] != 0:  # the log stays on the machine: its end comes back with the bench's output
+            print(*Path(result["log"]).read_text(errors="replace").splitlines()[-40:], sep="\n", flush=True)
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(figures, indent=2))
+    print(user_table(figures["userClock"]))
+    return 0 if all(r["exit"] == 0 for r in figures["userClock"].values()) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from cudanalyst.runner.kernels.stage import gpu_available
@@ -409,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   max_tokens=args.max_tokens, rollouts=args.rollouts)
     if args.units is not None:
         base = trimmed(base, args.units, work / "trajectory")
+    if args.user_clock:
+        return user_clock(args, base, work)
     gpu = gpu_available()
     widest, lanes_all = lanes_for(base, max((c or 0) for c in counts) or None)
     planned = PlannedRun.resolve(widest)  # the servers' models; its plan has the units of every side

@@ -132,3 +132,42 @@ def test_a_bench_refuses_a_folder_an_earlier_bench_left(tmp_path: Path, capsys) 
     (tmp_path / "work" / "cache-pipeline").mkdir()
     assert bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--workdir", str(tmp_path / "work")]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_the_user_clock_runs_cudanalyst_run_cold_then_warm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--user-clock (issue 32): `cudanalyst run` in a process of its own, from a fresh state and then with the vLLM
+    compile cache the first run left; each run's table on its own clock, the bench's clock beside it."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDANALYST_GPUS", raising=False)
+    monkeypatch.delenv("CUDANALYST_VLLM_CACHE", raising=False)
+    bench = _bench()
+    import yaml
+
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    spec = data["spec"]
+    spec["models"]["planner"]["api"] = "completion"
+    spec.update(planning="explicit", controls=[], resources={"shards": 1, "gpusPerShard": 0})
+    spec["trajectory"]["programsPerGeneration"] = 1
+    (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(data))
+    figures = tmp_path / "figures.json"
+    args = ["--spec", str(tmp_path / "quickstart.yaml"), "--model", _tiny_base_model(), "--max-model-len", "2048",
+            "--max-tokens", "16", "--json", str(figures)]
+    assert bench.main([*args, "--user-clock", "--workdir", str(tmp_path / "work")]) == 0
+    out = capsys.readouterr().out
+    assert "wall (the command's clock" in out and "wall (the bench's clock" in out
+    runs = json.loads(figures.read_text())["userClock"]
+    assert list(runs) == ["cold", "warm"]
+    for run in runs.values():
+        assert run["exit"] == 0 and run["units"] == 8
+        assert set(run["spans"]) == {"start", "plans", "kernels", "tail", "report"}
+        assert sum(run["spans"].values()) <= run["wall"] <= run["benchWall"]  # the bench's clock holds the command's
+        assert run["llm"]["tokens"] > 0 and run["llm"]["shards"] == 1
+    # The cold run compiled (and kept) what the warm run found, in the folder of the model's key.
+    assert "none found" in runs["cold"]["notes"][0] and "found in this machine's cache" in runs["warm"]["notes"][0]
+    cache = tmp_path / "work" / "vllm-cache"
+    assert any(p.is_file() for p in cache.rglob("*")) and str(cache) in runs["warm"]["notes"][0]
+    # A cold run must start from nothing: a filled cache folder is refused, naming it.
+    assert bench.main([*args, "--user-clock", "cold", "--vllm-cache", str(cache),
+                       "--workdir", str(tmp_path / "again")]) == 2
+    assert "is not empty" in capsys.readouterr().err

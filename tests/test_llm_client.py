@@ -170,3 +170,40 @@ def test_a_failed_warm_up_is_logged_not_raised(standin, caplog) -> None:
     with caplog.at_level("WARNING", logger="cudanalyst.runner.llm"):
         warm_up(endpoint, temperature=0.8, top_p=0.95, requests=2)
     assert "warm-up" in caplog.text and "2 of 2 requests failed" in caplog.text
+
+
+def test_a_server_of_ours_hears_priorities_and_takes_every_request_at_once(standin) -> None:
+    """Issue 32: plans before coder requests in the server's queue; no client bound below the server's own."""
+    from dataclasses import replace
+
+    from cudanalyst.runner.llm.timeline import InFlight
+
+    endpoint, script = standin
+    counter = InFlight()
+    peak: list[int] = []
+    original = counter.move
+
+    def move(role: str, old: str | None, new: str | None) -> None:
+        original(role, old, new)
+        peak.append(sum(v for (state, _), v in counter.now.items() if state == "sent"))
+
+    counter.move = move  # type: ignore[method-assign]
+    ours = replace(FAST, concurrency=1, ours_concurrency=8, inflight=counter)
+    requests = [GenerationRequest(f"p{i}", "sleep:0.3", 1, i, 8, role="planner") for i in range(4)]
+    requests += [GenerationRequest(f"c{i}", "sleep:0.3", 2, i, 8, role="coder") for i in range(4)]
+    assert all(r.ok for r in generate(endpoint, requests, ours))
+    assert sorted((r["n"], r["priority"]) for r in script.requests) == [(1, 0)] * 4 + [(2, 1)] * 4
+    assert max(peak) > 1  # concurrency=1 bounds hosted endpoints only: the eight overlapped
+    assert all(v == 0 for v in counter.now.values())  # every request counted out again
+    script.requests.clear()
+    hosted = replace(endpoint, hosted=True)
+    assert all(r.ok for r in generate(hosted, requests[:2], ours))
+    assert all("priority" not in r for r in script.requests)  # a hosted API gets OpenAI's fields only
+
+
+def test_a_server_that_refuses_priorities_is_asked_without_them(standin) -> None:
+    endpoint, script = standin
+    script.answers = [(400, "Got priority 1 but Priority scheduling is not enabled.", 0.0)]
+    [res] = generate(endpoint, [GenerationRequest("c", "x", 1, 1, 8, role="coder")], FAST)
+    assert res.ok and len(script.requests) == 2  # asked again at once, not counted as a retry
+    assert "priority" in script.requests[0] and "priority" not in script.requests[1]

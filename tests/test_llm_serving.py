@@ -145,3 +145,12 @@ def test_cpu_build_gets_its_flags_and_env_without_overriding_the_spec():
     flags, _ = platform_defaults(own, cpu=True)
     assert flags == ["--no-enable-chunked-prefill"]
     assert platform_defaults(spec, cpu=False) == ([], {})
+
+
+def test_our_servers_schedule_by_priority_unless_the_spec_names_a_policy() -> None:
+    spec = ModelSpec(model="/m", serve="local")
+    cmd = server_command("/m", spec, served_name="coder", port=8123)
+    assert cmd[cmd.index("--scheduling-policy") + 1] == "priority"  # plans before coder requests (issue 32)
+    own = ModelSpec(model="/m", serve="local", extra_args=["--scheduling-policy=fcfs"])
+    cmd = server_command("/m", own, served_name="coder", port=8123)
+    assert "--scheduling-policy" not in cmd and cmd[-1] == "--scheduling-policy=fcfs"

@@ -191,3 +191,29 @@ def test_sigterm_to_the_runner_stops_its_model_server(tmp_path: Path, tiny_model
     while processes_mentioning(str(model)):
         assert time.monotonic() < deadline, "the model server outlived the runner"
         time.sleep(0.2)
+
+
+def test_all_in_flight_with_priorities_writes_what_one_at_a_time_writes(tmp_path: Path, vllm_server) -> None:
+    """Issue 32: to a server of ours every request is in flight at once and plans go first in its queue; the
+    records are the same, byte for byte, as one request at a time in plain order (each request has its seed)."""
+    import yaml
+
+    from cudanalyst.runner.llm.serving import SERVED_HERE_ANNOTATION
+
+    traj = write_trajectory(tmp_path / "traj", [program("p1", feedback=feedback_of("p1")),
+                                                 program("p2", feedback=feedback_of("p2"))])
+    runs = {}
+    for way in ("ours", "serial"):
+        spec = write_spec(tmp_path / f"{way}.yaml", name=RUN, trajectory=traj, output=str(tmp_path / way),
+                          planner=endpoint_model(vllm_server), max_tokens=MAX_TOKENS, controls=("noFeedback",))
+        if way == "ours":  # as `cudanalyst run` hands its own server to a shard
+            doc = yaml.safe_load(spec.read_text())
+            doc["metadata"]["annotations"] = {SERVED_HERE_ANNOTATION: vllm_server.endpoint.base_url}
+            spec.write_text(yaml.safe_dump(doc))
+        assert run_shard(spec, *(("--concurrency", "1") if way == "serial" else ())) == 0
+        runs[way] = records(tmp_path / way / RUN, "candidates")
+    assert len(runs["ours"]) == 20 and runs["ours"].keys() == runs["serial"].keys()
+    for key, record in runs["ours"].items():
+        other = runs["serial"][key]
+        for field in ("completion", "plan", "prompts", "seed", "code", "finishReason"):
+            assert record.get(field) == other.get(field), (key, field)

@@ -46,6 +46,11 @@ def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     # the log says what happens from the start, and the run ends with what the user saw and what comes next
     assert "starting the model server" in first.stderr and "writing plans" in first.stderr, first.stderr[-3000:]
     assert "What you saw:" in first.stdout and "Next:" in first.stdout
+    # ... and last, where its wall time went on the user's clock (issue 32)
+    table = first.stderr[first.stderr.index("where the wall time went"):]
+    for row in ("start (to the model server ready)", "LLM stage: plans", "LLM stage: kernels after the last plan",
+                "kernel stage's tail after it", "report", "wall", "units/h from the command", "tokens/s"):
+        assert row in table, table
     folder = out / "quickstart"
     units = json.loads((folder / "plan.json").read_text())["units"]
     assert units == 1 * (4 + 1) * 2  # one program x (2^2 coalitions + 1 control) x 2 samples

@@ -14,6 +14,11 @@ but them for `outage_s`; then every request of the batch ends `unavailable` (uni
 resumes them). While it waits, `on_stall` hears the reason (and None once a request gets through). A key
 the endpoint refuses (401, 403) ends the batch at once (`refused`). Requests in flight are bounded by the
 endpoint's share of its spec's maxConcurrency as well as by `concurrency`.
+
+A server of ours (started by the runner or by `cudanalyst run`, not `hosted`) gets every request at once, up to
+`ours_concurrency` when that is set: its scheduler queues what it cannot run, so the GPU never waits on our bound
+(issue 32). Its requests carry `priority` (planner 0 before coder 1; serving.py starts it with vLLM's priority
+scheduling), so a plan that unblocks a coder request never waits in the server's queue behind coder requests.
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ class GenerationRequest:
     role: str = ""  # planner, coder or summarizer: whose tokens these are in the run's accounting
 
 
+# vLLM's priority scheduling: lower values first. Plans unblock coder requests, summaries unblock plans.
+ROLE_PRIORITY = {"summarizer": 0, "planner": 0, "coder": 1}
+
+
 @dataclass
 class GenerationResult:
     """The n completions of a request, or the error that ended it."""
@@ -95,6 +104,10 @@ class ClientSettings:
     on_stall: Callable[[str | None], None] | None = field(default=None, compare=False)
     # Hears every answered request (its usage fields), for the run's token accounting; must be quick.
     meter: Callable[[GenerationResult], None] | None = field(default=None, compare=False)
+    # Requests in flight to a server of ours (not hosted): None keeps `concurrency` for every endpoint.
+    ours_concurrency: int | None = None
+    # Counts requests held back by the bound and at the server, per role (timeline.InFlight).
+    inflight: Any = field(default=None, compare=False)
 
 
 def _retryable(exc: Exception) -> bool:
@@ -180,6 +193,7 @@ class _Breaker:
         self.kind: ErrorKind = "unreachable"
         self.outage_since: float | None = None
         self.plain = False  # the server refused vLLM's return_token_ids: the batch sends OpenAI's fields only
+        self.no_priority = False  # the server was started without priority scheduling: send no priority
 
     def trip(self, kind: ErrorKind, reason: str) -> None:
         if self.reason is None:
@@ -199,7 +213,14 @@ async def _one(
     extra: dict[str, Any] = {"seed": req.seed}
     if settings.vllm_token_ids:
         extra["return_token_ids"] = True
+    if not endpoint.hosted and req.role in ROLE_PRIORITY:
+        extra["priority"] = ROLE_PRIORITY[req.role]
+    counter = settings.inflight
+    if counter is not None:
+        counter.move(req.role, None, "queued")
     async with sem:
+        if counter is not None:
+            counter.move(req.role, "queued", "sent")
         t0 = time.monotonic()
         attempt = 0
         while True:
@@ -208,6 +229,8 @@ async def _one(
                 break
             if breaker.plain:
                 extra.pop("return_token_ids", None)
+            if breaker.no_priority:
+                extra.pop("priority", None)
             result.attempts = attempt + 1
             try:
                 if isinstance(req.prompt, str):
@@ -243,6 +266,9 @@ async def _one(
                 if kind == "rejected" and "return_token_ids" in extra and "return_token_ids" in reason:
                     breaker.plain = True  # a hosted API that checks its arguments: ask again without it, at once
                     continue
+                if kind == "rejected" and "priority" in extra and "priorit" in reason.lower():
+                    breaker.no_priority = True  # a server of ours started without priority scheduling (extraArgs)
+                    continue
                 if kind == "refused":
                     breaker.trip(kind, f"{endpoint.model} at {endpoint.base_url}: {result.error}")
                     break
@@ -267,6 +293,8 @@ async def _one(
                 attempt += 1
                 await asyncio.sleep(wait)
         result.latency_s = time.monotonic() - t0
+    if counter is not None:
+        counter.move(req.role, "sent", None)
     if settings.meter is not None and result.ok:
         settings.meter(result)
     if on_result is not None:
@@ -288,7 +316,9 @@ class _Batch:
     def __init__(self, endpoint: Endpoint, settings: ClientSettings | None) -> None:
         self.endpoint = endpoint
         self.settings = settings or ClientSettings()
-        bound = min(self.settings.concurrency, endpoint.max_concurrency or self.settings.concurrency)
+        own = self.settings.ours_concurrency if not endpoint.hosted else None
+        limit = own or self.settings.concurrency
+        bound = min(limit, endpoint.max_concurrency or limit)
         self.sem = asyncio.Semaphore(bound)
         self.breaker = _Breaker()
         self.rng = random.Random(0)

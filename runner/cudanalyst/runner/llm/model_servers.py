@@ -112,7 +112,8 @@ class ModelServers:
             spec = spec.model_copy(update={"api": "completion"})
         ctx = self._start(path, spec, served_name=name, seed=self.seed,
                           health_timeout_s=self.settings.health_timeout_s,
-                          env=self.settings.server_env, log_dir=self.settings.log_dir)
+                          env=self.settings.server_env, log_dir=self.settings.log_dir,
+                          s3=self.settings.s3)  # the run's S3 settings reach an s3:// compile-cache store too
         self._server = ctx.__enter__()  # raises ServingError (the server already stopped) when not healthy
         self._ctx = ctx
         self._key = key

@@ -25,6 +25,8 @@ import httpx
 
 from cudanalyst.api.spec import ModelSpec
 from cudanalyst.runner import lifeline
+from cudanalyst.runner.llm.compile_cache import CompileCache
+from cudanalyst.store import S3Settings
 
 DEFAULT_HEALTH_TIMEOUT_S = 600.0
 STOP_GRACE_S = 20.0
@@ -111,6 +113,10 @@ def server_command(
     ]
     if spec.max_model_len is not None:
         cmd += ["--max-model-len", str(spec.max_model_len)]
+    if not any(a.split("=")[0] == "--scheduling-policy" for a in spec.extra_args):
+        # Plans before coder requests in the server's queue (client.ROLE_PRIORITY): a plan never waits behind the
+        # coder requests it would unblock. Outcomes do not depend on it: each request has its own seed.
+        cmd += ["--scheduling-policy", "priority"]
     cmd += list(spec.extra_args)
     return cmd
 
@@ -133,6 +139,8 @@ class LocalServer:
     log_path: Path
     started_at: float = field(default_factory=time.monotonic)
     temp_dir: Path | None = None  # the log's folder when the caller named none: removed on stop
+    compile_cache: CompileCache | None = None  # where its compiled artefacts are kept (compile_cache.py)
+    healthy_after_s: float | None = None  # seconds from the launch to /health answering 200
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -153,7 +161,8 @@ class LocalServer:
                     )
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get(url).status_code == 200:
-                        return time.monotonic() - self.started_at
+                        self.healthy_after_s = time.monotonic() - self.started_at
+                        return self.healthy_after_s
                 if time.monotonic() >= deadline:
                     raise ServingError(
                         f"vLLM server not healthy within {timeout_s:.0f} s at {url}; log tail:\n{self.log_tail()}"
@@ -176,6 +185,8 @@ class LocalServer:
             os.killpg(self.process.pid, signal.SIGKILL)
         if self.temp_dir is not None:  # errors already carry the log's tail
             shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if self.compile_cache is not None:  # an upload begun after a cold start finishes before the process ends
+            self.compile_cache.wait()
         return self.process.returncode
 
 
@@ -209,18 +220,29 @@ def start_local_server(
     env: dict[str, str] | None = None,
     log_dir: str | None = None,
     unset: Sequence[str] = (),
+    cache_part: str = "",
+    s3: S3Settings | None = None,
 ) -> Iterator[LocalServer]:
-    """Serve a local model folder on a free loopback port for the duration of the block."""
+    """Serve a local model folder on a free loopback port for the duration of the block. Its compiled artefacts
+    are kept in and found from its compile cache (compile_cache.py; `cache_part`: a lane's subfolder, `s3`: the
+    settings for an s3:// cache store)."""
     check_model_folder(model_path)
     port = free_port()
     endpoint = Endpoint(f"http://127.0.0.1:{port}/v1", served_name, spec.api)
     flags, platform_env = platform_defaults(spec, cpu_build())
+    cache = CompileCache.for_model(model_path, env, cache_part, s3)
+    if cache is not None:
+        cache.fetch()
     server = launch_server(
         server_command(model_path, spec, served_name=served_name, port=port, seed=seed) + flags,
-        endpoint, env={**platform_env, **(env or {})}, log_dir=log_dir, unset=unset,
+        endpoint, env={**platform_env, **(cache.env() if cache else {}), **(env or {})}, log_dir=log_dir,
+        unset=unset,
     )
+    server.compile_cache = cache
     try:
         server.wait_healthy(health_timeout_s)
+        if cache is not None:
+            cache.keep()
         yield server
     finally:
         server.stop()

@@ -31,6 +31,7 @@ from cudanalyst.api import AttributionRun, ModelSpec
 from cudanalyst.outcomes import UnitCandidate
 from cudanalyst.plan import Unit
 from cudanalyst.runfolder import usage_key
+from cudanalyst.runner.llm import timeline as llm_timeline
 from cudanalyst.runner.llm.client import (
     GenerationRequest,
     GenerationResult,
@@ -60,6 +61,11 @@ from cudanalyst.usage import ShardUsage, read_shard_usage
 log = logging.getLogger("cudanalyst.runner.llm")
 
 PLAN_MAX_TOKENS = 1024
+# Requests in flight to a server of ours: every plan of a shard at once, and vLLM's scheduler queues what it cannot
+# run (issue 32: a bound of 64 a shard left the last plans waiting behind coder requests). Still bounded, so that a
+# request queued at the server is answered well within the request timeout (600 s in a pod): 4 shards x 512
+# requests of up to 5 x 1,024 tokens are minutes of an H200's generation, not more.
+OURS_CONCURRENCY = 512
 PROGRESS_EVERY_S = 5.0
 
 
@@ -133,15 +139,18 @@ class LlmStage:
         self.failures: list[Failure] = []
         self._lock = threading.Lock()
         self._last_progress = 0.0
-        self.token_counts = {"prompt": 0, "completion": 0}
+        self.token_counts = {"prompt": 0, "completion": 0, "planner": 0, "coder": 0}
         # The servers' usage fields per stage, kept in usage/shard-<i>.json (a resumed shard adds to its own).
         self.usage = read_shard_usage(store.store, usage_key(shard)) or ShardUsage(shard=shard)
         self._usage_written = self.usage.wire()
-        # Every request of this stage reports its usage and any outage it waits out.
-        self.client = replace(settings.client, on_stall=self._stall, meter=self._meter)
+        # Every request of this stage reports its usage and any outage it waits out, and is counted while it waits.
+        self.inflight = llm_timeline.InFlight()
+        self.client = replace(settings.client, on_stall=self._stall, meter=self._meter, inflight=self.inflight,
+                              ours_concurrency=settings.client.ours_concurrency or OURS_CONCURRENCY)
         self._started = time.monotonic()
+        self._started_epoch = time.time()
         # Seconds from the stage's start to the first and last plan and coder result (for the shard's log).
-        self.timeline: dict[str, float] = {}
+        self.timeline_marks: dict[str, float] = {}
         self._done_before = progress.llm_done
 
     # ------------------------------------------------------------------ inputs
@@ -215,12 +224,12 @@ class LlmStage:
     def _mark(self, what: str) -> None:
         at = time.monotonic() - self._started
         with self._lock:
-            self.timeline.setdefault(f"first{what}", at)
-            self.timeline[f"last{what}"] = at
+            self.timeline_marks.setdefault(f"first{what}", at)
+            self.timeline_marks[f"last{what}"] = at
 
     def time_note(self) -> str:
         """One line on where the stage's time went: when plans and kernels came back, and the tokens."""
-        t = self.timeline
+        t = self.timeline_marks
         parts = [f"{self.progress.llm_done - self._done_before} candidates in {time.monotonic() - self._started:.1f} s"]
         for what, label in (("Plan", "plans"), ("Code", "kernels")):
             if f"first{what}" in t:
@@ -228,11 +237,30 @@ class LlmStage:
         parts.append(f"{self.token_counts['completion']} tokens generated")
         return ", ".join(parts)
 
+    def timeline(self) -> dict[str, Any]:
+        """The stage on the epoch clock (llm/timeline.py): start, end, first and last plan and kernel back, tokens
+        by role, and the in-flight samples."""
+        out: dict[str, Any] = {"started": self._started_epoch, "ended": time.time(),
+                               "planTokens": self.token_counts["planner"], "codeTokens": self.token_counts["coder"],
+                               "inFlight": self.inflight.samples}
+        for key, at in self.timeline_marks.items():
+            out[key] = self._started_epoch + at
+        return out
+
     def run_stage(self) -> list[Failure]:
         self._started = time.monotonic()
+        self._started_epoch = time.time()
         groups = make_groups(self.name, self.units, self.programs)
         if not groups:
             return []
+        self.inflight.start()
+        try:
+            return self._run_groups(groups)
+        finally:
+            self.inflight.stop()
+            llm_timeline.write(self.settings.log_dir, self.shard, self.timeline())
+
+    def _run_groups(self, groups: list[Group]) -> list[Failure]:
         sampling = self.spec.sampling
         servers = ModelServers(self.settings, sampling.seed,
                                warm_up=lambda ep: warm_up(ep, sampling.temperature, sampling.top_p))
@@ -463,8 +491,10 @@ class LlmStage:
 
     def _count(self, res: GenerationResult) -> None:
         with self._lock:
+            generated = sum(c or 0 for c in res.completion_tokens)
             self.token_counts["prompt"] += res.prompt_tokens or 0
-            self.token_counts["completion"] += sum(c or 0 for c in res.completion_tokens)
+            self.token_counts["completion"] += generated
+            self.token_counts["planner" if res.role == "planner" else "coder"] += generated
 
 
 def _prompt_text(rendered: list[dict[str, str]] | str) -> str:

@@ -9,6 +9,7 @@ running the same command again resumes.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import signal
 from pathlib import Path
@@ -20,6 +21,9 @@ from cudanalyst.api import AttributionRun
 from cudanalyst.exits import EXIT_INVALID, die
 from cudanalyst.planned_run import PlanError, PlannedRun
 from cudanalyst.runfolder import OUTCOMES, keys_under
+from cudanalyst.runner.llm import timeline as llm_timeline
+from cudanalyst.runner.llm.server_metrics import ServerMeter
+from cudanalyst.runner.local.clock import WallClock
 from cudanalyst.runner.local.display import (
     RunDisplay,
     ended_early,
@@ -79,25 +83,60 @@ def resolve(run: AttributionRun, args: argparse.Namespace) -> tuple[PlannedRun, 
         die(str(exc), EXIT_INVALID)
 
 
+class Timed:
+    """A watcher that also marks the wall clock (clock.py) and samples the model servers' own figures over the LLM
+    stage (llm/server_metrics.py)."""
+
+    def __init__(self, watcher: Watcher, clock: WallClock) -> None:
+        self.watcher, self.clock = watcher, clock
+        self.lane_servers: LaneServers | None = None
+        self.meter: ServerMeter | None = None
+
+    def tick(self) -> None:
+        self.watcher.tick()
+
+    def say(self, text: str) -> None:
+        self.watcher.say(text)
+
+    def llm_started(self) -> None:
+        self.clock.mark("llm")
+        if self.lane_servers is not None:
+            self.clock.notes += self.lane_servers.start_notes()
+            self.meter = ServerMeter([s.endpoint.root for s in self.lane_servers.servers])
+            self.meter.start()
+        self.watcher.llm_started()
+
+    def llm_over(self) -> None:
+        self.clock.mark("llmOver")
+        if self.meter is not None:
+            self.meter.stop()
+            self.clock.server = self.meter.summary()
+        self.watcher.llm_over()
+
+
 def run_stages(planned: PlannedRun, lanes: list[Lane], stage: str, folder: str, watcher: Watcher,
-               health_timeout: float) -> Codes:
+               health_timeout: float, clock: WallClock | None = None) -> Codes:
     """The stages asked for, over the lanes: both (each lane's kernel stage beside its LLM stage), the LLM stage
-    alone, or the kernel stage alone over candidates already stored."""
+    alone, or the kernel stage alone over candidates already stored. `clock` gets the marks of the user's clock."""
     run, codes = planned.run, Codes()
+    timed = Timed(watcher, clock or WallClock())
 
     def servers() -> LaneServers:
-        return LaneServers(planned, lanes, folder, health_timeout, watcher.say)
+        timed.lane_servers = LaneServers(planned, lanes, folder, health_timeout, watcher.say)
+        return timed.lane_servers
 
     if stage == "all":
         # Per lane (GPU): the kernel stage (the lane's shards in one process: one set of workers) beside the LLM
-        # stage, compiling and verifying as candidates come; it times once the lane's servers stop.
-        codes.update(run_lanes(run, lanes, folder, watcher.tick, servers, LOCAL_LLM_ARGS, watcher.llm_started,
-                               watcher.llm_over))
+        # stage, compiling and verifying as candidates come; it times once the lane's LLM stage is over.
+        codes.update(run_lanes(run, lanes, folder, watcher.tick, servers, LOCAL_LLM_ARGS, timed.llm_started,
+                               timed.llm_over))
+        timed.clock.mark("kernelsOver")
     elif stage == "llm":
         with servers() as served:
-            watcher.llm_started()
+            timed.llm_started()
             codes["llm"] = llm_stage_in_lanes(lanes, served.served, folder, watcher.tick, LOCAL_LLM_ARGS,
                                               lambda lane: served.stop(lane.index))
+            timed.llm_over()
     else:
         spec_path = write_spec_file(run, folder)
         # Per lane, its shards in one process: one set of workers per GPU; timing holds its GPU alone.
@@ -108,11 +147,23 @@ def run_stages(planned: PlannedRun, lanes: list[Lane], stage: str, folder: str, 
     return codes
 
 
+def show_clock(console: Console, clock: WallClock, timings: str | None) -> None:
+    """The wall-time table, last (and as JSON to `timings`, for bench/pipeline.py)."""
+    clock.mark("end")
+    for line in clock.lines():  # whole lines, as a log file gets them: a wrapped table is hard to read
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if timings:
+        Path(timings).write_text(json.dumps(clock.to_json(), indent=2))
+
+
 def main(run: AttributionRun, args: argparse.Namespace) -> int:
     """`cudanalyst run`: `run` is the spec file as loaded (commands.py), `args` the command's other arguments."""
     _interrupt_on_sigterm()
     console = Console(stderr=True)
+    clock = WallClock()
+    timings = getattr(args, "timings", None)
     planned, lanes = resolve(run, args)
+    clock.units = len(planned.plan.units)
     show_start(console, planned, [str(lane.gpu) for lane in lanes])
     if args.stage == "all" and {u.key for u in planned.plan.units} <= keys_under(planned.store, OUTCOMES):
         # Every unit has its outcome (the kernel stage's final word): a rerun has nothing to do, so it does not
@@ -122,15 +173,21 @@ def main(run: AttributionRun, args: argparse.Namespace) -> int:
     folder = work_dir(planned.run)
     try:
         with RunDisplay(console, planned, args.stage) as display:
-            codes = run_stages(planned, lanes, args.stage, folder, display, args.health_timeout)
+            codes = run_stages(planned, lanes, args.stage, folder, display, args.health_timeout, clock)
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a missing model
         return ended_early(exc, console, folder, "finished units are kept")
     if failed := show_failed_stages(console, codes, folder, planned):
         return failed
     for line in stage_summaries(Path(folder)):
         console.print(line, markup=False, highlight=False)
+    clock.llm = llm_timeline.merge(folder)
     shutil.rmtree(folder, ignore_errors=True)  # nothing failed: the logs go (a failure keeps and names them)
     if args.stage != "all" or args.no_report:
         console.print(f"done: {args.stage} stage; store: {planned.store.uri}")
+        show_clock(console, clock, timings)
         return 0
-    return show_report(planned.store, console)
+    clock.mark("report")
+    status = show_report(planned.store, console)
+    clock.mark("reportOver")
+    show_clock(console, clock, timings)
+    return status

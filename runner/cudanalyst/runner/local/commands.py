@@ -52,6 +52,8 @@ def register_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="use the first N visible GPUs, one model server and one kernel stage each (default: "
                         "$CUDANALYST_GPUS, else every GPU in CUDA_VISIBLE_DEVICES or nvidia-smi -L)")
+    p.add_argument("--timings", metavar="FILE",
+                   help="also write where the wall time went (the table the run ends with) to FILE as JSON")
     p.set_defaults(handler=run)
 
 

@@ -36,8 +36,15 @@ from cudanalyst.planned_run import PlannedRun
 from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, outcome_spec, read_shard_progress, write_start
 from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.client import warm_up
+from cudanalyst.runner.llm.compile_cache import SWITCH_ENV as COMPILE_CACHE_SWITCH
 from cudanalyst.runner.llm.credentials import CredentialError, check_keys, key_names, read_keys
-from cudanalyst.runner.llm.serving import SERVED_HERE_ANNOTATION, Endpoint, cpu_build, start_local_server
+from cudanalyst.runner.llm.serving import (
+    SERVED_HERE_ANNOTATION,
+    Endpoint,
+    LocalServer,
+    cpu_build,
+    start_local_server,
+)
 from cudanalyst.runner.local.gpus import (
     GpuChoiceError,
     Lane,
@@ -120,10 +127,12 @@ def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
 @contextlib.contextmanager
 def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                    say: Callable[[str], None] = lambda _: None,
-                   env: dict[str, str] | None = None) -> Iterator[AttributionRun]:
+                   env: dict[str, str] | None = None, cache_part: str = "",
+                   started: list[LocalServer] | None = None) -> Iterator[AttributionRun]:
     """Serve each distinct local model once; yield the run with those models as endpoints. `say` hears what
     is happening (a minute or more on a small machine, with nothing else to show for it). `env`: what the
-    servers get in their environment besides ours (a lane's CUDA_VISIBLE_DEVICES)."""
+    servers get in their environment besides ours (a lane's CUDA_VISIBLE_DEVICES); `cache_part`: the lane's
+    subfolder of the compile cache; `started` gets each server once it is healthy."""
     run = planned.run
     data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
     models = data["spec"]["models"]
@@ -142,7 +151,10 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                 say(f"starting the model server ({short}, vLLM)")
                 server = stack.enter_context(start_local_server(
                     path, spec_model, served_name=short, seed=run.spec.sampling.seed,
-                    health_timeout_s=health_timeout_s, log_dir=log_dir, env=env, unset=key_names(run.spec)))
+                    health_timeout_s=health_timeout_s, log_dir=log_dir, env=env, unset=key_names(run.spec),
+                    cache_part=cache_part, s3=planned.s3))
+                if started is not None:
+                    started.append(server)
                 served[name] = server.endpoint
                 sampling = run.spec.sampling
                 say(f"warming up the model ({short})")
@@ -159,8 +171,9 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
 
 
 def vllm_cache(lane: Lane, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A lane's own vLLM cache folder (VLLM_CACHE_ROOT/<lane>): servers that start together must not write the same
-    compile-cache files, and a lane's stays warm for the next run on this machine."""
+    """A lane's own vLLM cache folder (VLLM_CACHE_ROOT/<lane>) when the compile cache of ours is off
+    (CUDANALYST_VLLM_CACHE=off; else compile_cache.py keeps a lane's subfolder): servers that start together must
+    not write the same compile-cache files, and a lane's stays warm for the next run on this machine."""
     env = os.environ if environ is None else environ
     root = env.get("VLLM_CACHE_ROOT") or str(Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm")
     return {"VLLM_CACHE_ROOT": str(Path(root) / lane.name)}
@@ -175,6 +188,7 @@ class LaneServers:
                  say: Callable[[str], None] = lambda _: None) -> None:
         self.planned, self.lanes, self.log_dir, self.timeout, self.say = planned, list(lanes), log_dir, health_timeout_s, say
         self.served: dict[int, AttributionRun] = {}
+        self.servers: list[LocalServer] = []  # every lane's, once healthy: their URLs, start times and caches
         self._stacks: dict[int, contextlib.ExitStack] = {}
 
     def _start(self, lane: Lane) -> AttributionRun:
@@ -185,8 +199,23 @@ class LaneServers:
         folder = Path(self.log_dir) / lane.name if several else Path(self.log_dir)
         folder.mkdir(parents=True, exist_ok=True)
         say = (lambda text: self.say(f"{text} on GPU {lane.gpu}")) if several else self.say
-        return stack.enter_context(shared_servers(self.planned, str(folder), self.timeout, say,
-                                                  env={**lane.env(), **(vllm_cache(lane) if several else {})}))
+        own_cache = os.environ.get(COMPILE_CACHE_SWITCH, "").lower() != "off"
+        return stack.enter_context(shared_servers(
+            self.planned, str(folder), self.timeout, say,
+            env={**lane.env(), **(vllm_cache(lane) if several and not own_cache else {})},
+            cache_part=lane.name if several else "", started=self.servers))
+
+    def start_notes(self) -> list[str]:
+        """One line per server: when it was healthy, and where its compiled artefacts came from."""
+        found = {"local": "found in this machine's cache", "store": "fetched from the cache store",
+                 "cold": "none found: compiled now (a cold start)"}
+        out = []
+        for server in self.servers:
+            cache = server.compile_cache
+            where = f"; compiled artefacts {found[cache.found]} ({cache.folder})" if cache else ""
+            healthy = f"healthy after {server.healthy_after_s:.1f} s" if server.healthy_after_s is not None else ""
+            out.append(f"model server {server.endpoint.model} at {server.endpoint.root}: {healthy}{where}")
+        return out
 
     def __enter__(self) -> LaneServers:
         if len(self.lanes) == 1:
@@ -353,8 +382,10 @@ def run_lanes(run: AttributionRun, lanes: Sequence[Lane], log_dir: str, tick: Ca
     with KernelStages(run, lanes, log_dir, tick) as kernels, servers() as served:
 
         def lane_over(lane: Lane) -> None:
-            served.stop(lane.index)  # the lane's GPU is quiet from here on: its kernel stage may time
+            # Every shard of the lane has exited, so its server has nothing left to run: the GPU is quiet from
+            # here on and the kernel stage may time at once, not after the server's shutdown (seconds).
             kernels.release(lane.index)
+            served.stop(lane.index)
 
         on_llm_start()
         codes["llm"] = llm_stage_in_lanes(lanes, served.served, log_dir, tick, extra, lane_over)

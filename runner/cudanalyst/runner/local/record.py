@@ -115,7 +115,7 @@ def served_model(rec: TrajectoryRecording, log_dir: str, health_timeout_s: float
     short = Path(str(model.model).rstrip("/")).name or str(model.model)
     say(f"starting the model server ({short}, vLLM)")
     with start_local_server(path, model, served_name=short, seed=rec.spec.seed, health_timeout_s=health_timeout_s,
-                            log_dir=log_dir) as server:
+                            log_dir=log_dir, s3=s3_settings(rec)) as server:
         say(f"warming up the model ({short})")
         burst = {"requests": 2, "samples": 2} if cpu_build() else {}  # as `cudanalyst run` does on a CPU
         warm_up(server.endpoint, rec.spec.temperature, rec.spec.top_p, **burst)

@@ -1,0 +1,100 @@
+"""What a vLLM server says of its own load, from its Prometheus `/metrics` (issue 32): sequences running and
+waiting, generated tokens, prefix-cache queries and hits, preemptions; sampled every few seconds by a thread
+over the LLM stage of `cudanalyst run`, summed over its servers (one per lane)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+SAMPLE_EVERY_S = 2.0
+NAMES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+         "vllm:generation_tokens_total": "generated", "vllm:prefix_cache_queries_total": "queries",
+         "vllm:prefix_cache_hits_total": "hits", "vllm:num_preemptions_total": "preemptions"}
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
+
+
+def parse(text: str) -> dict[str, float]:
+    """The figures NAMES names, summed over their label sets (engines, models)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m and m.group(1) in NAMES:
+            key = NAMES[m.group(1)]
+            out[key] = out.get(key, 0.0) + float(m.group(3))
+    return out
+
+
+class ServerMeter:
+    """Samples the servers at `roots` (http://host:port) from `start()` to `stop()`."""
+
+    def __init__(self, roots: Sequence[str]) -> None:
+        self.roots = list(roots)
+        self.samples: list[tuple[float, dict[str, dict[str, float]]]] = []  # (epoch, {root: figures})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self, client: httpx.Client) -> None:
+        figures: dict[str, dict[str, float]] = {}
+        for root in self.roots:
+            try:
+                figures[root] = parse(client.get(f"{root}/metrics").text)
+            except httpx.HTTPError:
+                continue  # a lane's server stopped once its LLM stage was over: the others still count
+        if figures:
+            self.samples.append((time.time(), figures))
+
+    def start(self) -> None:
+        def loop() -> None:
+            with httpx.Client(timeout=5.0) as client:
+                self.sample(client)
+                while not self._stop.wait(SAMPLE_EVERY_S):
+                    self.sample(client)
+
+        if self.roots:
+            self._thread = threading.Thread(target=loop, name="server-metrics", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling, after one last sample (call it before the servers stop)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            with httpx.Client(timeout=5.0) as client:
+                self.sample(client)
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(self.samples)
+
+
+def summarize(samples: Sequence[tuple[float, dict[str, dict[str, float]]]]) -> dict[str, Any]:
+    """Mean and max sequences running (over the servers), the share of samples with a queue at a server, generated
+    tokens per second, the prefix-cache hit rate and the preemptions, each server's counters taken between its
+    own first and last sample."""
+    if len(samples) < 2:
+        return {}
+    t0, t1 = samples[0][0], samples[-1][0]
+    running = [sum(f.get("running", 0.0) for f in by_root.values()) for _, by_root in samples]
+    first: dict[str, dict[str, float]] = {}
+    last: dict[str, dict[str, float]] = {}
+    for _, by_root in samples:
+        for root, f in by_root.items():
+            first.setdefault(root, f)
+            last[root] = f
+
+    def delta(key: str) -> float:
+        return sum(last[r].get(key, 0.0) - first[r].get(key, 0.0) for r in last)
+
+    queries = delta("queries")
+    return {"samples": len(samples), "seconds": t1 - t0, "runningMean": sum(running) / len(running),
+            "runningMax": max(running),
+            "waitingShare": sum(1 for _, by_root in samples
+                                if any(f.get("waiting", 0.0) > 0 for f in by_root.values())) / len(samples),
+            "generationTokensPerS": delta("generated") / (t1 - t0) if t1 > t0 else 0.0,
+            "prefixHitRate": delta("hits") / queries if queries > 0 else None,
+            "preemptions": delta("preemptions")}

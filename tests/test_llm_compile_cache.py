@@ -1,0 +1,148 @@
+"""vLLM's compiled artefacts kept per model, vLLM version and GPU kind (issue 32): the key, the local folder, and the
+store a fresh machine or pod fetches them from (S3 through boto3 against moto's server; a folder as a volume).
+
+A real vLLM server filling and finding the cache is tests/vllm/test_compile_cache_vllm.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from cudanalyst.runner.llm import compile_cache
+from cudanalyst.runner.llm.compile_cache import CompileCache, cache_key
+from cudanalyst.store import open_store
+
+
+def model(folder: Path, hidden: int = 128, weights: bytes = b"w" * 10) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"hidden_size": hidden}))
+    (folder / "model.safetensors").write_bytes(weights)
+    return folder
+
+
+def compiled(cache: CompileCache) -> Path:
+    """What a server start leaves: a torch.compile artefact and a Triton kernel."""
+    artefact = cache.folder / "vllm" / "torch_compile_cache" / "abc123" / "rank_0_0" / "model.bin"
+    artefact.parent.mkdir(parents=True)
+    artefact.write_bytes(b"compiled graph")
+    kernel = cache.folder / "triton" / "k1" / "kernel.cubin"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(b"cubin")
+    return artefact
+
+
+@pytest.fixture
+def roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(compile_cache.DIR_ENV, str(tmp_path / "machine-1"))
+    monkeypatch.delenv(compile_cache.CACHE_URI_ENV, raising=False)
+    monkeypatch.delenv(compile_cache.SWITCH_ENV, raising=False)
+    return tmp_path
+
+
+def test_the_key_names_the_model_the_vllm_version_and_the_gpu_kind(tmp_path: Path) -> None:
+    coder = str(model(tmp_path / "Qwen2.5-Coder-1.5B"))
+    key = cache_key(coder, "vllm-0.22.0", "NVIDIA H200")
+    name, version, gpu = key.split("/")
+    assert name.startswith("qwen2.5-coder-1.5b-") and version == "vllm-0.22.0" and gpu == "nvidia-h200"
+    assert cache_key(coder, "vllm-0.22.0", "NVIDIA H200") == key  # stable
+    assert cache_key(coder, "vllm-0.23.0", "NVIDIA H200") != key
+    assert cache_key(coder, "vllm-0.22.0", "NVIDIA H100 80GB HBM3") != key
+    other = str(model(tmp_path / "b" / "Qwen2.5-Coder-1.5B", hidden=256))  # same name, another model
+    assert cache_key(other, "vllm-0.22.0", "NVIDIA H200") != key
+    resized = str(model(tmp_path / "c" / "Qwen2.5-Coder-1.5B", weights=b"w" * 11))
+    assert cache_key(resized, "vllm-0.22.0", "NVIDIA H200") != key
+
+
+def test_the_server_environment_points_into_the_keyed_folder(roots: Path) -> None:
+    cache = CompileCache.for_model(str(model(roots / "m")))
+    assert cache is not None and cache.folder.is_relative_to(roots / "machine-1")
+    env = cache.env()
+    assert Path(env["VLLM_CACHE_ROOT"]).parent == cache.folder == Path(env["TRITON_CACHE_DIR"]).parent
+    lane = CompileCache.for_model(str(model(roots / "m2")), part="gpu1")
+    assert lane is not None and lane.folder.name == "gpu1"  # lanes starting together write apart
+
+
+def test_a_second_start_on_the_same_machine_finds_the_folder(roots: Path) -> None:
+    path = str(model(roots / "m"))
+    first = CompileCache.for_model(path)
+    assert first is not None and first.fetch() == "cold"
+    artefact = compiled(first)
+    again = CompileCache.for_model(path)
+    assert again is not None and again.fetch() == "local" and again.folder == first.folder
+    assert artefact.read_bytes() == b"compiled graph"
+
+
+def test_switched_off_nothing_of_ours_is_used(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(compile_cache.SWITCH_ENV, "off")
+    assert CompileCache.for_model(str(model(roots / "m"))) is None
+
+
+def test_a_fresh_machine_fetches_what_the_first_cold_start_kept_in_s3(roots: Path, s3_bucket: str, s3_settings,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, f"s3://{s3_bucket}/vllm-cache")
+    path = str(model(roots / "m"))
+    first = CompileCache.for_model(path, s3=s3_settings)
+    assert first is not None and first.fetch() == "cold"  # nothing in the bucket yet: said, not an error
+    compiled(first)
+    first.keep()
+    first.wait()
+    store = open_store(f"s3://{s3_bucket}/vllm-cache", s3_settings)
+    assert store.exists(first.archive_key) and first.archive_key == f"{first.key}.tar.gz"
+
+    monkeypatch.setenv(compile_cache.DIR_ENV, str(roots / "machine-2"))  # another machine: empty local cache
+    fresh = CompileCache.for_model(path, s3=s3_settings)
+    assert fresh is not None and fresh.folder != first.folder and fresh.fetch() == "store"
+    got = sorted(str(p.relative_to(fresh.folder)) for p in fresh.folder.rglob("*") if p.is_file())
+    assert got == ["triton/k1/kernel.cubin", "vllm/torch_compile_cache/abc123/rank_0_0/model.bin"]
+    assert (fresh.folder / got[1]).read_bytes() == b"compiled graph"
+    # A start that found the cache puts nothing back; the first cold start's archive stays the one kept.
+    before = store.get_bytes(first.archive_key)
+    (fresh.folder / "vllm" / "extra").write_text("x")
+    fresh.keep()
+    fresh.wait()
+    assert store.get_bytes(first.archive_key) == before
+
+
+def test_a_volume_the_pods_mount_is_a_store_too(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    volume = roots / "volume"
+    volume.mkdir()
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+    path = str(model(roots / "m"))
+    first = CompileCache.for_model(path)
+    assert first is not None and first.fetch() == "cold"
+    compiled(first)
+    first.keep()
+    first.wait()
+    assert (volume / first.archive_key).is_file()
+    monkeypatch.setenv(compile_cache.DIR_ENV, str(roots / "pod-2"))
+    second = CompileCache.for_model(path)
+    assert second is not None and second.fetch() == "store"
+
+
+def test_an_archive_member_outside_the_folder_is_refused(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    volume = roots / "volume"
+    volume.mkdir()
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+    cache = CompileCache.for_model(str(model(roots / "m")))
+    assert cache is not None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../../escaped")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    target = volume / cache.archive_key
+    target.parent.mkdir(parents=True)
+    target.write_bytes(buf.getvalue())
+    assert cache.fetch() == "cold"  # refused, and the server starts cold: a cache never fails a run
+    assert not (roots / "escaped").exists() and not any(p.is_file() for p in cache.folder.rglob("*"))
+
+
+def test_an_unusable_store_uri_starts_without_it(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, "s3://")
+    cache = CompileCache.for_model(str(model(roots / "m")))
+    assert cache is not None and cache.store is None and cache.fetch() == "cold"

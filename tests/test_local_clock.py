@@ -1,0 +1,95 @@
+"""Where a run's wall time went, on the user's clock (issue 32): the table `cudanalyst run` ends with, the shards'
+LLM timelines it reads, and the model server's own figures. A real run prints it in
+tests/vllm/test_local_run_vllm.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cudanalyst.runner.llm import timeline
+from cudanalyst.runner.llm.server_metrics import parse, summarize
+from cudanalyst.runner.local.clock import WallClock, process_started
+
+METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+vllm:num_requests_running{engine="0",model_name="m"} 12.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 3.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 3.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 1000.0
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 400.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 100.0
+vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7e+09
+vllm:num_preemptions_total{engine="0",model_name="m"} 0.0
+"""
+
+
+def test_the_clock_starts_when_the_process_did() -> None:
+    import time
+
+    started = process_started()
+    assert started <= time.time() and time.time() - started < 24 * 3600
+
+
+def test_the_table_splits_the_wall_into_start_plans_kernels_tail_and_report() -> None:
+    clock = WallClock(started=1000.0, units=2640)
+    clock.llm = {"lastPlan": 1200.0, "tokens": 1_430_000, "seconds": 168.0, "planTokens": 430_000,
+                 "codeTokens": 1_000_000}
+    for name, at in (("llm", 1119.0), ("llmOver", 1287.0), ("kernelsOver", 1357.0), ("report", 1357.0),
+                     ("reportOver", 1375.0), ("end", 1378.0)):
+        clock.mark(name, at)
+    spans = {key: seconds for key, _, seconds in clock.spans()}
+    assert spans == {"start": 119.0, "plans": 81.0, "kernels": 87.0, "tail": 70.0, "report": 18.0}
+    figures = clock.to_json()
+    assert figures["wall"] == 378.0
+    assert round(figures["unitsPerHour"]) == round(2640 * 3600 / 378)
+    assert round(figures["unitsPerHourAfterStart"]) == round(2640 * 3600 / (378 - 119))
+    text = "\n".join(clock.lines())
+    assert "from the command's start" in text and "31.5 %" in text  # the start's share of the wall
+    assert "8,512 tokens/s" in text  # 1.43 M tokens over the 168 s of the stage
+
+
+def test_without_plans_the_llm_stage_is_one_span() -> None:
+    clock = WallClock(started=0.0)
+    clock.mark("llm", 10.0)
+    clock.mark("llmOver", 30.0)
+    assert [key for key, _, _ in clock.spans()] == ["start", "kernels"]
+
+
+def test_the_shards_timelines_merge_into_the_stage(tmp_path: Path) -> None:
+    timeline.write(str(tmp_path), 0, {"started": 100.0, "ended": 150.0, "firstPlan": 103.0, "lastPlan": 120.0,
+                                      "planTokens": 10, "codeTokens": 90,
+                                      "inFlight": [[101.2, 60, 0, 4, 64], [102.1, 20, 44, 0, 64]]})
+    timeline.write(str(tmp_path), 1, {"started": 101.0, "ended": 160.0, "lastPlan": 125.0, "planTokens": 5,
+                                      "codeTokens": 95, "inFlight": [[101.7, 50, 0, 0, 50]]})
+    merged = timeline.merge(tmp_path)
+    assert merged["shards"] == 2 and merged["started"] == 100.0 and merged["ended"] == 160.0
+    assert merged["lastPlan"] == 125.0 and merged["tokens"] == 200 and merged["seconds"] == 60.0
+    # second 101: 60 + 50 in flight, 4 held back; second 102: 64
+    assert merged["inFlight"] == {"mean": 87.0, "max": 110, "queuedShare": 0.5, "samples": 2}
+    assert timeline.merge(tmp_path / "none") == {}
+
+
+def test_in_flight_counts_follow_each_request() -> None:
+    counter = timeline.InFlight()
+    counter.move("planner", None, "queued")
+    counter.move("planner", "queued", "sent")
+    counter.move("coder", None, "queued")
+    counter.sample()
+    assert counter.samples[-1][1:] == (1, 0, 1, 2)  # a plan at the server, a kernel request held back
+    counter.move("coder", "queued", "sent")
+    counter.move("planner", "sent", None)
+    counter.sample()
+    assert counter.samples[-1][1:] == (0, 1, 0, 1)
+
+
+def test_the_servers_own_figures() -> None:
+    assert parse(METRICS) == {"running": 12.0, "waiting": 3.0, "generated": 1000.0, "queries": 400.0, "hits": 100.0,
+                              "preemptions": 0.0}
+    later = {"running": 4.0, "waiting": 0.0, "generated": 21000.0, "queries": 2400.0, "hits": 1700.0,
+             "preemptions": 2.0}
+    summary = summarize([(0.0, {"a": parse(METRICS)}), (1.0, {"a": later}), (2.0, {"b": later})])
+    assert summary["generationTokensPerS"] == 10_000.0  # server a's 20,000 tokens over the 2 s sampled
+    assert summary["prefixHitRate"] == 0.8 and summary["preemptions"] == 2.0
+    assert summary["runningMax"] == 12.0 and round(summary["waitingShare"], 2) == 0.33
+    assert summarize([(0.0, {"a": later})]) == {}  # one sample says nothing of a rate
+    json.dumps(summary)  # goes into --timings as it is
