@@ -145,3 +145,23 @@ def test_an_endpoint_key_reaches_the_runner_pod_as_a_secret_reference_only() -> 
     assert env == [{"name": "GW_KEY", "valueFrom": {"secretKeyRef": {"name": "llm-gateway", "key": "token",
                                                                      "optional": True}}}]
     assert "volumes" in pod_spec(job) and "llm-gateway" not in json.dumps(pod_spec(job)["volumes"])
+
+
+def test_runner_pods_are_told_where_vllms_compiled_artefacts_are_kept() -> None:
+    from dataclasses import replace
+
+    from cudanalyst.operator.config import ConfigError, load_config
+
+    def env(config: OperatorConfig) -> dict[str, Any]:
+        return {e["name"]: e.get("value") for e in pod_spec(runner_job(make_run(), config))["containers"][0]["env"]}
+
+    assert "CUDANALYST_VLLM_CACHE_URI" not in env(CONFIG)  # none set: each pod compiles anew
+    cached = replace(CONFIG, vllm_cache_uri="s3://bucket/vllm-cache")
+    assert env(cached)["CUDANALYST_VLLM_CACHE_URI"] == "s3://bucket/vllm-cache"
+    assert load_config({"CUDANALYST_RUNNER_VLLM_CACHE_URI": "/cache/vllm"}).vllm_cache_uri == "/cache/vllm"
+    try:
+        load_config({"CUDANALYST_RUNNER_VLLM_CACHE_URI": "bucket/x"})
+    except ConfigError as exc:
+        assert "CUDANALYST_RUNNER_VLLM_CACHE_URI" in str(exc)
+    else:
+        raise AssertionError("a relative cache URI was accepted")

@@ -32,6 +32,9 @@ class OperatorConfig:
     # Kueue is installed: follow the Workloads of queued runs' Jobs (kueue.py). Off, a run that names a
     # queue stalls, since suspending it would need its Workload.
     kueue: bool = False
+    # Where runner pods keep vLLM's compiled artefacts between pods (issue 32): s3://bucket/prefix or a folder on a
+    # volume they mount; the runner fetches it before its model server starts. Empty: each pod compiles anew.
+    vllm_cache_uri: str = ""
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:
@@ -71,6 +74,13 @@ def _labels(env: Mapping[str, str], name: str) -> dict[str, str]:
     return out
 
 
+def _cache_uri(env: Mapping[str, str], name: str) -> str:
+    raw = env.get(name, "").strip()
+    if raw and not (raw.startswith(("s3://", "/", "file://"))):
+        raise ConfigError(f"{name}={raw!r}: expected s3://bucket/prefix or an absolute folder (a mounted volume)")
+    return raw
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name, "").strip().lower()
     if raw == "":
@@ -102,4 +112,5 @@ def load_config(env: Mapping[str, str] | None = None) -> OperatorConfig:
         runner_stage=stage,
         runner_pod_labels=_labels(env, "CUDANALYST_RUNNER_POD_LABELS"),
         kueue=_bool(env, "CUDANALYST_KUEUE", False),
+        vllm_cache_uri=_cache_uri(env, "CUDANALYST_RUNNER_VLLM_CACHE_URI"),
     )

@@ -74,7 +74,7 @@ def initial_suspend(run: AttributionRun) -> bool:
     return run.spec.suspend or bool(run.spec.resources.queue_name)
 
 
-def _env(run: AttributionRun) -> list[dict[str, Any]]:
+def _env(run: AttributionRun, config: OperatorConfig) -> list[dict[str, Any]]:
     s3 = run.spec.s3
     env: list[dict[str, Any]] = [
         {"name": "CUDANALYST_RUN", "value": run.metadata.name},
@@ -88,6 +88,8 @@ def _env(run: AttributionRun) -> list[dict[str, Any]]:
     if s3.credentials_secret:
         # The runner's store reads the key files of the mounted Secret; the values never pass through us.
         env.append({"name": CREDENTIALS_DIR_ENV, "value": c.CREDENTIALS_MOUNT})
+    if config.vllm_cache_uri:  # the runner's compile_cache.py reads it (with the run's S3 settings)
+        env.append({"name": "CUDANALYST_VLLM_CACHE_URI", "value": config.vllm_cache_uri})
     env += api_key_env(run)
     return env
 
@@ -174,7 +176,7 @@ def job_pod_spec(run: AttributionRun, config: OperatorConfig, configmap: str, co
         "imagePullPolicy": config.image_pull_policy,
         "command": command,
         **({"args": args} if args is not None else {}),
-        "env": _env(run),
+        "env": _env(run, config),
         "volumeMounts": mounts,
         "resources": _resources(run),
         # The runner's last error lines become the pod's termination message, which the status quotes.

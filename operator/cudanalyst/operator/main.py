@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
               "CUDANALYST_RUNNER_SERVICE_ACCOUNT, CUDANALYST_STATUS_INTERVAL, CUDANALYST_METRICS_PORT, "
               "CUDANALYST_HEALTH_PORT, CUDANALYST_BACKOFF_LIMIT_PER_INDEX, CUDANALYST_IMAGE_PULL_POLICY, "
               "CUDANALYST_RUNNER_POD_LABELS (k=v,...), CUDANALYST_RUNNER_STAGE, CUDANALYST_RETRY_INTERVAL, "
-              "CUDANALYST_KUEUE (true: follow Kueue Workloads of queued runs)")
+              "CUDANALYST_KUEUE (true: follow Kueue Workloads of queued runs), "
+              "CUDANALYST_RUNNER_VLLM_CACHE_URI (s3://bucket/prefix or a mounted folder: vLLM's compiled artefacts)")
         return 0
     if argv:
         print(f"cudanalyst-operator: unexpected arguments {argv!r}; it is configured by environment variables",
