@@ -1,7 +1,7 @@
 """`cudanalyst study`: the paper's findings across run folders (src/cudanalyst/analysis/study.py).
 
 The main run is real data: the 2,640 outcomes of examples/h200-outcomes.yaml on the H200
-(docs/results/h200-outcomes-2026-11-30/), whose spec is examples/study/main.yaml under another name. The other
+(docs/results/h200-outcomes-2026-11-30/), whose spec then was examples/study/main.yaml under another name. The other
 runs of the study have not run yet: where a test needs them it builds SYNTHETIC run folders (a test double,
 labelled so in each test) from the main run's records with labels rewritten.
 """
@@ -49,8 +49,9 @@ def write_run(folder: Path, spec_file: Path, records: list[dict], name: str | No
 
 @pytest.fixture(scope="module")
 def pilot_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # The H200 run's own spec (examples/h200-outcomes.yaml: main.yaml named h200-outcomes) and records.
-    return write_run(tmp_path_factory.mktemp("runs"), ROOT / "examples" / "h200-outcomes.yaml", pilot_records())
+    # The H200 run's own spec (examples/h200-outcomes.yaml as it was on 2026-11-30: main.yaml named h200-outcomes;
+    # that file now replays the real example) and records.
+    return write_run(tmp_path_factory.mktemp("runs"), STUDY / "main.yaml", pilot_records(), name="h200-outcomes")
 
 
 @pytest.fixture(scope="module")
