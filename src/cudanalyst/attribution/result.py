@@ -22,6 +22,7 @@ from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.contrast import (
     Intervals,
     changing_units,
+    coefficient_contrasts,
     contrast_intervals,
     exact_contrasts,
     few_changing,
@@ -31,21 +32,20 @@ from cudanalyst.attribution.contrast import (
 from cudanalyst.attribution.games import FloatArray, Game, coalition_key, masks_of_order
 from cudanalyst.attribution.intervals import (
     PRIOR_UNITS,
-    adjusted_rate,
-    between_units,
     holm,
-    p_values,
     percentile_interval,
-    t_quantile,
     unit_weights,
 )
-from cudanalyst.attribution.msr import msr_interactions, msr_variance
+from cudanalyst.attribution.msr import msr_coefficients, msr_interactions, sampling_variance
 from cudanalyst.attribution.values import GAME_ARM, OutcomeTables, ProgramOutcomes
 
 Estimator = Literal["exact", "msr", "auto"]
 # A bootstrap interval needs this share of finite replicates (an MSR replicate that drew no coalition
 # of some group is NaN); below it the interval is left out and the game says why.
 MIN_FINITE_REPLICATES = 0.95
+# The percentile bootstrap over units is shown only from this many units of replication: below it, it covered less
+# than it claims in simulation (bench/coverage.py; docs/attribution.md, "Coverage of every interval shown").
+BOOTSTRAP_MIN_UNITS = 48
 
 NOTES = [
     "Metrics are cumulative: compiled = compile or better, pass = pass or fast, fast = fast "
@@ -203,15 +203,10 @@ class _Part:
     tested: bool = False  # in the Holm family
 
 
-def _t_part(keys: list[str], value: FloatArray, se: FloatArray, dof: float, confidence: float) -> Intervals:
-    """The symmetric t-interval value -+ t se (MSR)."""
-    q = t_quantile(confidence, dof) if dof > 0 else math.nan
-    return Intervals(value, se, value - q * se, value + q * se, p_values(value, se, dof), np.full(value.shape, dof))
-
-
 def _estimates(part: _Part) -> dict[str, Estimate]:
     iv = part.iv
     out = {}
+    boot_shown = (part.boot[1] > part.boot[0]) if part.boot is not None else np.zeros(len(part.keys), bool)
     for i, key in enumerate(part.keys):
         ok = math.isfinite(iv.estimate[i]) and math.isfinite(iv.se[i])
         out[key] = Estimate(
@@ -219,8 +214,10 @@ def _estimates(part: _Part) -> dict[str, Estimate]:
             se=_num(iv.se[i]) if ok else None,
             low=_num(iv.low[i]) if ok else None,
             high=_num(iv.high[i]) if ok else None,
-            bootstrap_low=_num(part.boot[0][i]) if part.boot is not None else None,
-            bootstrap_high=_num(part.boot[1][i]) if part.boot is not None else None,
+            # A zero-width bootstrap interval (every resample alike: no unit succeeds, say) claims certainty the
+            # data do not give: left out.
+            bootstrap_low=_num(part.boot[0][i]) if boot_shown[i] else None,
+            bootstrap_high=_num(part.boot[1][i]) if boot_shown[i] else None,
             p_value=_num(iv.p_value[i]) if part.tested and ok else None,
             dof=_num(iv.dof[i]) if ok else None,
         )
@@ -329,19 +326,25 @@ def _exact_parts(u: GameUnits, n: int, order: int, confidence: float, replicates
 
 def _msr_parts(u: GameUnits, masks: np.ndarray, n: int, order: int, confidence: float, replicates: int, seed: int,
                keys: dict[str, list[str]]) -> tuple[dict[str, _Part], float, str]:
+    """MSR's Banzhaf values and interactions with the exact estimator's interval: each is a contrast of two mean
+    rates over the coalitions present (`msr.msr_coefficients`), so `contrast_intervals` applies as it is; with
+    every coalition present once it is the exact interval. When the coalitions are a sample, drawing them adds
+    the variance of each group mean (`msr.sampling_variance`). (The previous value -+ t se covered the largest
+    effect 90-93 % at low rates up to 24 programs, missing on one side; docs/attribution.md, bench/coverage.py.)"""
     sampled = masks.size < 1 << n
-    p = adjusted_rate(u.successes.sum(), u.trials.sum(), confidence)
-    var_v = p * (1 - p) / np.maximum(u.trials, 1)
     v_hat = (u.weights @ u.rates) / u.weights.sum()
-    parts, dof, note = {}, 0.0, ""
+    levels = unit_levels(u.rates, u.unit_trials, confidence)
+    changing = changing_units(u.rates)
+    parts, note = {}, ""
     rng = np.random.default_rng(seed)
     for name, k in (("banzhaf", 1), ("interactions", order)):
-        per_unit = msr_interactions(masks, u.rates, n, k)[0]
-        value, se, dof = between_units(per_unit, u.weights, msr_variance(masks, var_v, n, k))
-        dof = float(dof)
-        if sampled:
-            # The coalitions are a sample too: add MSR's between-coalition variance of the pooled rates.
-            se = np.sqrt(se**2 + msr_interactions(masks, v_hat, n, k)[1] ** 2)
+        coef = msr_coefficients(masks, n, k)
+        ok = np.isfinite(coef).all(axis=0)
+        contrasts = coefficient_contrasts(u.rates, u.trials, u.unit_trials, np.where(ok, coef, 0.0))
+        extra = sampling_variance(masks, v_hat, n, k) if sampled else None
+        with np.errstate(invalid="ignore", divide="ignore"):  # an index with an empty group: NaN below
+            iv = contrast_intervals(contrasts, u.weights, levels, u.programs, confidence, changing, extra)
+        iv = Intervals(*(np.where(ok, x, np.nan) for x in (iv.estimate, iv.se, iv.low, iv.high, iv.p_value, iv.dof)))
         boot = None
         if replicates and len(u.weights) > 1:
             rates = _boot_rates(u, replicates, rng)
@@ -352,8 +355,8 @@ def _msr_parts(u: GameUnits, masks: np.ndarray, n: int, order: int, confidence: 
             else:
                 note = (f"bootstrap interval left out: only {finite} of {replicates} replicates drew every "
                         "group of coalitions an index needs")
-        parts[name] = _Part(keys[name], _t_part(keys[name], value, se, dof, confidence), boot, True)
-    return parts, dof, note
+        parts[name] = _Part(keys[name], iv, boot, True)
+    return parts, _nominal_dof(u), note
 
 
 def attribute_game(
@@ -367,6 +370,7 @@ def attribute_game(
     confidence: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
+    bootstrap_min_units: int = BOOTSTRAP_MIN_UNITS,
 ) -> GameResult:
     """One game's indices with intervals over its units of replication.
 
@@ -412,14 +416,19 @@ def attribute_game(
         why = "; ".join(f"{e.programs} program(s): {e.reason}" for e in u.exclusions[:3])
         return null(f"{metric} could not be established for any program ({why})")
     values = _rate_part(u, value_keys, confidence)
+    boot_note = ""
+    if replicates and 1 < len(u.weights) < bootstrap_min_units:
+        boot_note = (f"bootstrap interval not shown: {len(u.weights)} {unit}s, below the {bootstrap_min_units} from "
+                     "which it covered what it claims in simulation (docs/attribution.md)")
+        replicates = 0
     if replicates and len(u.weights) > 1:
         low, high, _ = percentile_interval(_boot_rates(u, replicates, np.random.default_rng(seed)), confidence)
         values.boot = (low, high)
-    boot_note = ""
     if chosen == "exact":
         parts = _exact_parts(u, n, order, confidence, replicates, seed, keys)
     else:
-        parts, _, boot_note = _msr_parts(u, po.masks, n, order, confidence, replicates, seed, keys)
+        parts, _, msr_note = _msr_parts(u, po.masks, n, order, confidence, replicates, seed, keys)
+        boot_note = boot_note or msr_note
     dof = _nominal_dof(u)
     interval_note = boot_note
     if len(u.weights) < 2:
@@ -466,6 +475,7 @@ def attribute_tables(
     confidence: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
+    bootstrap_min_units: int = BOOTSTRAP_MIN_UNITS,
 ) -> AttributionResult:
     """Every game (metric x generation and pooled) and every control arm's rates."""
     check_order(order, len(tables.players))
@@ -474,7 +484,7 @@ def attribute_tables(
         if arm == GAME_ARM:
             games.append(attribute_game(
                 po, tables.players, metric, generation, estimator=estimator, order=order,
-                confidence=confidence, replicates=replicates, seed=seed,
+                confidence=confidence, replicates=replicates, seed=seed, bootstrap_min_units=bootstrap_min_units,
             ))
         else:
             controls.append(_control(po, arm, tables.players, metric, generation, confidence))
