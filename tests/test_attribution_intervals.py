@@ -215,6 +215,7 @@ def test_the_widening_fires_below_one_in_six_changing_units_only() -> None:
     # A third fired in most low-rate runs at 8-24 programs, where the logit interval alone covered (bench/coverage.py).
     assert ct.few_changing(3, 24) and not ct.few_changing(4, 24)
     assert ct.few_changing(1, 12) and not ct.few_changing(2, 12)
+    assert ct.few_changing(1, 4) and not ct.few_changing(2, 4)  # one unit alone, at any size
     assert ct.few_changing(9, 96) and not ct.few_changing(10, 96)
 
 

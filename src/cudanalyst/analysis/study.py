@@ -904,7 +904,7 @@ def _arms_md(arms: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS
             continue
         cells = [_interval(a[f"{m}/{u}"], sign=False) + (f" ({a[f'{m}/{u}']['programs']})"
                  if a[f"{m}/{u}"].get("programs") else "") for u in ("count", "exclude") for m in metrics]
-        share = f"{a['copies']} ({a['copies'] / a['units']:.0%})" if a["units"] else "0"
+        share = f"{a['copies']} ({a['copies'] / a['units']:.0%})" if a["units"] else str(a["copies"])
         out.append(f"| {a['arm']} | {a['units']} | {share} | " + " | ".join(cells) + " |")
     return out + [""]
 

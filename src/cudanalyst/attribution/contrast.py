@@ -255,7 +255,8 @@ def _extremes(xc: FloatArray, yc: FloatArray, l11: FloatArray, l21: FloatArray, 
 # FEW_SHARE of them. A third (the first rule) fired in most runs at 8-24 programs and low rates, where the logit
 # interval alone covered (0.93-1.00) and the widening made it 1.2-3 times wider, covering 0.97-1.00; a sixth still
 # fires where 2-5 of 24-48 programs carry the game and the logit interval alone covered 0.85-0.93
-# (docs/attribution.md, "A few programs carry the game"; bench/coverage.py).
+# (docs/attribution.md, "A few programs carry the game"; bench/coverage.py). One unit alone always carries the game
+# (one task of four, say: no spread among the carriers can be seen).
 FEW_CHANGING = 10
 FEW_SHARE = 6
 
@@ -266,7 +267,7 @@ def changing_units(rates: FloatArray) -> int:
 
 
 def few_changing(changing: int, units: int) -> bool:
-    return changing < min(FEW_CHANGING, units / FEW_SHARE)
+    return changing < min(FEW_CHANGING, max(units / FEW_SHARE, 2))
 
 
 def is_difference(c: Contrasts) -> npt.NDArray[np.bool_]:
