@@ -2,8 +2,8 @@
 
 From outcomes, each game's intervals come from the variation between its units of replication (frozen
 programs; tasks when generations are pooled): each index is a contrast of two mean rates, its interval
-taken on their logit scale with Satterthwaite degrees of freedom (`contrast.py`); MSR keeps the t-interval of
-`intervals.between_units`. See docs/attribution.md.
+taken on their logit scale with Satterthwaite degrees of freedom (`contrast.py`); MSR's indices are contrasts too and
+get the same interval. See docs/attribution.md.
 """
 
 from __future__ import annotations
@@ -58,9 +58,11 @@ NOTES = [
     "used), pooled with an Agresti-Coull adjusted-rate prior worth one unit, gives an ellipse on the logit scale "
     "of A and B, mapped back (asymmetric near rates 0 and 1, the t-interval near 1/2); t reference with "
     "Satterthwaite degrees of freedom (dof) for units of unequal noise. se is on the rate scale. Rollouts and "
-    "samples are replicates inside a unit. MSR estimates keep the t-interval value -+ t se.",
+    "samples are replicates inside a unit. MSR estimates get the same interval (each is a contrast of two mean rates "
+    "over the coalitions present), plus the variance of drawing the coalitions when they are a sample.",
     "bootstrapLow/High: percentile interval resampling whole units with all their coalitions (MSR: units and "
-    "sampled coalitions, each once); it is narrower than it should be with few units.",
+    f"sampled coalitions, each once); shown only from {BOOTSTRAP_MIN_UNITS} units (below, it covered less than it claims in "
+    "simulation) and never with zero width.",
     "holm: the interval still excludes 0 after Holm's correction over every Banzhaf value and interaction "
     "of the report's games (the family); pValue is before correction.",
     "A program whose outcome could not be established for a metric (e.g. pass/fast with no GPU) leaves that "
