@@ -35,23 +35,6 @@ def test_variance_passes_equal_squared_coefficients(transform, variance) -> None
     np.testing.assert_allclose(variance(var), expected, rtol=1e-12)
 
 
-def test_between_units_is_the_t_interval_over_units_and_never_zero_width() -> None:
-    rng = np.random.default_rng(0)
-    per_unit = rng.normal(size=(12, 2))
-    est, se, dof = iv.between_units(per_unit, np.ones(12), np.zeros(2))
-    np.testing.assert_allclose(est, per_unit.mean(axis=0))
-    # With a zero prior the variance is s^2 / J * (J-1) / (J-1+prior units): the prior pulls it, never raises it.
-    s2 = per_unit.var(axis=0, ddof=1) / 12
-    np.testing.assert_allclose(se**2, 11 * s2 / (11 + iv.PRIOR_UNITS))
-    assert dof == 11 + iv.PRIOR_UNITS
-    # Every unit the same (all programs failed everywhere): the adjusted-rate prior keeps a width.
-    _, se0, _ = iv.between_units(np.zeros((4, 1)), np.ones(4), np.array([0.01]))
-    assert se0[0] > 0
-    # One unit: no variation between units, so no interval at all.
-    _, se1, dof1 = iv.between_units(np.zeros((1, 1)), np.ones(1), np.array([0.01]))
-    assert np.isnan(se1[0]) and dof1 == 0
-
-
 def test_adjusted_rate_is_agresti_coull() -> None:
     z2 = iv.z_value(0.95) ** 2
     assert iv.adjusted_rate(0, 10, 0.95) == pytest.approx(z2 / 2 / (10 + z2))

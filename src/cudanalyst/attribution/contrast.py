@@ -333,7 +333,7 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
     n_b = np.where(has_neg, s_neg**2 / np.maximum(c.inv_neg, 1e-300), 1.0)
     z2 = z_value(confidence) ** 2
     pa, pb = (a_hat * n_a + z2 / 2) / (n_a + z2), (b_hat * n_b + z2 / 2) / (n_b + z2)
-    # The prior is worth PRIOR_UNITS units beside the J - 1 of the data (as in `between_units`); the t
+    # The prior is worth PRIOR_UNITS units beside the J - 1 of the units' covariance; the t
     # reference has the Satterthwaite degrees of freedom plus the prior's.
     data = units - 1
     v_aa = (data * v_aa + PRIOR_UNITS * pa * (1 - pa) / n_a) / (data + PRIOR_UNITS)

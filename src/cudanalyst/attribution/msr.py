@@ -73,17 +73,6 @@ def msr_interactions(
     return estimate, se
 
 
-def msr_variance(masks: npt.ArrayLike, variances: npt.ArrayLike, n: int, order: int = 1) -> FloatArray:
-    """sum_U c_U^2 Var v(U) of each MSR index for independent v(U): every sample in group L carries the
-    coefficient +-1/count_L (aligned with `masks_of_order`; NaN where a group is empty)."""
-    m = np.asarray(masks, dtype=np.int64)
-    onehot, _ = group_matrix(m, n, order)
-    count = onehot.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_group = np.where(count > 0, (np.asarray(variances, dtype=np.float64) @ onehot) / count**2, np.nan)
-    return per_group.reshape(*per_group.shape[:-1], -1, 1 << order).sum(axis=-1)
-
-
 def msr_coefficients(masks: npt.ArrayLike, n: int, order: int = 1) -> FloatArray:
     """(C, K) coefficient of each sampled coalition's v in each MSR index (aligned with `masks_of_order`):
     +-1/count_L in its group L, NaN columns where a group is empty. MSR is linear in v, so its indices are
