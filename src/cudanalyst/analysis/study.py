@@ -891,7 +891,7 @@ def _arms_md(arms: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS
     most = max(shares, default=None)
     example = f" ({most[1]}: {most[0]:.0%} of its candidates are copies)" if most else ""
     out = ["Every arm over programs, with copies (candidates that are the frozen program unchanged) counted and left "
-           "out (`attribution.unchanged: count | exclude`); each rate's frozen programs in brackets. The claim is about "
+           "out (`attribution.unchanged: count | exclude`), the frozen programs beside each rate. The claim is about "
            "what the plans' content does: a copy passes whenever its frozen program does, so under `count` an arm's "
            f"rate also measures how often the coder returns its input{example}. The claim needs copies left out; "
            "but leaving them out selects on an outcome of the arm (a cell can lose every sample), so a verdict "
@@ -902,7 +902,7 @@ def _arms_md(arms: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS
         if "arm" not in a:
             out.append(f"| {a['role']} | not run: {a['reason']} |" + " |" * (2 + 2 * len(metrics)))
             continue
-        cells = [_interval(a[f"{m}/{u}"], sign=False) + (f" ({a[f'{m}/{u}']['programs']})"
+        cells = [_interval(a[f"{m}/{u}"], sign=False) + (f" ({a[f'{m}/{u}']['programs']} programs)"
                  if a[f"{m}/{u}"].get("programs") else "") for u in ("count", "exclude") for m in metrics]
         share = f"{a['copies']} ({a['copies'] / a['units']:.0%})" if a["units"] else str(a["copies"])
         out.append(f"| {a['arm']} | {a['units']} | {share} | " + " | ".join(cells) + " |")
