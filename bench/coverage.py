@@ -134,13 +134,13 @@ def run_design(design: Design, runs: int, seed: int) -> Result:
             res.exact.add(i, e.low, e.high, target[i])
             res.bootstrap.add(i, e.bootstrap_low, e.bootstrap_high, target[i])
             res.msr_sampled.add(i, s.low, s.high, target[i])
+            if plain is not None:
+                res.widened.add(i, e.low, e.high, target[i])
+                res.unwidened.add(i, plain.banzhaf[player].low, plain.banzhaf[player].high, target[i])
             if msr is None:
                 continue
             m = msr.banzhaf[player]
             res.msr_all.add(i, m.low, m.high, target[i])
-            if plain is not None:
-                res.widened.add(i, e.low, e.high, target[i])
-                res.unwidened.add(i, plain.banzhaf[player].low, plain.banzhaf[player].high, target[i])
             same &= e.low is not None and m.low is not None and abs(e.low - m.low) < 1e-12 and \
                 abs((e.high or 0) - (m.high or 0)) < 1e-12
         res.msr_equals_exact += same
