@@ -187,7 +187,7 @@ def main() -> None:
             print(table([r]).splitlines()[-1], flush=True)
             if args.json:
                 with open(args.json, "w") as f:
-                    json.dump([asdict(x) for x in results], f, indent=1)
+                    json.dump([asdict(x) for x in results], f, indent=1, default=lambda o: o.item())  # numpy scalars
     print("\n" + table(results))
     print(f"\nMSR over every coalition gave the exact interval in {sum(r.msr_equals_exact for r in results)} of "
           f"{sum(min(r.runs, MSR_ALL_RUNS) for r in results)} runs where both ran.")
