@@ -14,7 +14,7 @@ from cudanalyst.attribution.msr import (
     sample_coalitions,
     sampling_variance,
 )
-from cudanalyst.attribution.result import BOOTSTRAP_MIN_UNITS, attribute_tables
+from cudanalyst.attribution.result import attribute_tables
 from cudanalyst.attribution.values import GAME_ARM, OutcomeColumns, tabulate
 from cudanalyst.outcomes import Label
 
@@ -133,14 +133,18 @@ def test_msr_over_sampled_coalitions_holds_and_finds_the_one_effect() -> None:
     assert lead.low < 0.5 < lead.high and lead.p_value < 0.05
 
 
-def test_the_bootstrap_is_shown_only_from_its_units_and_never_with_zero_width() -> None:
+def test_the_bootstrap_is_not_shown_unless_asked_and_never_with_zero_width() -> None:
     tables = sampled_run(3, np.arange(8), 12, seed=8)
     game = next(g for g in attribute_tables(tables, estimator="exact", replicates=200).games if not g.pooled)
     assert all(e.bootstrap_low is None for e in game.banzhaf.values())
-    assert f"bootstrap interval not shown: 12 programs, below the {BOOTSTRAP_MIN_UNITS}" in game.interval_note
+    assert "bootstrap interval not shown: it covers less than it claims with 12 programs" in game.interval_note
+    asked = next(g for g in attribute_tables(tables, estimator="exact", replicates=200, bootstrap_min_units=12).games
+                 if not g.pooled)
+    assert all(e.bootstrap_low is not None for e in asked.banzhaf.values()) and "bootstrap" not in asked.interval_note
     # Every program fails under every coalition: every bootstrap replicate is 0, a zero-width interval.
-    never = tables_where_nothing_succeeds(BOOTSTRAP_MIN_UNITS)
-    game = next(g for g in attribute_tables(never, estimator="exact", replicates=200).games if not g.pooled)
+    never = tables_where_nothing_succeeds(48)
+    game = next(g for g in attribute_tables(never, estimator="exact", replicates=200, bootstrap_min_units=2).games
+                if not g.pooled)
     assert game.banzhaf["p0"].low is not None and game.banzhaf["p0"].low < 0 < game.banzhaf["p0"].high
     assert all(e.bootstrap_low is None and e.bootstrap_high is None for e in game.banzhaf.values())
 

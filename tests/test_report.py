@@ -80,7 +80,7 @@ def test_values_match_the_definition_over_the_records(gpu_run: tuple[Path, dict[
         est = game["banzhaf"][player]
         assert est["value"] == pytest.approx(banzhaf_by_definition(v, PLAYERS, player))
         assert est["low"] < est["value"] < est["high"]
-        # Few units (tasks): the bootstrap undercovers there, so it is not shown, and the game says why.
+        # The bootstrap undercovers at every size simulated, so it is not shown, and the game says why.
         assert game["units"] < BOOTSTRAP_MIN_UNITS and est["bootstrapLow"] is None and est["bootstrapHigh"] is None
     assert "bootstrap interval not shown" in game["intervalNote"]
 

@@ -95,8 +95,7 @@ def _results_section(report: Mapping[str, Any]) -> str:
             # Shown only where it covers what it claims (from BOOTSTRAP_MIN_UNITS units; never of zero width).
             boot = (f"[{_fmt(b['bootstrapLow'], True)}, {_fmt(b['bootstrapHigh'], True)}]"
                     if b and b.get("bootstrapLow") is not None else
-                    (f"not shown: {game.get('units', '')} {game.get('unit', 'program')}s, below "
-                     f"{BOOTSTRAP_MIN_UNITS}" if game["evaluated"] and att.get("bootstrap")
+                    ("not shown: covers less than it claims" if game["evaluated"] and att.get("bootstrap")
                      and (game.get("units") or 0) < BOOTSTRAP_MIN_UNITS else
                      "-" if game["evaluated"] else NOT_EVALUATED))
             rows.append([game["metric"], player, _interval(b), boot, _interval(s) if s else "-"])
