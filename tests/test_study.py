@@ -15,7 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from cudanalyst.analysis.study import MARGIN, StudyError, _programs_md, load_specs, mark_holm, study, verdict
+from cudanalyst.analysis.study import (
+    MARGIN,
+    StudyError,
+    _programs_md,
+    finding_verdicts,
+    load_specs,
+    mark_holm,
+    readme,
+    standing,
+    study,
+    verdict,
+)
 from cudanalyst.api import load_run
 from cudanalyst.cli import main as cli
 from cudanalyst.report.compute import attribution
@@ -132,11 +143,16 @@ def test_finding_2_is_the_reports_own_attribution(main_only: dict) -> None:
         for kind, part in (("banzhaf", game["banzhaf"]), ("interaction", game["interactions"])):
             for index, est in part.items():
                 mine = next(t for t in table if t["metric"] == game["metric"] and t["generation"] ==
-                            game["generation"] and t["kind"] == kind and t["index"] == index)
+                            game["generation"] and t["kind"] == kind and t["index"] == index
+                            and t["unit"] == game["unit"])
                 assert mine["value"] == pytest.approx(est["value"])
                 assert mine["units"] == game["units"]
                 checked += 1
     assert checked == 72  # 3 metrics x (3 generations + pooled) x (3 values + 3 interactions)
+    # The other level of each game: per generation over tasks, pooled over programs; as many again.
+    assert len(table) == 2 * checked
+    assert {(t["generation"] is None, t["unit"]) for t in table} == {(False, "program"), (False, "task"),
+                                                                     (True, "program"), (True, "task")}
     rows = main_only["finding2"]["rows"]
     assert {r["measured"] for r in rows} >= {"Banzhaf value of the analyzer", "Banzhaf value of the profiler"}
 
@@ -184,14 +200,16 @@ def test_cli_writes_the_tables_with_synthetic_side_runs(tmp_path: Path, pilot_fo
     assert "## Finding 4: Cross-model plan transferability" in text
     assert "[report](../../runs/study-raw-0-5b/report/report.html)" in text
     assert (STUDY / "transfer-gemma.yaml").read_text().strip() in text  # the exact specs, copied
-    # Holm over the page's comparisons: a row marked yes is one whose p-value passes the step-down.
-    tested = [r for r in data["rows"] if r.get("pValue") is not None]
+    # Holm over the page's family (findings 1, 3, 4 and finding 2's indices, both levels): a row marked yes is one
+    # whose p-value passes the step-down.
+    tested = [r for r in data["rows"] + data["finding2"]["table"] if r.get("pValue") is not None]
     assert data["holmFamily"] == len(tested) > 0 and all("holm" in r for r in tested)
+    assert sum(data["holmParts"].values()) == len(tested)
     ps, passed = sorted(r["pValue"] for r in tested), 0
     while passed < len(ps) and ps[passed] <= 0.05 / (len(ps) - passed):
         passed += 1
     assert sum(r["holm"] for r in tested) == passed
-    assert f"after Holm's correction over the {len(tested)} comparisons" in text
+    assert f"over the page's family, the {len(tested)} intervals of this page that test 0" in text
 
 
 def test_bad_input_exits_2_naming_the_file_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -313,3 +331,61 @@ def test_a_folder_resumed_with_more_model_capacity_still_matches_its_role(tmp_pa
     (folder / "spec.json").write_text(json.dumps(spec))
     with pytest.raises(StudyError, match=r"spec\.models\.planner\.model differs"):
         study(load_specs(STUDY), {"main": open_store(str(folder))}, attribution)
+
+
+def test_every_comparison_is_reported_over_tasks_too(main_only: dict) -> None:
+    records = pilot_records()
+    full = best_of_k(records, "coalition", PLAYERS, "pass")
+    dummy = best_of_k(records, "dummyPlan", [], "pass")
+    task = {r["programId"]: r["task"] for r in records}
+    per_task: dict[str, list[int]] = {}
+    for p in full:
+        per_task.setdefault(task[p], []).append(full[p] - dummy[p])
+    expected = sum(sum(d) / len(d) for d in per_task.values()) / len(per_task)  # each task weighs the same
+    r = next(r for r in main_only["rows"] if r.get("claim") == "real-feedback-vs-dummy-plan" and
+             r["metric"] == "pass" and r["copies"] == "count" and r["unit"] == "task")
+    assert r["value"] == pytest.approx(expected) and r["units"] == len(per_task) == 4 and r["programs"] == 48
+    over_programs = row(main_only, "real-feedback-vs-dummy-plan", "pass")
+    assert over_programs["unit"] == "program" and over_programs["units"] == 48
+    # Four units of very different means: the interval over tasks is the wider one.
+    assert r["high"] - r["low"] > over_programs["high"] - over_programs["low"]
+
+
+def _r(finding: int, claim: str, verdict_: str, unit: str, holm: bool, direction: int = 1,
+       copies: str = "count", metric: str = "pass") -> dict:
+    return {"finding": finding, "claim": claim, "paper": claim, "measured": claim, "metric": metric,
+            "copies": copies, "unit": unit, "direction": direction, "value": 0.1, "low": 0.0, "high": 0.2,
+            "verdict": verdict_, "holm": holm}
+
+
+def test_a_finding_agrees_only_where_every_claim_stands_and_is_general_only_over_tasks_too() -> None:
+    rows = [
+        # Finding 1: both claims stand over programs (one survives Holm, one is a small effect found small); over
+        # tasks the first does not survive Holm.
+        _r(1, "a", "agrees", "program", True), _r(1, "b", "agrees", "program", False, direction=0),
+        _r(1, "a", "agrees", "task", False), _r(1, "b", "agrees", "task", False, direction=0),
+        # Finding 3: one claim against (after Holm), the other inconclusive; the same over tasks.
+        _r(3, "c", "disagrees", "program", True), _r(3, "d", "inconclusive", "program", False),
+        _r(3, "c", "disagrees", "task", True), _r(3, "d", "inconclusive", "task", False),
+        # Finding 4: copies counted agrees, copies left out does not: the reading does not stand.
+        _r(4, "e", "agrees", "program", True), _r(4, "e", "inconclusive", "program", False, copies="exclude"),
+    ]
+    v = {x["finding"]: x for x in finding_verdicts(rows)}
+    assert (v[1]["program"]["verdict"], v[1]["task"]["verdict"], v[1]["general"]) == ("agree", "inconclusive", False)
+    assert (v[3]["program"]["verdict"], v[3]["task"]["verdict"], v[3]["general"]) == ("disagree", "disagree", True)
+    assert v[4]["program"]["verdict"] == "inconclusive" and v[4]["task"]["verdict"] == "not run"
+    assert v[2]["program"]["verdict"] == "not run"
+    # Mixed claims: one for, one against -> inconclusive.
+    mixed = finding_verdicts([_r(1, "a", "agrees", "program", True), _r(1, "b", "disagrees", "program", True)])
+    assert mixed[0]["program"]["verdict"] == "inconclusive"
+    assert standing([_r(1, "a", "disagrees", "program", False, direction=0)]) == "inconclusive"
+
+
+def test_the_page_gives_each_findings_verdict_at_both_levels(main_only: dict, tmp_path: Path) -> None:
+    assert [v["finding"] for v in main_only["verdicts"]] == [1, 2, 3, 4]
+    text = readme(main_only, load_specs(STUDY), "2026-12-01")
+    section = text.split("## Verdicts against the paper", 1)[1].split("## Finding 1", 1)[0]
+    for v in main_only["verdicts"]:
+        line = next(x for x in section.splitlines() if x.startswith(f"| {v['finding']}. "))
+        assert f"| {v['program']['verdict']} (" in line and f"| {v['task']['verdict']} (" in line
+    assert "over programs: value [interval]" in text and "(4 tasks, 48 programs)" in text

@@ -125,3 +125,42 @@ def test_pairing_keeps_only_programs_in_every_arm() -> None:
     # p2: 0 - 0, p3: 1 - 0: the mean over the two paired programs; p1 and p4 are left out, counted.
     assert (c.programs, c.unpaired) == (2, 2)
     assert c.value == pytest.approx(0.5)
+
+
+# Over tasks (issue 29): T tasks of M programs each; a task's logit baseline ~ N(mu, 1) and its effect ~ N(delta,
+# 0.5), each program's own deviations N(0, 0.5) and N(0, 0.3) around its task's. The estimand is the mean over tasks
+# like these of a task's expected mean program difference (tasks weigh the same). (tasks, programs, mu, delta).
+TASKS = {
+    "4 tasks of 12 programs, rate ~0.5": (4, 12, -1.6, 0.6),
+    "8 tasks of 6 programs, rate ~0.5": (8, 6, -1.6, 0.6),
+    "8 tasks of 6 programs, rate ~0.1": (8, 6, -3.5, 0.6),
+    "16 tasks of 3 programs, rate ~0.5": (16, 3, -1.6, 0.6),
+}
+
+
+def task_draw(rng: np.random.Generator, tasks: int, programs: int, mu: float, delta: float) -> np.ndarray:
+    """(2, tasks * programs) best-of-5 success probabilities, baseline arm and arm 1."""
+    base = np.repeat(rng.normal(mu, 1.0, tasks), programs) + rng.normal(0, 0.5, tasks * programs)
+    effect = np.repeat(rng.normal(delta, 0.5, tasks), programs) + rng.normal(0, 0.3, tasks * programs)
+    return np.stack([best_of_k(base), best_of_k(base + effect)])
+
+
+@pytest.mark.parametrize("design", list(TASKS))
+def test_the_comparison_over_tasks_covers_the_mean_over_tasks(design: str) -> None:
+    tasks, programs, mu, delta = TASKS[design]
+    p = task_draw(np.random.default_rng(12345), 200_000, 1, mu, delta)
+    target = float((p[1] - p[0]).mean())  # with one program per task, the mean over tasks of a task's mean
+    rng = np.random.default_rng(2026)
+    names = tuple(f"t{t}/g0/p{i}" for t in range(tasks) for i in range(programs))
+    ones = np.ones((tasks * programs, 1))
+    covered = widths = 0.0
+    for _ in range(STUDIES):
+        outcomes = (rng.random((2, tasks * programs)) < task_draw(rng, tasks, programs, mu, delta)).astype(float)
+        c = combine([(ArmRates(names, outcomes[0][:, None], ones, K, ""), -1.0),
+                     (ArmRates(names, outcomes[1][:, None], ones, K, ""), 1.0)], 0.95, unit="task")
+        assert c.units == tasks and c.programs == tasks * programs and c.low is not None and c.high is not None
+        covered += c.low <= target <= c.high
+        widths += c.high - c.low
+    coverage = covered / STUDIES
+    print(f"{design}: truth {target:+.3f}, coverage {coverage:.3f}, mean half-width {widths / STUDIES / 2:.3f}")
+    assert 0.93 <= coverage <= 0.99, f"{design}: coverage {coverage:.3f} (truth {target:+.3f})"

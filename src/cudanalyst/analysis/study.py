@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,9 +39,10 @@ from cudanalyst.attribution.contrast import (
     unit_levels,
 )
 from cudanalyst.attribution.intervals import holm
-from cudanalyst.attribution.result import game_units
+from cudanalyst.attribution.result import attribute_tables, game_units
 from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables, tabulate
 from cudanalyst.outcomes import UnitOutcome, with_fast_vs_baseline
+from cudanalyst.report.compute import interaction_order
 from cudanalyst.report.load import ReportError, load_outcomes, load_spec
 from cudanalyst.runfolder import PLAN, REPORT_HTML, outcome_spec
 from cudanalyst.store import ObjectStore, StoreError
@@ -361,6 +362,12 @@ def arm_rates(sr: StudyRun, arm: Arm, metric: str, unchanged: Unchanged) -> ArmR
     return ArmRates(u.names, u.rates[:, cols], u.unit_trials[:, cols], po.samples, po.balance)
 
 
+Unit = Literal["program", "task"]
+# The two levels every comparison is reported at: over this trajectory's frozen programs, and over tasks (kernels like
+# these). A finding is general only where it holds over tasks.
+UNITS: tuple[Unit, ...] = ("program", "task")
+
+
 @dataclass(frozen=True)
 class Comparison:
     value: float
@@ -371,11 +378,20 @@ class Comparison:
     programs: int
     # Programs in some arm but not in all (left out: the comparison is paired).
     unpaired: int
+    unit: Unit = "program"
+    units: int = 0  # units of replication behind the interval: programs, or their tasks
 
 
-def combine(parts: Sequence[tuple[ArmRates, float]], confidence: float) -> Comparison:
-    """sum_t coef_t x arm_t, paired by program, with contrast.py's interval over programs (module docstring).
-    Each arm's coalitions are averaged (weight 1/C) before its coefficient applies."""
+def task_of(program: str) -> str:
+    """A program's task: game_units names a program `task/gGEN/id` (attribution.values)."""
+    return program.split("/", 1)[0]
+
+
+def combine(parts: Sequence[tuple[ArmRates, float]], confidence: float, unit: Unit = "program") -> Comparison:
+    """sum_t coef_t x arm_t, paired by program, with contrast.py's interval over units (module docstring).
+    Each arm's coalitions are averaged (weight 1/C) before its coefficient applies. unit="task": each task's
+    paired programs are averaged first (its rate per cell, outcomes summed), and the tasks are the units, each
+    weighing the same: the estimand is the mean over tasks like these of a task's mean program difference."""
     common = set(parts[0][0].names)
     for ar, _ in parts[1:]:
         common &= set(ar.names)
@@ -390,9 +406,17 @@ def combine(parts: Sequence[tuple[ArmRates, float]], confidence: float) -> Compa
         trials.append(ar.trials[rows])
         coefs += [coef / cols] * cols
     r, n, c = np.concatenate(rates, axis=1), np.concatenate(trials, axis=1), np.array(coefs)
-    units = len(names)
-    if units == 0:
-        return Comparison(math.nan, None, None, None, None, 0, len(union))
+    programs = len(names)
+    if programs == 0:
+        return Comparison(math.nan, None, None, None, None, 0, len(union), unit, 0)
+    if unit == "task":
+        tasks, which = np.unique([task_of(x) for x in names], return_inverse=True)
+        count = np.bincount(which, minlength=len(tasks)).astype(np.float64)
+        r = np.stack([r[which == t].sum(axis=0) for t in range(len(tasks))]) / count[:, None]
+        n = np.stack([n[which == t].sum(axis=0) for t in range(len(tasks))])
+    units = r.shape[0]
+    if units < 2:  # one unit shows no variation between units: no interval
+        return Comparison(float(r @ c), None, None, None, None, programs, len(union) - programs, unit, units)
     plus, minus = np.clip(c, 0, None), np.clip(-c, 0, None)
     total = np.maximum(n.sum(axis=0), 1)
     contrast = Contrasts(
@@ -402,7 +426,7 @@ def combine(parts: Sequence[tuple[ArmRates, float]], confidence: float) -> Compa
         sq_pos=np.array([(plus**2).sum()]), sq_neg=np.array([(minus**2).sum()]),
         noise=((c**2)[None, :] / np.maximum(n, 1)).sum(axis=1)[:, None],
     )
-    iv = contrast_intervals(contrast, np.ones(units), unit_levels(r, n, confidence), units, confidence)
+    iv = contrast_intervals(contrast, np.ones(units), unit_levels(r, n, confidence), programs, confidence)
     low, high, p_value = float(iv.low[0]), float(iv.high[0]), float(iv.p_value[0])
     if is_difference(contrast)[0] and np.isfinite(low):
         # A difference: the hull with the paired t-interval over programs (J - 1 degrees of freedom), as each covers
@@ -415,7 +439,7 @@ def combine(parts: Sequence[tuple[ArmRates, float]], confidence: float) -> Compa
     def num(x: float) -> float | None:
         return float(x) if np.isfinite(x) else None
     return Comparison(float(iv.estimate[0]), num(low), num(high), num(p_value), num(iv.dof[0]),
-                      units, len(union) - units)
+                      programs, len(union) - programs, unit, units)
 
 
 def verdict(direction: int, low: float | None, high: float | None) -> str:
@@ -456,37 +480,39 @@ def _programs_md(r: Mapping[str, Any]) -> str:
 def claim_rows(claim: Claim, runs: Mapping[str, StudyRun], confidence: float,
                metrics: Sequence[str] = METRICS) -> list[dict[str, Any]]:
     rows = []
-    for unchanged in (("count", "exclude") if claim.copies else ("count",)):
-        for metric in metrics:
-            row: dict[str, Any] = {"finding": claim.finding, "claim": claim.key, "paper": claim.paper,
-                                   "measured": claim.measured, "metric": metric, "copies": unchanged,
-                                   "direction": claim.direction}
-            missing = [r for r in claim.roles if r not in runs]
-            if missing:
-                rows.append(row | {"verdict": "not run", "reason": f"no spec {', '.join(missing)}.yaml in the study"})
-                continue
-            parts = [(arm_rates(runs[a.role], a, metric, unchanged), coef) for a, coef in claim.terms]
-            reasons = list(dict.fromkeys(p for p, _ in parts if isinstance(p, str)))
-            if reasons:
-                rows.append(row | {"verdict": "not run", "reason": "; ".join(reasons)})
-                continue
-            ks = {p.samples for p, _ in parts if not isinstance(p, str)}
-            if len(ks) > 1 and unchanged == "count":
-                rows.append(row | {"verdict": "not run", "reason": f"arms hold best-of-{sorted(ks)} samples: "
-                                   "not comparable (a run is incomplete)"})
-                continue
-            cmp_ = combine([(p, coef) for p, coef in parts if not isinstance(p, str)], confidence)
-            rows.append(row | {"value": cmp_.value, "low": cmp_.low, "high": cmp_.high, "pValue": cmp_.p_value,
-                               "dof": cmp_.dof, "programs": cmp_.programs, "unpaired": cmp_.unpaired,
-                               "verdict": verdict(claim.direction, cmp_.low, cmp_.high) if cmp_.programs else
-                               "not run", "reason": "" if cmp_.programs else "no program in every arm"})
+    for unit, unchanged, metric in ((u, c, m) for u in UNITS for c in (("count", "exclude") if claim.copies
+                                                                       else ("count",)) for m in metrics):
+        # One row per level, copies reading and metric; the program level first.
+        row: dict[str, Any] = {"finding": claim.finding, "claim": claim.key, "paper": claim.paper,
+                               "measured": claim.measured, "metric": metric, "copies": unchanged,
+                               "direction": claim.direction, "unit": unit}
+        missing = [r for r in claim.roles if r not in runs]
+        if missing:
+            rows.append(row | {"verdict": "not run", "reason": f"no spec {', '.join(missing)}.yaml in the study"})
+            continue
+        parts = [(arm_rates(runs[a.role], a, metric, unchanged), coef) for a, coef in claim.terms]
+        reasons = list(dict.fromkeys(p for p, _ in parts if isinstance(p, str)))
+        if reasons:
+            rows.append(row | {"verdict": "not run", "reason": "; ".join(reasons)})
+            continue
+        ks = {p.samples for p, _ in parts if not isinstance(p, str)}
+        if len(ks) > 1 and unchanged == "count":
+            rows.append(row | {"verdict": "not run", "reason": f"arms hold best-of-{sorted(ks)} samples: "
+                               "not comparable (a run is incomplete)"})
+            continue
+        cmp_ = combine([(p, coef) for p, coef in parts if not isinstance(p, str)], confidence, unit)
+        rows.append(row | {"value": cmp_.value, "low": cmp_.low, "high": cmp_.high, "pValue": cmp_.p_value,
+                           "dof": cmp_.dof, "programs": cmp_.programs, "unpaired": cmp_.unpaired,
+                           "units": cmp_.units,
+                           "verdict": verdict(claim.direction, cmp_.low, cmp_.high) if cmp_.programs else
+                           "not run", "reason": "" if cmp_.programs else "no program in every arm"})
     # With copies left out, a program drops from an arm where some cell (coalition) of it held only copies: say how
     # many of the count reading's programs remain, which "unpaired" alone does not (a program that drops from every
     # arm is in none, so it is not counted as unpaired).
-    counted = {r["metric"]: r.get("programs") for r in rows if r["copies"] == "count"}
+    counted = {(r["metric"], r["unit"]): r.get("programs") for r in rows if r["copies"] == "count"}
     for r in rows:
-        if r["copies"] == "exclude" and r.get("programs") is not None and counted.get(r["metric"]):
-            r["ofPrograms"] = counted[r["metric"]]
+        if r["copies"] == "exclude" and r.get("programs") is not None and counted.get((r["metric"], r["unit"])):
+            r["ofPrograms"] = counted[(r["metric"], r["unit"])]
     return rows
 
 
@@ -525,57 +551,144 @@ def arm_table(runs: Mapping[str, StudyRun], roles: Sequence[str], confidence: fl
 # ----------------------------------------------------------------------------------------- finding 2
 
 
-def finding2(sr: StudyRun | None, attribute: Callable[[list[UnitOutcome], AttributionRun], Any],
-             fast: str = "fast") -> dict[str, Any]:
-    """Per generation (and pooled) Banzhaf values and pairwise interactions of the main run, from the report's
-    own attribution (`attribute` is report.compute.attribution) of the metrics the study shows (whatever its folder's
-    spec.json names: a resumed folder may name others), and the rows of the paper's claims, whose fast is `fast`
-    (the paper's where the study asks for it)."""
+def finding2(sr: StudyRun | None, attribute: Callable[[list[UnitOutcome], AttributionRun], Any]) -> dict[str, Any]:
+    """Per generation and pooled Banzhaf values and pairwise interactions of the main run, at both levels, of the
+    metrics the study shows (whatever its folder's spec.json names: a resumed folder may name others). The report's
+    own attribution (`attribute` is report.compute.attribution) gives the per-generation games over programs and the
+    pooled ones over tasks; the same settings give the other two (`_other_level`): pooled over programs, and per
+    generation over tasks. Its rows (the paper's claims) come after Holm (`finding2_rows`)."""
     if sr is None or sr.missing or sr.run is None:
         return {"verdict": "not run", "reason": sr.missing if sr else "no spec main.yaml in the study"}
     attribution = sr.run.spec.attribution.model_copy(update={"metrics": list(sr.metrics)})
     run = sr.run.model_copy(update={"spec": sr.run.spec.model_copy(update={"attribution": attribution})})
     result = attribute(sr.records, run)
-    games = [g for g in result.games if g.evaluated]
+    games = [g for g in (*result.games, *_other_level(sr.records, run, result.confidence).games) if g.evaluated]
     gens = sorted({g.generation for g in games if g.generation is not None})
     table = []
     for g in sorted(games, key=lambda g: (g.metric != "compiled", g.metric != "pass", g.generation is None,
-                                          g.generation or 0)):
+                                          g.generation or 0, UNITS.index(g.unit))):
         for kind, part in (("banzhaf", g.banzhaf), ("interaction", g.interactions)):
             for key, est in part.items():
                 table.append({"metric": g.metric, "generation": g.generation, "kind": kind, "index": key,
                               "value": est.value, "low": est.low, "high": est.high, "pValue": est.p_value,
-                              "holm": est.holm, "units": g.units, "unit": g.unit})
+                              "units": g.units, "unit": g.unit})
+    return {"table": table, "generations": gens, "unchanged": result.unchanged}
 
-    def find(kind: str, index: str, metric: str, generation: int | None) -> dict[str, Any] | None:
+
+def _other_level(records: Sequence[UnitOutcome], run: AttributionRun, confidence: float) -> Any:
+    """The main run's games at the levels the report does not give: pooled over programs, per generation over
+    tasks (each task's programs of that generation averaged into one unit). The report's settings; no bootstrap."""
+    spec = run.spec
+    tables = tabulate(records, spec.players, spec.attribution.metrics, unchanged=spec.attribution.unchanged,
+                      pooled_unit="program")
+    games = {}
+    for (arm, metric, scope), po in tables.games.items():
+        if arm != GAME_ARM:
+            continue
+        if scope is not None:
+            names, unit = np.unique([task_of(x) for x in po.programs], return_inverse=True)
+            po = replace(po, unit=unit.astype(np.int64).reshape(-1), unit_names=tuple(names), unit_kind="task")
+        games[(arm, metric, scope)] = po
+    return attribute_tables(replace(tables, games=games), estimator=spec.attribution.estimator,
+                            order=interaction_order(spec.players), confidence=confidence, replicates=0,
+                            seed=spec.sampling.seed)
+
+
+def finding2_rows(f2: Mapping[str, Any], fast: str = "fast") -> list[dict[str, Any]]:
+    """The paper's claims of finding 2 at both levels, from the table (`holm` marked over the page's family);
+    their fast is `fast` (the paper's where the study asks for it)."""
+    if "table" not in f2:
+        return []
+    table, gens = f2["table"], f2["generations"]
+
+    def find(kind: str, index: str, metric: str, generation: int | None, unit: str) -> dict[str, Any] | None:
         return next((t for t in table if t["kind"] == kind and t["index"] == index and t["metric"] == metric
-                     and t["generation"] == generation), None)
+                     and t["generation"] == generation and t["unit"] == unit), None)
 
     rows = []
-    for player, metric, scope, direction, paper in BANZHAF_CLAIMS:
-        metric = fast if metric == "fast" else metric
-        scopes = {"each": gens, "last": gens[-1:], "pooled": [None]}[scope]
-        for gen in scopes:
-            t = find("banzhaf", player, metric, gen)
-            rows.append(_f2_row(paper, f"Banzhaf value of the {player}", metric, gen, direction, t))
-    for metric in ("pass", fast):
-        for pair in sorted({t["index"] for t in table if t["kind"] == "interaction"}):
-            for gen in gens[-1:]:
-                t = find("interaction", pair, metric, gen)
-                rows.append(_f2_row(INTERACTION_CLAIM, f"interaction {pair} at the last generation", metric, gen,
-                                    +1, t))
-    return {"table": table, "rows": rows, "generations": gens, "holmFamily": result.holm_family,
-            "unchanged": result.unchanged}
+    for unit in UNITS:
+        for player, metric, scope, direction, paper in BANZHAF_CLAIMS:
+            metric = fast if metric == "fast" else metric
+            scopes = {"each": gens, "last": gens[-1:], "pooled": [None]}[scope]
+            for gen in scopes:
+                t = find("banzhaf", player, metric, gen, unit)
+                rows.append(_f2_row(paper, f"Banzhaf value of the {player}", metric, gen, direction, unit, t))
+        for metric in ("pass", fast):
+            for pair in sorted({t["index"] for t in table if t["kind"] == "interaction"}):
+                for gen in gens[-1:]:
+                    t = find("interaction", pair, metric, gen, unit)
+                    rows.append(_f2_row(INTERACTION_CLAIM, f"interaction {pair} at the last generation", metric, gen,
+                                        +1, unit, t))
+    return rows
 
 
-def _f2_row(paper: str, measured: str, metric: str, gen: int | None, direction: int,
+def _f2_row(paper: str, measured: str, metric: str, gen: int | None, direction: int, unit: str,
             t: dict[str, Any] | None) -> dict[str, Any]:
     row: dict[str, Any] = {"finding": 2, "paper": paper, "measured": measured, "metric": metric,
-                           "generation": gen, "direction": direction, "copies": "count"}
+                           "generation": gen, "direction": direction, "copies": "count", "unit": unit}
     if t is None:
-        return row | {"verdict": "not run", "reason": "no such game in the main run"}
-    return row | {"value": t["value"], "low": t["low"], "high": t["high"], "pValue": t["pValue"], "holm": t["holm"],
-                  "programs": t["units"], "unit": t["unit"], "verdict": verdict(direction, t["low"], t["high"])}
+        return row | {"verdict": "not run", "reason": f"no such game over {unit}s in the main run"}
+    return row | {"value": t["value"], "low": t["low"], "high": t["high"], "pValue": t["pValue"],
+                  "holm": t.get("holm"), "programs": t["units"], "units": t["units"],
+                  "verdict": verdict(direction, t["low"], t["high"])}
+
+
+# ------------------------------------------------------------------------------------ verdicts per finding
+
+
+def standing(rows: Sequence[Mapping[str, Any]]) -> str:
+    """What one claim's reading (a metric at a level, with its copies readings) says for its finding: agrees or
+    disagrees only where every copies reading gives that verdict (the page's rule) and, for a directional verdict
+    or a small effect found not small, it still excludes 0 after Holm over the page's family; otherwise
+    inconclusive. A claim of a small effect agrees on its interval within +-MARGIN (no test of 0 to correct)."""
+    verdicts = {r["verdict"] for r in rows}
+    if len(verdicts) != 1 or next(iter(verdicts)) not in ("agrees", "disagrees"):
+        return "inconclusive"
+    v = next(iter(verdicts))
+    if v == "agrees" and all(r["direction"] == 0 for r in rows):
+        return v
+    return v if all(r.get("holm") for r in rows) else "inconclusive"
+
+
+def finding_verdicts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per finding and level. A claim (one statement of the paper) stands for the paper when some reading of it (a
+    metric, a generation) stands in agreement (`standing`) and none against, and against it the other way round.
+    The finding: *disagree* when some claim stands against it (the finding as stated is contradicted) and none for,
+    *agree* when every claim measured stands for it, *inconclusive* otherwise (none stands, only some do, or they
+    conflict). `general`: the finding has the same verdict over tasks (kernels like these) as over programs."""
+    out = []
+    for finding in FINDINGS:
+        level: dict[str, dict[str, Any]] = {}
+        for unit in UNITS:
+            groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+            for r in rows:
+                if r["finding"] == finding and r.get("unit") == unit and r.get("value") is not None:
+                    key = (r.get("claim") or r["measured"], r["paper"], r["metric"], r.get("generation"))
+                    groups.setdefault(key, []).append(r)
+            stand = {k: standing(g) for k, g in groups.items()}
+            claims: dict[str, set[str]] = {}
+            for k, v in stand.items():
+                claims.setdefault(k[1], set()).add(v)
+            per_claim = {c: ("agrees" if "agrees" in v and "disagrees" not in v else
+                             "disagrees" if "disagrees" in v and "agrees" not in v else "inconclusive")
+                         for c, v in claims.items()}
+
+            def named(v: str, stand: Mapping[tuple[Any, ...], str] = stand) -> list[str]:
+                return sorted(f"{k[0]} ({k[2]}{'' if k[3] is None else f', generation {k[3]}'})"
+                              for k, x in stand.items() if x == v)
+            against = any(v == "disagrees" for v in per_claim.values())
+            every = bool(per_claim) and all(v == "agrees" for v in per_claim.values())
+            verdict_ = ("disagree" if against and not any(v == "agrees" for v in per_claim.values()) else
+                        "agree" if every else "inconclusive")
+            level[unit] = {"verdict": verdict_ if groups else "not run", "claims": len(per_claim),
+                           "claimsFor": sum(v == "agrees" for v in per_claim.values()),
+                           "claimsAgainst": sum(v == "disagrees" for v in per_claim.values()),
+                           "readings": len(groups), "agree": named("agrees"), "disagree": named("disagrees")}
+        general = level["task"]["verdict"] in ("agree", "disagree") and \
+            level["task"]["verdict"] == level["program"]["verdict"]
+        out.append({"finding": finding, "title": FINDINGS[finding], **{u: level[u] for u in UNITS},
+                    "general": general})
+    return out
 
 
 # -------------------------------------------------------------------------------------------- the study
@@ -602,11 +715,22 @@ def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, 
         except OutcomeError as exc:  # records that cannot be tabulated: that claim's rows only
             rows.append({"finding": claim.finding, "claim": claim.key, "paper": claim.paper, "verdict": "not run",
                          "reason": str(exc)})
-    family = mark_holm(rows, 1 - confidence)
+    f2 = finding2(runs.get("main"), attribute)
+    # Holm over the page's family: every comparison of findings 1, 3 and 4 and every Banzhaf value and interaction of
+    # finding 2's tables, at both levels.
+    family = mark_holm([*rows, *f2.get("table", [])], 1 - confidence)
+    if "table" in f2:
+        f2["rows"] = finding2_rows(f2, compared[-1])
     for finding, text in NOT_IN_DESIGN:
         rows.append({"finding": finding, "paper": text, "verdict": "not run", "reason": "not in the study's design"})
+    tested = [r for r in rows if r.get("pValue") is not None]
     return {
         "holmFamily": family,
+        "holmParts": {f"{finding}/{unit}": sum(1 for r in (*tested, *f2.get("table", []))
+                                               if r.get("pValue") is not None and r.get("unit") == unit
+                                               and r.get("finding", 2) == finding)
+                      for finding in FINDINGS for unit in UNITS},
+        "verdicts": finding_verdicts([*rows, *f2.get("rows", [])]),
         "confidence": confidence,
         "margin": MARGIN,
         "runs": {role: {"spec": sr.spec_file, "name": sr.spec.metadata.name, "folder": sr.uri,
@@ -614,7 +738,7 @@ def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, 
                  for role, sr in runs.items()},
         "rows": rows,
         "arms": arm_table(runs, ["main", "implicit-1.5b"], confidence, shown),
-        "finding2": finding2(runs.get("main"), attribute, compared[-1]),
+        "finding2": f2,
     }
 
 
@@ -636,42 +760,32 @@ def _interval(r: Mapping[str, Any], sign: bool = True) -> str:
 
 def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, AttributionRun]], date: str,
            link: Callable[[str], str] = lambda uri: uri, preface: str = "") -> str:
-    """The study's README: the four findings' tables, the arms, the runs with their reports, the exact specs;
-    `preface` (the user's own markdown: what was run and what is missing) goes under the title as it is."""
+    """The study's README: the verdicts per finding and level, the four findings' tables at both levels, the arms,
+    the runs with their reports, the exact specs; `preface` (the user's own markdown: what was run and what is
+    missing) goes under the title as it is. Every number in it comes from `result` (tests/test_study_page.py)."""
     conf = f"{result['confidence'] * 100:g}%"
     out = [f"# The paper's four findings, checked ({date})", ""]
     if preface.strip():
         out += [preface.strip(), ""]
     out += [
            "Generated by `cudanalyst study` (src/cudanalyst/analysis/study.py) from the run folders below. Each comparison is "
-           f"paired by frozen program (programs present in every arm of it); the interval ({conf}) estimates the mean "
-           "over frozen programs like these (this trajectory's tasks, generations pooled) of each program's "
-           "difference, the frozen program the unit of replication (docs/study.md). Verdict: *inconclusive* when "
-           "the interval contains 0, *agrees* when it excludes 0 on the paper's side, *disagrees* on the other; a "
-           f"claim of a small effect agrees when its interval lies within +-{result['margin']}. Each interval holds "
-           f"at {conf} on its own; *holm* says yes where it still excludes 0 after Holm's correction over the "
-           f"{result.get('holmFamily', 0)} comparisons of findings 1, 3 and 4 with an interval (finding 2: over the "
-           "main run's indices); a verdict without it may be one of the few that chance alone gives. Rates are "
-           + _metrics_md(specs), ""]
+           "paired by frozen program (programs present in every arm of it) and reported at two levels, the unit of "
+           f"replication named beside each interval ({conf}): **over programs**, the mean over frozen programs like "
+           "these (this trajectory's programs, generations pooled) of each program's difference; **over tasks**, the "
+           "mean over tasks like these (kernels like these) of each task's mean program difference, the task the unit "
+           "(its programs of different generations descend from one another). A finding is *general* only where it "
+           "holds over tasks. Verdict of a row: *inconclusive* when the interval contains 0, *agrees* when it excludes "
+           "0 on the paper's side, *disagrees* on the other; a claim of a small effect agrees when its interval lies "
+           f"within +-{result['margin']} (docs/study.md). " + _holm_md(result) + " Rates are " + _metrics_md(specs), ""]
     notes = [n for r in result["runs"].values() for n in r["notes"]]
     out += [f"- {n}" for n in notes] + ([""] if notes else [])
+    out += _verdicts_md(result.get("verdicts", []))
     for finding, title in FINDINGS.items():
         out += [f"## Finding {finding}: {title}", ""]
         if finding == 2:
             out += _finding2_md(result["finding2"], conf)
             continue
-        out += ["| what the paper reports | what we measured | metric | copies | value [interval] | verdict | holm | "
-                "frozen programs |", "|---|---|---|---|---|---|---|---|"]
-        previous = None
-        for r in result["rows"]:
-            if r["finding"] != finding:
-                continue
-            paper = r["paper"] if r["paper"] != previous else "〃"  # the claim once, its metrics below it
-            previous = r["paper"]
-            progs = _programs_md(r)
-            out.append(f"| {paper} | {r.get('measured', '')} | {r.get('metric', '')} | {r.get('copies', '')} | "
-                       f"{_interval(r)} | {r['verdict']} | {'yes' if r.get('holm') else ''} | {progs} |")
-        out.append("")
+        out += _pairs_md([r for r in result["rows"] if r["finding"] == finding], with_copies=True)
         if finding == 1:
             out += _arms_md(result["arms"], study_metrics(specs)[1])
     out += ["## The runs", "", "| role | spec | run | outcomes | report |", "|---|---|---|---|---|"]
@@ -683,6 +797,82 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
     for file, _ in specs.values():
         out += [f"`{file}`:", "", "```yaml", Path(file).read_text().rstrip(), "```", ""]
     return "\n".join(out) + "\n"
+
+
+def _holm_md(result: Mapping[str, Any]) -> str:
+    """The family of Holm's correction, counted from the page's own rows."""
+    parts = result.get("holmParts", {})
+
+    def count(findings: Sequence[int], unit: str) -> int:
+        return sum(parts.get(f"{f}/{unit}", 0) for f in findings)
+    return (f"Each interval holds at its own level; *holm* says yes where it still excludes 0 after Holm's correction "
+            f"over the page's family, the {result.get('holmFamily', 0)} intervals of this page that test 0: "
+            f"{count((1, 3, 4), 'program')} comparisons of findings 1, 3 and 4 over programs and "
+            f"{count((1, 3, 4), 'task')} over tasks, {count((2,), 'program')} Banzhaf values and interactions of "
+            f"finding 2 over programs and {count((2,), 'task')} over tasks. A verdict without it may be one of the "
+            "few that chance alone gives.")
+
+
+def _units_md(r: Mapping[str, Any]) -> str:
+    """The unit of replication beside an interval: how many, and what was left out."""
+    unit, programs = r.get("unit", "program"), r.get("programs")
+    n = r.get("units") or programs
+    if not n:
+        return ""
+    if unit == "task":
+        return f" ({n} tasks" + (f", {programs} programs" if r.get("finding") != 2 and programs else "") + ")"
+    of, unpaired = r.get("ofPrograms"), r.get("unpaired")
+    return (f" ({n} programs" + (f" of {of}: in the others some cell held only copies" if of and of > n else "")
+            + (f"; {unpaired} unpaired left out" if unpaired else "") + ")")
+
+
+def _verdicts_md(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not verdicts:
+        return []
+    out = ["## Verdicts against the paper", "",
+           "Per finding and level. A reading (a claim's metric, a generation) stands where its copies readings give "
+           "the same verdict and, unless it agrees that an effect is small, it survives Holm; a claim stands for the "
+           "paper where some reading stands for it and none against (`study.standing`, `study.finding_verdicts`). "
+           "*agree*: every claim of the finding that was measured stands for it; *disagree*: some claim stands against "
+           "it and none for; *inconclusive*: otherwise. *general*: the same verdict over tasks as over programs.", "",
+           "| finding | over programs: verdict (claims for / against / measured) | over tasks: verdict (claims for / "
+           "against / measured) | general | readings that stand over programs | readings that stand over tasks |",
+           "|---|---|---|---|---|---|"]
+    for v in verdicts:
+        def say(level: Mapping[str, Any]) -> str:
+            return "; ".join([*(f"agrees: {x}" for x in level["agree"]), *(f"disagrees: {x}" for x in level["disagree"])]) \
+                or "none"
+        def counts(level: Mapping[str, Any]) -> str:
+            return f"{level['verdict']} ({level['claimsFor']} / {level['claimsAgainst']} / {level['claims']})"
+        out.append(f"| {v['finding']}. {v['title']} | {counts(v['program'])} | {counts(v['task'])} | "
+                   f"{'yes' if v['general'] else 'no'} | {say(v['program'])} | {say(v['task'])} |")
+    return out + [""]
+
+
+def _pairs_md(rows: Sequence[Mapping[str, Any]], with_copies: bool) -> list[str]:
+    """One line per reading (claim, metric, copies; generation for finding 2) with both levels side by side."""
+    head = "| what the paper reports | what we measured | metric | " + ("copies | " if with_copies else "generation | ")
+    out = [head + "over programs: value [interval] | verdict | holm | over tasks: value [interval] | verdict | holm |",
+           "|---" * (head.count("|") - 1 + 6) + "|"]
+    lines: dict[tuple[Any, ...], dict[str, Mapping[str, Any]]] = {}
+    for r in rows:
+        key = (r["paper"], r.get("measured", ""), r.get("metric", ""), r.get("copies", ""), r.get("generation"))
+        lines.setdefault(key, {})[r.get("unit", "program")] = r
+    previous = None
+    for (paper, measured, metric, copies, gen), by_unit in lines.items():
+        shown = paper if paper != previous else "〃"  # the claim once, its metrics below it
+        previous = paper
+        fourth = copies if with_copies else ("pooled" if gen is None else gen)
+        cells = []
+        for unit in UNITS:
+            r = by_unit.get(unit)
+            if r is None:
+                cells += ["", "", ""]
+                continue
+            cells += [_interval(r) + (_units_md(r) if r.get("value") is not None else ""), r["verdict"],
+                      "yes" if r.get("holm") else ""]
+        out.append(f"| {shown} | {measured} | {metric} | {fourth} | " + " | ".join(str(c) for c in cells) + " |")
+    return out + [""]
 
 
 def _metrics_md(specs: Mapping[str, tuple[str, AttributionRun]]) -> str:
@@ -697,10 +887,13 @@ def _metrics_md(specs: Mapping[str, tuple[str, AttributionRun]]) -> str:
 
 
 def _arms_md(arms: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS) -> list[str]:
-    out = ["Every arm, with copies (candidates that are the frozen program unchanged) counted and left out "
-           "(`attribution.unchanged: count | exclude`). The claim is about what the plans' content does: a copy "
-           "passes whenever its frozen program does, so under `count` an arm's rate also measures how often the "
-           "coder returns its input (the dummy plan's 47 % copies in the pilot). The claim needs copies left out; "
+    shares = [(a["copies"] / a["units"], a["arm"]) for a in arms if a.get("units")]
+    most = max(shares, default=None)
+    example = f" ({most[1]}: {most[0]:.0%} of its candidates are copies)" if most else ""
+    out = ["Every arm over programs, with copies (candidates that are the frozen program unchanged) counted and left "
+           "out (`attribution.unchanged: count | exclude`), the frozen programs beside each rate. The claim is about "
+           "what the plans' content does: a copy passes whenever its frozen program does, so under `count` an arm's "
+           f"rate also measures how often the coder returns its input{example}. The claim needs copies left out; "
            "but leaving them out selects on an outcome of the arm (a cell can lose every sample), so a verdict "
            "stands only where both readings agree.", "",
            "| arm | units | copies | " + " | ".join(f"{m} ({u})" for u in ("count", "exclude") for m in metrics) + " |",
@@ -709,9 +902,9 @@ def _arms_md(arms: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS
         if "arm" not in a:
             out.append(f"| {a['role']} | not run: {a['reason']} |" + " |" * (2 + 2 * len(metrics)))
             continue
-        cells = [_interval(a[f"{m}/{u}"], sign=False) + (f" ({a[f'{m}/{u}']['programs']})"
+        cells = [_interval(a[f"{m}/{u}"], sign=False) + (f" ({a[f'{m}/{u}']['programs']} programs)"
                  if a[f"{m}/{u}"].get("programs") else "") for u in ("count", "exclude") for m in metrics]
-        share = f"{a['copies']} ({a['copies'] / a['units']:.0%})" if a["units"] else "0"
+        share = f"{a['copies']} ({a['copies'] / a['units']:.0%})" if a["units"] else str(a["copies"])
         out.append(f"| {a['arm']} | {a['units']} | {share} | " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -719,21 +912,15 @@ def _arms_md(arms: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS
 def _finding2_md(f2: Mapping[str, Any], conf: str) -> list[str]:
     if "table" not in f2:
         return [f"not run: {f2.get('reason', '')}", ""]
-    out = ["| what the paper reports | what we measured | metric | generation | value [interval] | verdict | holm | "
-           "units |", "|---|---|---|---|---|---|---|---|"]
-    for r in f2["rows"]:
-        gen = "pooled" if r["generation"] is None else r["generation"]
-        units = f"{r['programs']} {r['unit']}s" if r.get("programs") is not None else ""
-        out.append(f"| {r['paper']} | {r['measured']} | {r['metric']} | {gen} | {_interval(r)} | {r['verdict']} | "
-                   f"{'yes' if r.get('holm') else ''} | {units} |")
-    out += ["", f"Every Banzhaf value and pairwise interaction of the main run ({conf} intervals; per generation the "
-            "unit is the frozen program, pooled the task; `holm`: still excludes 0 after Holm over the "
-            f"{f2['holmFamily']} indices of the run's games):", "",
-            "| metric | generation | index | value [interval] | holm | units |", "|---|---|---|---|---|---|"]
+    out = _pairs_md(f2["rows"], with_copies=False)
+    out += [f"Every Banzhaf value and pairwise interaction of the main run at both levels ({conf} intervals; over "
+            "programs the unit is the frozen program, per generation and pooled; over tasks it is the task, each "
+            "task's programs of a generation averaged into one unit; `holm`: over the page's family):", "",
+            "| metric | generation | index | value [interval] | holm | unit of replication |", "|---|---|---|---|---|---|"]
     for t in f2["table"]:
         gen = "pooled" if t["generation"] is None else t["generation"]
         name = t["index"] if t["kind"] == "banzhaf" else f"{t['index']} (interaction)"
-        out.append(f"| {t['metric']} | {gen} | {name} | {_interval(t)} | {'yes' if t['holm'] else ''} | "
+        out.append(f"| {t['metric']} | {gen} | {name} | {_interval(t)} | {'yes' if t.get('holm') else ''} | "
                    f"{t['units']} {t['unit']}s |")
     return out + [""]
 

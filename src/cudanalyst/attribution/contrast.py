@@ -155,6 +155,16 @@ def exact_contrasts(rates: FloatArray, trials: FloatArray, unit_trials: FloatArr
     return Contrasts(pos, neg, s_pos, s_neg, inv_pos, inv_neg, sq_pos, sq_neg, noise)
 
 
+def coefficient_contrasts(rates: FloatArray, trials: FloatArray, unit_trials: FloatArray,
+                          coef: FloatArray) -> Contrasts:
+    """K indices given by their coefficients on the game's coalitions, coef (C, K): index_k = sum_S coef_Sk v(S).
+    Any linear index is a contrast (MSR's group means over the sampled coalitions, a study's comparison of arms)."""
+    plus, minus = np.clip(coef, 0, None), np.clip(-coef, 0, None)
+    inv = 1 / np.maximum(trials, 1)
+    return Contrasts(rates @ plus, rates @ minus, plus.sum(axis=0), minus.sum(axis=0), inv @ plus**2, inv @ minus**2,
+                     (plus**2).sum(axis=0), (minus**2).sum(axis=0), (1 / np.maximum(unit_trials, 1)) @ coef**2)
+
+
 def rate_contrasts(rates: FloatArray, trials: FloatArray, unit_trials: FloatArray) -> Contrasts:
     """Each coalition's rate v(S) as a contrast with no negative part."""
     inv = 1 / np.maximum(trials, 1)
@@ -241,8 +251,14 @@ def _extremes(xc: FloatArray, yc: FloatArray, l11: FloatArray, l21: FloatArray, 
     return out[0], out[1]
 
 
-# A game is carried by a few units when fewer than this many change between coalitions, and under a third of them.
+# A game is carried by a few units when fewer than FEW_CHANGING change between coalitions, and under one in
+# FEW_SHARE of them. A third (the first rule) fired in most runs at 8-24 programs and low rates, where the logit
+# interval alone covered (0.93-1.00) and the widening made it 1.2-3 times wider, covering 0.97-1.00; a sixth still
+# fires where 2-5 of 24-48 programs carry the game and the logit interval alone covered 0.85-0.93
+# (docs/attribution.md, "A few programs carry the game"; bench/coverage.py). One unit alone always carries the game
+# (one task of four, say: no spread among the carriers can be seen).
 FEW_CHANGING = 10
+FEW_SHARE = 6
 
 
 def changing_units(rates: FloatArray) -> int:
@@ -251,7 +267,7 @@ def changing_units(rates: FloatArray) -> int:
 
 
 def few_changing(changing: int, units: int) -> bool:
-    return changing < min(FEW_CHANGING, units / 3)
+    return changing < min(FEW_CHANGING, max(units / FEW_SHARE, 2))
 
 
 def is_difference(c: Contrasts) -> npt.NDArray[np.bool_]:
@@ -275,14 +291,18 @@ def t_interval(theta: FloatArray, weights: FloatArray, dof: float,
 
 
 def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, programs: int,
-                       confidence: float, changing: int | None = None) -> Intervals:
+                       confidence: float, changing: int | None = None,
+                       extra: tuple[FloatArray, FloatArray] | None = None) -> Intervals:
     """Intervals of K contrasts over J units holding `programs` programs (see the module's docstring); levels
     (J,) are the units' shrunk rates (`unit_levels`). One unit: NaN (no interval).
 
     `changing` (`changing_units`): where a few units carry every difference (`few_changing`), a difference's
     interval is widened to hold the t-interval with changing - 1 degrees of freedom too. By simulation, with
     about 5 of 48 programs able to succeed the logit interval alone covered 0.92-0.93; with the hull, 0.98-1.00
-    (bench/attribution.py --coverage --designs sparse)."""
+    (bench/attribution.py --coverage --designs sparse).
+
+    `extra` (var A, var B), each (K,): variance added to A's and B's (MSR over a sample of coalitions: the
+    coalitions are drawn too, `msr.msr_contrasts`)."""
     w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
     units, k = c.pos.shape
     theta = c.estimate_per_unit
@@ -313,12 +333,15 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
     n_b = np.where(has_neg, s_neg**2 / np.maximum(c.inv_neg, 1e-300), 1.0)
     z2 = z_value(confidence) ** 2
     pa, pb = (a_hat * n_a + z2 / 2) / (n_a + z2), (b_hat * n_b + z2 / 2) / (n_b + z2)
-    # The prior is worth PRIOR_UNITS units beside the J - 1 of the data (as in `between_units`); the t
+    # The prior is worth PRIOR_UNITS units beside the J - 1 of the units' covariance; the t
     # reference has the Satterthwaite degrees of freedom plus the prior's.
     data = units - 1
     v_aa = (data * v_aa + PRIOR_UNITS * pa * (1 - pa) / n_a) / (data + PRIOR_UNITS)
     v_bb = np.where(has_neg, (data * v_bb + PRIOR_UNITS * pb * (1 - pb) / n_b) / (data + PRIOR_UNITS), 0.0)
     v_ab = np.where(has_neg, data * v_ab / (data + PRIOR_UNITS), 0.0)
+    if extra is not None:
+        v_aa = v_aa + extra[0]
+        v_bb = np.where(has_neg, v_bb + extra[1], 0.0)
     pool = dof + PRIOR_UNITS
     se = np.sqrt(np.maximum(s_pos**2 * v_aa + np.where(has_neg, s_neg**2, 0) * v_bb
                             - 2 * s_pos * np.where(has_neg, s_neg, 0) * v_ab, 0.0))

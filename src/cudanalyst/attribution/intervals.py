@@ -1,13 +1,11 @@
-"""Uncertainty of the indices, with the frozen program (or the task, pooled) as the unit of replication.
+"""Helpers of the intervals: normal and t quantiles, Agresti-Coull rates, Holm's step-down, the unit bootstrap, and the
+analytic variances of the indices for independent rates.
 
-Every index is linear in v, and v(S) is the mean over units of each unit's rate, so the index is the
-(weighted) mean over units of each unit's own index: the interval is a t-interval over units
-(`between_units`), which uses the pairing (every unit is seen under every coalition) and counts rollouts
-and samples as replicates inside a unit. So that a rate of 0 or 1 never gives zero width, the between-unit
-variance is pooled with a prior variance worth `PRIOR_UNITS` units: the independent-Bernoulli variance of
-the index at an Agresti-Coull adjusted rate, sum_S c_S^2 p~(1 - p~) / N_S. Those squared coefficients
-factorise per player like the coefficients, so the prior variances are O(n 2^n) passes over the table
-of per-coalition variances (`*_variance` below). See docs/attribution.md for the choice and its coverage.
+The intervals themselves are `contrast.py`'s: every index (exact or MSR) is a contrast of two mean rates over the
+units of replication (frozen programs; tasks pooled), its interval taken on their logit scale. Their prior is the
+independent-Bernoulli variance at an Agresti-Coull adjusted rate worth `PRIOR_UNITS` units. The squared
+coefficients of the indices factorise per player like the coefficients, so the variance tables below are O(n 2^n)
+passes. See docs/attribution.md for the choice and its coverage.
 """
 
 from __future__ import annotations
@@ -98,38 +96,10 @@ def adjusted_rate(successes: npt.ArrayLike, trials: npt.ArrayLike, confidence: f
     return (np.asarray(successes, dtype=np.float64) + z2 / 2) / (np.asarray(trials, dtype=np.float64) + z2)
 
 
-def between_units(
-    per_unit: FloatArray, weights: FloatArray, prior_variance: FloatArray
-) -> tuple[FloatArray, FloatArray, float]:
-    """(estimate, standard error, degrees of freedom) of a weighted mean over units.
-
-    per_unit is (J, K): each unit's own index; weights (J,) are its programs. The variance is the
-    cluster-robust sum_j w_j^2 (x_j - x)^2 J/(J-1) (s^2/J for equal weights), pooled with
-    `prior_variance` at PRIOR_UNITS units' weight; t with J - 1 + PRIOR_UNITS degrees of freedom.
-    With one unit there is no variation between units: se is NaN and df 0 (no interval).
-    """
-    w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
-    estimate = w @ per_unit
-    units = per_unit.shape[0]
-    if units < 2:
-        return estimate, np.full(estimate.shape, np.nan), 0.0
-    between = units / (units - 1) * (w**2) @ (per_unit - estimate) ** 2
-    dof = units - 1
-    variance = (dof * between + PRIOR_UNITS * np.asarray(prior_variance)) / (dof + PRIOR_UNITS)
-    return estimate, np.sqrt(variance), dof + PRIOR_UNITS
-
-
 def t_quantile(confidence: float, dof: float) -> float:
     """Two-sided Student t quantile (e.g. 2.20 for 0.95 at 11 degrees of freedom)."""
     z_value(confidence)  # the same check of the level
     return float(stats.t.ppf((1 + confidence) / 2, dof))
-
-
-def p_values(estimate: FloatArray, se: FloatArray, dof: float) -> FloatArray:
-    """Two-sided p-values of estimate = 0 under the t reference; NaN where se is not positive."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.abs(estimate) / se
-    return np.where(np.isfinite(t), 2 * stats.t.sf(t, dof), np.nan) if dof > 0 else np.full(t.shape, np.nan)
 
 
 def holm(p: npt.ArrayLike, alpha: float) -> npt.NDArray[np.bool_]:

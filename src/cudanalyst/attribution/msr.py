@@ -73,12 +73,44 @@ def msr_interactions(
     return estimate, se
 
 
-def msr_variance(masks: npt.ArrayLike, variances: npt.ArrayLike, n: int, order: int = 1) -> FloatArray:
-    """sum_U c_U^2 Var v(U) of each MSR index for independent v(U): every sample in group L carries the
-    coefficient +-1/count_L (aligned with `masks_of_order`; NaN where a group is empty)."""
+def msr_coefficients(masks: npt.ArrayLike, n: int, order: int = 1) -> FloatArray:
+    """(C, K) coefficient of each sampled coalition's v in each MSR index (aligned with `masks_of_order`):
+    +-1/count_L in its group L, NaN columns where a group is empty. MSR is linear in v, so its indices are
+    contrasts of two mean rates like the exact ones (`contrast.coefficient_contrasts`)."""
     m = np.asarray(masks, dtype=np.int64)
-    onehot, _ = group_matrix(m, n, order)
+    onehot, signs = group_matrix(m, n, order)
     count = onehot.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        per_group = np.where(count > 0, (np.asarray(variances, dtype=np.float64) @ onehot) / count**2, np.nan)
-    return per_group.reshape(*per_group.shape[:-1], -1, 1 << order).sum(axis=-1)
+        per_group = np.where(count > 0, onehot * signs / count, np.nan)
+    return per_group.reshape(m.size, -1, 1 << order).sum(axis=-1)
+
+
+def sampling_variance(masks: npt.ArrayLike, pooled: npt.ArrayLike, n: int, order: int = 1) -> tuple[FloatArray,
+                                                                                                FloatArray]:
+    """(Var A, Var B) of each MSR index's two means from drawing the coalitions (each (K,)): a group mean over
+    count_L sampled coalitions has variance s^2 / count_L, s^2 the spread of the pooled rates v(S) between the
+    coalitions of a group, pooled over the index's groups (a group of one coalition shows none on its own), times
+    the finite-population factor 1 - count_L / 2^(n - order) (the coalitions are distinct). A is
+    the mean of the groups with sign +, B of those with sign -, each over its number of groups. The spread also
+    holds the rates' own noise, counted again (conservative, a little). NaN where no group has two coalitions."""
+    m = np.asarray(masks, dtype=np.int64)
+    v = np.asarray(pooled, dtype=np.float64)
+    onehot, signs = group_matrix(m, n, order)
+    width = 1 << order
+    count = onehot.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, (v @ onehot) / count, np.nan)
+        sq = np.where(count > 0, (v * v) @ onehot - count * mean**2, 0.0)
+    sq, count_k = sq.reshape(-1, width), count.reshape(-1, width)
+    dof = np.maximum(count_k - 1, 0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = np.where(dof > 0, np.maximum(sq.sum(axis=1), 0.0) / dof, np.nan)
+        inv = np.where(count_k > 0, 1 / count_k, np.nan)
+    # The game's coalitions are distinct: drawn without replacement from the 2^(n - order) of each group, so
+    # each group mean's variance carries the finite-population factor (0 when the group is complete).
+    inv = inv * (1 - count_k / (1 << (n - order)))
+    sign = signs.reshape(-1, width)
+    groups = width // 2
+    var_a = spread * np.where(sign > 0, inv, 0).sum(axis=1) / groups**2
+    var_b = spread * np.where(sign < 0, inv, 0).sum(axis=1) / groups**2
+    return var_a, var_b

@@ -2,8 +2,8 @@
 
 From outcomes, each game's intervals come from the variation between its units of replication (frozen
 programs; tasks when generations are pooled): each index is a contrast of two mean rates, its interval
-taken on their logit scale with Satterthwaite degrees of freedom (`contrast.py`); MSR keeps the t-interval of
-`intervals.between_units`. See docs/attribution.md.
+taken on their logit scale with Satterthwaite degrees of freedom (`contrast.py`); MSR's indices are contrasts too and
+get the same interval. See docs/attribution.md.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.contrast import (
     Intervals,
     changing_units,
+    coefficient_contrasts,
     contrast_intervals,
     exact_contrasts,
     few_changing,
@@ -31,21 +32,21 @@ from cudanalyst.attribution.contrast import (
 from cudanalyst.attribution.games import FloatArray, Game, coalition_key, masks_of_order
 from cudanalyst.attribution.intervals import (
     PRIOR_UNITS,
-    adjusted_rate,
-    between_units,
     holm,
-    p_values,
     percentile_interval,
-    t_quantile,
     unit_weights,
 )
-from cudanalyst.attribution.msr import msr_interactions, msr_variance
+from cudanalyst.attribution.msr import msr_coefficients, msr_interactions, sampling_variance
 from cudanalyst.attribution.values import GAME_ARM, OutcomeTables, ProgramOutcomes
 
 Estimator = Literal["exact", "msr", "auto"]
 # A bootstrap interval needs this share of finite replicates (an MSR replicate that drew no coalition
 # of some group is NaN); below it the interval is left out and the game says why.
 MIN_FINITE_REPLICATES = 0.95
+# The percentile bootstrap over units is shown only from this many units of replication. In simulation it covered
+# 56-94 % of the 95 % it claims at every size tested (4 to 48 units; bench/coverage.py, docs/attribution.md,
+# "Coverage of every interval shown"), so it is shown at none: a caller may still ask for it (bench/coverage.py does).
+BOOTSTRAP_MIN_UNITS: float = math.inf
 
 NOTES = [
     "Metrics are cumulative: compiled = compile or better, pass = pass or fast, fast = fast "
@@ -58,9 +59,11 @@ NOTES = [
     "used), pooled with an Agresti-Coull adjusted-rate prior worth one unit, gives an ellipse on the logit scale "
     "of A and B, mapped back (asymmetric near rates 0 and 1, the t-interval near 1/2); t reference with "
     "Satterthwaite degrees of freedom (dof) for units of unequal noise. se is on the rate scale. Rollouts and "
-    "samples are replicates inside a unit. MSR estimates keep the t-interval value -+ t se.",
+    "samples are replicates inside a unit. MSR estimates get the same interval (each is a contrast of two mean rates "
+    "over the coalitions present), plus the variance of drawing the coalitions when they are a sample.",
     "bootstrapLow/High: percentile interval resampling whole units with all their coalitions (MSR: units and "
-    "sampled coalitions, each once); it is narrower than it should be with few units.",
+    "sampled coalitions, each once); not shown: in simulation it covered 56-94 % of what it claims at 4 to 48 units "
+    "(docs/attribution.md), and never with zero width.",
     "holm: the interval still excludes 0 after Holm's correction over every Banzhaf value and interaction "
     "of the report's games (the family); pValue is before correction.",
     "A program whose outcome could not be established for a metric (e.g. pass/fast with no GPU) leaves that "
@@ -203,15 +206,10 @@ class _Part:
     tested: bool = False  # in the Holm family
 
 
-def _t_part(keys: list[str], value: FloatArray, se: FloatArray, dof: float, confidence: float) -> Intervals:
-    """The symmetric t-interval value -+ t se (MSR)."""
-    q = t_quantile(confidence, dof) if dof > 0 else math.nan
-    return Intervals(value, se, value - q * se, value + q * se, p_values(value, se, dof), np.full(value.shape, dof))
-
-
 def _estimates(part: _Part) -> dict[str, Estimate]:
     iv = part.iv
     out = {}
+    boot_shown = (part.boot[1] > part.boot[0]) if part.boot is not None else np.zeros(len(part.keys), bool)
     for i, key in enumerate(part.keys):
         ok = math.isfinite(iv.estimate[i]) and math.isfinite(iv.se[i])
         out[key] = Estimate(
@@ -219,8 +217,10 @@ def _estimates(part: _Part) -> dict[str, Estimate]:
             se=_num(iv.se[i]) if ok else None,
             low=_num(iv.low[i]) if ok else None,
             high=_num(iv.high[i]) if ok else None,
-            bootstrap_low=_num(part.boot[0][i]) if part.boot is not None else None,
-            bootstrap_high=_num(part.boot[1][i]) if part.boot is not None else None,
+            # A zero-width bootstrap interval (every resample alike: no unit succeeds, say) claims certainty the
+            # data do not give: left out.
+            bootstrap_low=_num(part.boot[0][i]) if boot_shown[i] else None,
+            bootstrap_high=_num(part.boot[1][i]) if boot_shown[i] else None,
             p_value=_num(iv.p_value[i]) if part.tested and ok else None,
             dof=_num(iv.dof[i]) if ok else None,
         )
@@ -329,19 +329,25 @@ def _exact_parts(u: GameUnits, n: int, order: int, confidence: float, replicates
 
 def _msr_parts(u: GameUnits, masks: np.ndarray, n: int, order: int, confidence: float, replicates: int, seed: int,
                keys: dict[str, list[str]]) -> tuple[dict[str, _Part], float, str]:
+    """MSR's Banzhaf values and interactions with the exact estimator's interval: each is a contrast of two mean
+    rates over the coalitions present (`msr.msr_coefficients`), so `contrast_intervals` applies as it is; with
+    every coalition present once it is the exact interval. When the coalitions are a sample, drawing them adds
+    the variance of each group mean (`msr.sampling_variance`). (The previous value -+ t se covered the largest
+    effect 90-93 % at low rates up to 24 programs, missing on one side; docs/attribution.md, bench/coverage.py.)"""
     sampled = masks.size < 1 << n
-    p = adjusted_rate(u.successes.sum(), u.trials.sum(), confidence)
-    var_v = p * (1 - p) / np.maximum(u.trials, 1)
     v_hat = (u.weights @ u.rates) / u.weights.sum()
-    parts, dof, note = {}, 0.0, ""
+    levels = unit_levels(u.rates, u.unit_trials, confidence)
+    changing = changing_units(u.rates)
+    parts, note = {}, ""
     rng = np.random.default_rng(seed)
     for name, k in (("banzhaf", 1), ("interactions", order)):
-        per_unit = msr_interactions(masks, u.rates, n, k)[0]
-        value, se, dof = between_units(per_unit, u.weights, msr_variance(masks, var_v, n, k))
-        dof = float(dof)
-        if sampled:
-            # The coalitions are a sample too: add MSR's between-coalition variance of the pooled rates.
-            se = np.sqrt(se**2 + msr_interactions(masks, v_hat, n, k)[1] ** 2)
+        coef = msr_coefficients(masks, n, k)
+        ok = np.isfinite(coef).all(axis=0)
+        contrasts = coefficient_contrasts(u.rates, u.trials, u.unit_trials, np.where(ok, coef, 0.0))
+        extra = sampling_variance(masks, v_hat, n, k) if sampled else None
+        with np.errstate(invalid="ignore", divide="ignore"):  # an index with an empty group: NaN below
+            iv = contrast_intervals(contrasts, u.weights, levels, u.programs, confidence, changing, extra)
+        iv = Intervals(*(np.where(ok, x, np.nan) for x in (iv.estimate, iv.se, iv.low, iv.high, iv.p_value, iv.dof)))
         boot = None
         if replicates and len(u.weights) > 1:
             rates = _boot_rates(u, replicates, rng)
@@ -352,8 +358,8 @@ def _msr_parts(u: GameUnits, masks: np.ndarray, n: int, order: int, confidence: 
             else:
                 note = (f"bootstrap interval left out: only {finite} of {replicates} replicates drew every "
                         "group of coalitions an index needs")
-        parts[name] = _Part(keys[name], _t_part(keys[name], value, se, dof, confidence), boot, True)
-    return parts, dof, note
+        parts[name] = _Part(keys[name], iv, boot, True)
+    return parts, _nominal_dof(u), note
 
 
 def attribute_game(
@@ -367,6 +373,7 @@ def attribute_game(
     confidence: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
+    bootstrap_min_units: float = BOOTSTRAP_MIN_UNITS,
 ) -> GameResult:
     """One game's indices with intervals over its units of replication.
 
@@ -412,14 +419,19 @@ def attribute_game(
         why = "; ".join(f"{e.programs} program(s): {e.reason}" for e in u.exclusions[:3])
         return null(f"{metric} could not be established for any program ({why})")
     values = _rate_part(u, value_keys, confidence)
+    boot_note = ""
+    if replicates and 1 < len(u.weights) < bootstrap_min_units:
+        boot_note = (f"bootstrap interval not shown: it covers less than it claims with {len(u.weights)} {unit}s "
+                     "(in simulation, 56-94 % at 4 to 48 units; docs/attribution.md)")
+        replicates = 0
     if replicates and len(u.weights) > 1:
         low, high, _ = percentile_interval(_boot_rates(u, replicates, np.random.default_rng(seed)), confidence)
         values.boot = (low, high)
-    boot_note = ""
     if chosen == "exact":
         parts = _exact_parts(u, n, order, confidence, replicates, seed, keys)
     else:
-        parts, _, boot_note = _msr_parts(u, po.masks, n, order, confidence, replicates, seed, keys)
+        parts, _, msr_note = _msr_parts(u, po.masks, n, order, confidence, replicates, seed, keys)
+        boot_note = boot_note or msr_note
     dof = _nominal_dof(u)
     interval_note = boot_note
     if len(u.weights) < 2:
@@ -466,6 +478,7 @@ def attribute_tables(
     confidence: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
+    bootstrap_min_units: float = BOOTSTRAP_MIN_UNITS,
 ) -> AttributionResult:
     """Every game (metric x generation and pooled) and every control arm's rates."""
     check_order(order, len(tables.players))
@@ -474,7 +487,7 @@ def attribute_tables(
         if arm == GAME_ARM:
             games.append(attribute_game(
                 po, tables.players, metric, generation, estimator=estimator, order=order,
-                confidence=confidence, replicates=replicates, seed=seed,
+                confidence=confidence, replicates=replicates, seed=seed, bootstrap_min_units=bootstrap_min_units,
             ))
         else:
             controls.append(_control(po, arm, tables.players, metric, generation, confidence))

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cudanalyst.attribution.result import BOOTSTRAP_MIN_UNITS
 from cudanalyst.report.compute import coalition_order, summary_lines
 from cudanalyst.report.table import NOT_EVALUATED, from_report, plain_rows
 
@@ -91,8 +92,12 @@ def _results_section(report: Mapping[str, Any]) -> str:
         for player in att["players"]:
             b = game["banzhaf"].get(player)
             s = (game.get("shapley") or {}).get(player)
+            # Shown only where it covers what it claims (from BOOTSTRAP_MIN_UNITS units; never of zero width).
             boot = (f"[{_fmt(b['bootstrapLow'], True)}, {_fmt(b['bootstrapHigh'], True)}]"
-                    if b and b.get("bootstrapLow") is not None else ("-" if game["evaluated"] else NOT_EVALUATED))
+                    if b and b.get("bootstrapLow") is not None else
+                    ("not shown: covers less than it claims" if game["evaluated"] and att.get("bootstrap")
+                     and (game.get("units") or 0) < BOOTSTRAP_MIN_UNITS else
+                     "-" if game["evaluated"] else NOT_EVALUATED))
             rows.append([game["metric"], player, _interval(b), boot, _interval(s) if s else "-"])
     parts += ["<h3>Banzhaf beside Shapley (pooled)</h3>", _table(rows)]
     pair_rows = [["metric", "pair", "interaction"]]
