@@ -105,14 +105,16 @@ class Follower:
 
 class Sweeper:
     """The safety net under the events: every running run refreshed once per `interval` (which also reads its
-    progress from the store), through the Follower, by at most `workers` refreshes at a time.
+    progress from the store), through the Follower, by at most `workers` refreshes at a time: fewer than the
+    threads of the loop's executor, which the refreshes on events share, so that those are not queued behind a
+    sweep of a thousand runs.
 
     It keeps only the keys of running runs. A kopf timer on runs did this before, and kopf keeps the last whole
     body of every object of a kind that has a timer, finished runs included, for the operator's life: tens of KB a
     run (issue 33). A refresh reads the run fresh, so the sweep needs nothing more than its key.
     """
 
-    def __init__(self, interval: float, follower: Follower, workers: int = 4) -> None:
+    def __init__(self, interval: float, follower: Follower, workers: int = 2) -> None:
         self.interval, self.follower, self.workers = interval, follower, workers
         self._keys: dict[RunKey, None] = {}  # insertion-ordered: swept oldest first
         self._refresh_of: Callable[[RunKey], Refresh] | None = None
