@@ -183,16 +183,46 @@ signal.signal(signal.SIGUSR1, _dump)
 """
 
 
-def tracemalloc_env(work: Path, env: dict[str, str]) -> dict[str, str]:
-    shim = work / "tracemalloc-shim"
+# Always imported first by the operator process: SIGUSR2 writes how many blocks Python's allocator holds and how many
+# objects the collector tracks. Cheap, unlike tracemalloc: whether RSS that grows is objects kept (these grow with
+# it) or a high-water mark of the allocator's arenas after a burst (these stay flat).
+HEAP_SHIM = """import gc, json, os, signal, sys
+def _heap(signum, frame):
+    with open(os.environ["CUDANALYST_BENCH_HEAP"], "w") as out:
+        json.dump({"blocks": sys.getallocatedblocks(), "objects": len(gc.get_objects())}, out)
+signal.signal(signal.SIGUSR2, _heap)
+"""
+
+
+def shim_env(work: Path, env: dict[str, str], name: str, shim_text: str, extra: dict[str, str]) -> dict[str, str]:
+    """A sitecustomize.py that runs `shim_text` in the operator process, after any shim already on its path."""
+    shim = work / name
     shim.mkdir()
-    text = TRACEMALLOC_SHIM
+    text = shim_text
     old = Path(env.get("PYTHONPATH", "").split(os.pathsep)[0]) / "sitecustomize.py" if env.get("PYTHONPATH") else None
     if old is not None and old.is_file():
         text = old.read_text() + "\n" + text  # keep --operator-source's shim too
     (shim / "sitecustomize.py").write_text(text)
     path = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")]))
-    return {**env, "PYTHONPATH": path, "CUDANALYST_BENCH_TRACEMALLOC": str(work / "tracemalloc.txt")}
+    return {**env, "PYTHONPATH": path, **extra}
+
+
+def heap_of(pid: int, work: Path) -> dict[str, int]:
+    """The operator's allocated blocks and tracked objects (HEAP_SHIM); {} when it does not answer."""
+    target = work / "heap.json"
+    target.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    try:
+        wait_for(lambda: target.exists() and target.stat().st_size > 0, 60, "the operator's heap figures")
+        time.sleep(0.2)
+        return json.loads(target.read_text())
+    except (TimeoutError, ValueError):
+        return {}
+
+
+def tracemalloc_env(work: Path, env: dict[str, str]) -> dict[str, str]:
+    return shim_env(work, env, "tracemalloc-shim", TRACEMALLOC_SHIM,
+                    {"CUDANALYST_BENCH_TRACEMALLOC": str(work / "tracemalloc.txt")})
 
 
 def dump_tracemalloc(pid: int, work: Path, label: str) -> None:
@@ -291,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.tracemalloc:
             extra_env = tracemalloc_env(work, extra_env)
             args.keep = True
+        extra_env = shim_env(work, extra_env, "heap-shim", HEAP_SHIM, {"CUDANALYST_BENCH_HEAP": str(work / "heap.json")})
         op = OperatorProcess(cluster.kubeconfig, work / "operator.log", namespaces=NS,
                              status_interval=args.interval, extra_env=extra_env).start(deadline_s=300 if args.tracemalloc else 60)
         rss_idle = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
@@ -342,11 +373,15 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(2)
                 time.sleep(5)
                 point = {"runs": step, "rss_mb": round(current_rss_mb(pid), 1), "peak_mb": round(peak_rss_mb(pid), 1),
-                         "running": running_runs(), "at_s": round(time.monotonic() - t_post, 1)}
+                         "running": running_runs(), "at_s": round(time.monotonic() - t_post, 1),
+                         **heap_of(pid, work)}
                 if rss_steps:
                     before = rss_steps[-1]
-                    point["kb_per_added_run"] = round(
-                        (point["rss_mb"] - before["rss_mb"]) * 1024 / max(1, step - before["runs"]), 1)
+                    added = max(1, step - before["runs"])
+                    point["kb_per_added_run"] = round((point["rss_mb"] - before["rss_mb"]) * 1024 / added, 1)
+                    if "blocks" in point and "blocks" in before:
+                        point["blocks_per_added_run"] = round((point["blocks"] - before["blocks"]) / added, 1)
+                        point["objects_per_added_run"] = round((point["objects"] - before["objects"]) / added, 1)
                 rss_steps.append(point)
                 print(f"  step: {point}", flush=True)
                 if args.tracemalloc:
