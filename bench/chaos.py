@@ -16,12 +16,12 @@ runs go through the cluster while a seeded schedule of faults plays:
 - the kube-apiserver restarted once and etcd once;
 - runner pods deleted, evicted, and ended with a non-zero exit (before their shard ran);
 - the store unreachable for --outage seconds, and answering 500 InternalError and 503 SlowDown for --errors seconds
-  each;
+  each, each fault starting as a run of its own has its pods Running (held until then), so shards meet it at work;
 - while the operator is down: a run created, a run's labels edited, and a run that deletes its results deleted.
 
 At the end it prints what it did and what it found, and writes it as JSON (--json).
 
-    python bench/chaos.py --json docs/results/chaos.json
+    python bench/chaos.py --json docs/results/chaos-<date>/chaos.json
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ class Player(threading.Thread):
         self.stop = threading.Event()
         self.played: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.t0 = time.monotonic()  # the faults' clock too
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -165,7 +166,12 @@ class Player(threading.Thread):
                                       check=False).returncode
             what = f"recording {rec}"
         ended = self.end(pod.metadata.name, code)
-        self.played.append({"pod": pod.metadata.name, "what": what, "exit": code, "pod end": ended})
+        entry = {"t_s": round(time.monotonic() - self.t0, 1), "pod": pod.metadata.name, "what": what, "exit": code,
+                 "pod end": ended}
+        if code:
+            lines = (out / f"{pod.metadata.name}.log").read_text(errors="replace").strip().splitlines()
+            entry["why"] = lines[-1][-300:] if lines else ""
+        self.played.append(entry)
         log(f"played {pod.metadata.name} ({what}): exit {code}, {ended}")
         self.ended.set()
 
@@ -195,7 +201,7 @@ class Chaos:
         self.player, self.planner, self.bodies = player, planner, bodies
         self.pod_runs = 0
         self.rng = random.Random(args.seed)
-        self.t0 = time.monotonic()
+        self.t0 = player.t0
         self.faults: list[dict[str, Any]] = []
         self.kills = 0
 
@@ -246,6 +252,30 @@ class Chaos:
             self.player.harness.finish(NS, name, succeeded=False, exit_code=1, reason="Error")
         self.note(kind, pod=name)
 
+    def store_fault(self, kind: str) -> None:
+        """A run of its own whose pods are held until they are Running, then played while the store fails: the
+        fault lands on shards at work (the batch's shards may all have run before it)."""
+        run = f"store-fault-{self.pod_runs}"
+        self.pod_runs += 1
+        self.bodies[run] = run_spec(run, 10 + self.pod_runs, self.planner, self.proxy.url, "runs")
+        with self.player.lock:
+            self.player.held.add(run)
+        try:
+            self.runs.create(self.bodies[run])
+            self.player.harness.running_pods(NS, f"{RUN_LABEL}={run}", 2, deadline_s=180)
+        finally:
+            if kind != "store unreachable":
+                seconds = self.args.errors
+                self.proxy.errors(seconds, 500 if "500" in kind else 503)
+            with self.player.lock:
+                self.player.held.discard(run)
+        if kind == "store unreachable":
+            seconds = self.args.outage
+            self.note(kind, seconds=seconds, run=run)
+            self.proxy.down(seconds)  # blocks that long; the player plays the run's shards meanwhile
+        else:
+            self.note(kind, seconds=seconds, run=run)
+
     def restart(self, which: str) -> None:
         comp = next(c for c in self.cluster.components if c.name == which)
         comp.stop()
@@ -289,11 +319,9 @@ class Chaos:
         steps += [("kill", lambda: self.kill_operator("at a random moment"))] * max(0, a.kills - 2 - a.kills // 3)
         steps += [("apiserver", lambda: self.restart("kube-apiserver")), ("etcd", lambda: self.restart("etcd"))]
         steps += [(k, lambda k=k: self.pod_fault(k)) for k in ("pod deleted", "pod evicted", "pod exit 1")] * 2
-        steps += [("store down", lambda: (self.note("store unreachable", seconds=a.outage), self.proxy.down(a.outage))),
-                  ("store 500", lambda: (self.proxy.errors(a.errors, 500), self.note("store answers 500",
-                                                                                    seconds=a.errors))),
-                  ("store 503", lambda: (self.proxy.errors(a.errors, 503), self.note("store answers 503 SlowDown",
-                                                                                    seconds=a.errors)))]
+        steps += [("store down", lambda: self.store_fault("store unreachable")),
+                  ("store 500", lambda: self.store_fault("store answers 500")),
+                  ("store 503", lambda: self.store_fault("store answers 503 SlowDown"))]
         first, rest = steps[:2], steps[2:]
         self.rng.shuffle(rest)
         return first[:1] + rest[: len(rest) // 2] + first[1:] + rest[len(rest) // 2:]
@@ -322,6 +350,23 @@ def outcomes(client: Any, prefix: str) -> dict[str, str]:
         if not page.get("IsTruncated"):
             return found
         token = {"ContinuationToken": page["NextContinuationToken"]}
+
+
+def error_kinds(text: str) -> dict[str, int]:
+    """The operator log's ERROR lines (all its lives), counted by message with names, numbers and addresses
+    blanked: what the faults made it say."""
+    import re
+    from collections import Counter
+
+    kinds: Counter[str] = Counter()
+    for line in text.splitlines():
+        if " ERROR " not in line:
+            continue
+        message = line.split(" ERROR ", 1)[1]
+        message = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", message)
+        message = re.sub(r"\b[0-9a-f]{5,}\b|\d+(\.\d+)?", "N", message)
+        kinds[message[:200]] += 1
+    return dict(kinds.most_common())
 
 
 def attribution(name: str, body: dict[str, Any], prefix: str, endpoint: str) -> dict[str, Any]:
@@ -497,8 +542,10 @@ def main(argv: list[str] | None = None) -> int:
             found["operatorAlive"] = op.alive()
             found["operatorErrorLines"] = sum(1 for line in op.text().splitlines() if " ERROR " in line)
             found["reconcileErrors"] = metrics.count("cudanalyst_reconcile_errors_total{")
+            found["operatorErrors"] = error_kinds(op.text())
+            found["recordingReady"] = bool(args.recording)  # waited for above: not Ready raised
         verdict = all(e["ready"] and not e["lost"] and not e["extra"] and not e["labelsDiffer"]
-                      and e.get("sameAttribution") for e in found["runs"].values()) and not (
+                      and not e["writtenMoreThanOnce"] and e.get("sameAttribution") for e in found["runs"].values()) and not (
             found["orphanJobs"] or found["orphanPods"] or found["orphanConfigMaps"] or found["victimStoreKeys"])
         result = {"args": vars(args) | {"json": str(args.json)}, "seconds": round(time.monotonic() - t_start),
                   "cores": os.cpu_count(), "faults": chaos.faults, "operatorKills": chaos.kills,

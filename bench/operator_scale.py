@@ -18,8 +18,9 @@ own. Measured in one run:
     python bench/operator_scale.py --runs 1000 --nodes 100
 
 `--tracemalloc` runs the operator under tracemalloc and writes, at each step, the allocations still held grouped
-by where they were made (`tracemalloc-<runs>.txt` in the work folder, kept): what each run adds, by line. It slows
-the operator; its RSS figures are then not the ones to quote.
+by where they were made (`tracemalloc-<runs>-settled.txt` in the work folder, kept): what each run adds, by line;
+and while runs start, each time the RSS has grown 15 MB (`tracemalloc-<runs>-starting-<n>.txt`): what a burst
+holds. It slows the operator; its RSS figures are then not the ones to quote.
 
 `--operator-source DIR` runs the operator from another copy of its package folder (e.g. an older commit's, from
 `git archive <commit> operator/cudanalyst/operator | tar -x -C DIR`, then DIR/operator/cudanalyst/operator; commits before the
@@ -182,19 +183,49 @@ signal.signal(signal.SIGUSR1, _dump)
 """
 
 
-def tracemalloc_env(work: Path, env: dict[str, str]) -> dict[str, str]:
-    shim = work / "tracemalloc-shim"
+# Always imported first by the operator process: SIGUSR2 writes how many blocks Python's allocator holds and how many
+# objects the collector tracks. Cheap, unlike tracemalloc: whether RSS that grows is objects kept (these grow with
+# it) or a high-water mark of the allocator's arenas after a burst (these stay flat).
+HEAP_SHIM = """import gc, json, os, signal, sys
+def _heap(signum, frame):
+    with open(os.environ["CUDANALYST_BENCH_HEAP"], "w") as out:
+        json.dump({"blocks": sys.getallocatedblocks(), "objects": len(gc.get_objects())}, out)
+signal.signal(signal.SIGUSR2, _heap)
+"""
+
+
+def shim_env(work: Path, env: dict[str, str], name: str, shim_text: str, extra: dict[str, str]) -> dict[str, str]:
+    """A sitecustomize.py that runs `shim_text` in the operator process, after any shim already on its path."""
+    shim = work / name
     shim.mkdir()
-    text = TRACEMALLOC_SHIM
+    text = shim_text
     old = Path(env.get("PYTHONPATH", "").split(os.pathsep)[0]) / "sitecustomize.py" if env.get("PYTHONPATH") else None
     if old is not None and old.is_file():
         text = old.read_text() + "\n" + text  # keep --operator-source's shim too
     (shim / "sitecustomize.py").write_text(text)
     path = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")]))
-    return {**env, "PYTHONPATH": path, "CUDANALYST_BENCH_TRACEMALLOC": str(work / "tracemalloc.txt")}
+    return {**env, "PYTHONPATH": path, **extra}
 
 
-def dump_tracemalloc(pid: int, work: Path, runs: int) -> None:
+def heap_of(pid: int, work: Path) -> dict[str, int]:
+    """The operator's allocated blocks and tracked objects (HEAP_SHIM); {} when it does not answer."""
+    target = work / "heap.json"
+    target.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    try:
+        wait_for(lambda: target.exists() and target.stat().st_size > 0, 60, "the operator's heap figures")
+        time.sleep(0.2)
+        return json.loads(target.read_text())
+    except (TimeoutError, ValueError):
+        return {}
+
+
+def tracemalloc_env(work: Path, env: dict[str, str]) -> dict[str, str]:
+    return shim_env(work, env, "tracemalloc-shim", TRACEMALLOC_SHIM,
+                    {"CUDANALYST_BENCH_TRACEMALLOC": str(work / "tracemalloc.txt")})
+
+
+def dump_tracemalloc(pid: int, work: Path, label: str) -> None:
     import signal as signals
 
     target = work / "tracemalloc.txt"
@@ -202,8 +233,9 @@ def dump_tracemalloc(pid: int, work: Path, runs: int) -> None:
     os.kill(pid, signals.SIGUSR1)
     wait_for(lambda: target.exists() and target.stat().st_size > 0, 300, "the operator's tracemalloc dump")
     time.sleep(1)
-    target.rename(work / f"tracemalloc-{runs}.txt")
-    print(f"  tracemalloc at {runs} runs: {work / f'tracemalloc-{runs}.txt'}", flush=True)
+    target.rename(work / f"tracemalloc-{label}.txt")
+    print(f"  tracemalloc {label}: {work / f'tracemalloc-{label}.txt'} (RSS {current_rss_mb(pid):.1f} MB)",
+          flush=True)
 
 
 def operator_source_env(source: Path, work: Path) -> dict[str, str]:
@@ -241,8 +273,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated run counts at which the operator's RSS is read (default 100,N/4,N/2,N)")
     p.add_argument("--tracemalloc", action="store_true",
                    help="run the operator under tracemalloc and dump what it holds at each step (keeps the folder)")
+    p.add_argument("--operator-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable for the operator process (repeatable; e.g. MALLOC_ARENA_MAX=2 to "
+                        "compare allocator settings)")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     args = p.parse_args(argv)
+    operator_env: dict[str, str] = {}
+    for pair in args.operator_env:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            p.error(f"--operator-env {pair!r}: expected NAME=VALUE")
+        operator_env[name] = value
     # A SIGTERM (a timeout, a kill) ends it through `finally`, which stops the operator and the control plane it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -276,9 +317,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.monotonic() - t0:.0f} s", flush=True)
 
         extra_env = operator_source_env(args.operator_source.resolve(), work) if args.operator_source else {}
+        extra_env.update(operator_env)
         if args.tracemalloc:
             extra_env = tracemalloc_env(work, extra_env)
             args.keep = True
+        extra_env = shim_env(work, extra_env, "heap-shim", HEAP_SHIM, {"CUDANALYST_BENCH_HEAP": str(work / "heap.json")})
         op = OperatorProcess(cluster.kubeconfig, work / "operator.log", namespaces=NS,
                              status_interval=args.interval, extra_env=extra_env).start(deadline_s=300 if args.tracemalloc else 60)
         rss_idle = peak_rss_mb(op.proc.pid)  # type: ignore[union-attr]
@@ -313,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             pid = op.proc.pid  # type: ignore[union-attr]
             t_post = time.monotonic()
             posted = 0
+            dumped_rss, bursts = current_rss_mb(pid), 0
             for step in steps:
                 for name in names[posted:step]:
                     co.create_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL,
@@ -321,30 +365,37 @@ def main(argv: list[str] | None = None) -> int:
                 # Settled: every run so far says Running (its pod bound), then the operator idle for a moment.
                 settle_end = min(end, time.monotonic() + args.start_share * args.deadline)
                 while time.monotonic() < settle_end and running_runs() < step:
+                    # While runs start the operator holds more than once they are settled: with --tracemalloc,
+                    # what it holds is dumped each time its RSS has grown 15 MB past the last dump's.
+                    if args.tracemalloc and current_rss_mb(pid) > dumped_rss + 15 and bursts < 6:
+                        dumped_rss, bursts = current_rss_mb(pid), bursts + 1
+                        dump_tracemalloc(pid, work, f"{step}-starting-{bursts}")
                     time.sleep(2)
                 time.sleep(5)
                 point = {"runs": step, "rss_mb": round(current_rss_mb(pid), 1), "peak_mb": round(peak_rss_mb(pid), 1),
-                         "running": running_runs(), "at_s": round(time.monotonic() - t_post, 1)}
+                         "running": running_runs(), "at_s": round(time.monotonic() - t_post, 1),
+                         **heap_of(pid, work)}
                 if rss_steps:
                     before = rss_steps[-1]
-                    point["kb_per_added_run"] = round(
-                        (point["rss_mb"] - before["rss_mb"]) * 1024 / max(1, step - before["runs"]), 1)
+                    added = max(1, step - before["runs"])
+                    point["kb_per_added_run"] = round((point["rss_mb"] - before["rss_mb"]) * 1024 / added, 1)
+                    if "blocks" in point and "blocks" in before:
+                        point["blocks_per_added_run"] = round((point["blocks"] - before["blocks"]) / added, 1)
+                        point["objects_per_added_run"] = round((point["objects"] - before["objects"]) / added, 1)
                 rss_steps.append(point)
                 print(f"  step: {point}", flush=True)
                 if args.tracemalloc:
-                    dump_tracemalloc(pid, work, step)
+                    dump_tracemalloc(pid, work, f"{step}-settled")
             t_posted = time.monotonic()
 
             # The start phase gets at most --start-share of the deadline; the rest measures the runs that started.
             start_end = t_post + args.start_share * args.deadline
-            started: list[Any] = []
-            while time.monotonic() < start_end:
-                started = running_pods()
-                if len(started) >= args.runs:
-                    break
+            started: list[Any] = running_pods()  # at least once: the steps may have used the start's share
+            while time.monotonic() < start_end and len(started) < args.runs:
                 if int(time.monotonic() - t_post) % 60 < 2:
                     print(f"  {len(started)} pods Running after {time.monotonic() - t_post:.0f} s", flush=True)
                 time.sleep(2)
+                started = running_pods()
             t_started = time.monotonic()
             print(f"posted {args.runs} runs in {t_posted - t_post:.1f} s; {len(started)} pods Running on kwok "
                   f"nodes after {t_started - t_post:.1f} s ({len(started) / (t_started - t_post):.1f} runs/s started)",
@@ -396,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                       if first and last and last["runs"] > first["runs"] else None)
         complete = len(started) == args.runs and len(latencies) == args.runs and not unanswered
         result = {
-            "operatorSource": str(args.operator_source or "installed"),
+            "operatorSource": str(args.operator_source or "installed"), "operatorEnv": args.operator_env,
             "runs": args.runs, "nodes": args.nodes, "gpusPerNode": args.gpus_per_node, "interval_s": args.interval,
             "finishRate_per_s": args.finish_rate, "cores": os.cpu_count(), "complete": complete,
             "startedRuns": len(started), "measuredRuns": len(latencies), "startSeconds": round(t_started - t_post, 1),

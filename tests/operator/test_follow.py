@@ -10,7 +10,15 @@ import kopf
 import pytest
 from harness import NS, RUNS, operator_config, run_body
 
-from cudanalyst.operator.follow import POD_QUIET, ChildChanges, Follower, job_relevant, pod_relevant, run_key
+from cudanalyst.operator.follow import (
+    POD_QUIET,
+    ChildChanges,
+    Follower,
+    Sweeper,
+    job_relevant,
+    pod_relevant,
+    run_key,
+)
 from cudanalyst.operator.kube import Kube
 from cudanalyst.operator.lifecycle import Operations, Services
 from cudanalyst.operator.pods import job_summary, pod_summary
@@ -108,6 +116,99 @@ async def test_a_run_not_started_yet_is_refreshed_when_its_start_is_seen() -> No
     await follower.poke(("ns", "r2"), refresh)
     await follower.started(("ns", "r3"), refresh)
     assert calls == 3
+
+
+@pytest.mark.asyncio
+async def test_a_sweep_refreshes_each_running_run_once_and_survives_a_failing_one() -> None:
+    calls: list[tuple[str, str]] = []
+
+    def refresh_of(key: tuple[str, str]) -> Any:
+        async def run() -> bool:
+            calls.append(key)
+            if key == ("ns", "broken"):
+                raise RuntimeError("the API server said no")
+            return True
+        return run
+
+    sweeper = Sweeper(3600, Follower(), workers=2)
+    try:
+        for name, running in (("r1", True), ("broken", True), ("r2", True), ("done", False), ("r3", True)):
+            sweeper.track(("ns", name), running, refresh_of)
+        sweeper.track(("ns", "r3"), False, refresh_of)  # finished since
+        sweeper.track(("ns", "gone"), True, refresh_of)
+        sweeper.forget(("ns", "gone"))  # deleted
+        await sweeper.sweep()
+        assert sorted(calls) == [("ns", "broken"), ("ns", "r1"), ("ns", "r2")]
+        assert sweeper.running() == [("ns", "r1"), ("ns", "broken"), ("ns", "r2")]
+        await sweeper.sweep()  # the failing run is tried again, and so is every other
+        assert len(calls) == 6 and calls.count(("ns", "broken")) == 2
+    finally:
+        sweeper.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_sweep_runs_at_most_its_workers_at_once() -> None:
+    gate = asyncio.Event()
+    active = peak = 0
+
+    def refresh_of(key: tuple[str, str]) -> Any:
+        async def run() -> bool:
+            nonlocal active, peak
+            active += 1
+            peak = max(peak, active)
+            await gate.wait()
+            active -= 1
+            return True
+        return run
+
+    sweeper = Sweeper(3600, Follower(), workers=3)
+    try:
+        for i in range(20):
+            sweeper.track(("ns", f"r{i}"), True, refresh_of)
+        sweep = asyncio.create_task(sweeper.sweep())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert peak == 3
+        gate.set()
+        await sweep
+        assert peak == 3 and active == 0 and sweeper.sweeps == 1
+    finally:
+        sweeper.stop()
+
+
+@pytest.mark.asyncio
+async def test_the_sweep_starts_with_the_first_run_event_and_repeats() -> None:
+    calls = 0
+
+    def refresh_of(key: tuple[str, str]) -> Any:
+        async def run() -> bool:
+            nonlocal calls
+            calls += 1
+            return True
+        return run
+
+    sweeper = Sweeper(0.01, Follower())
+    try:
+        sweeper.track(("ns", "r1"), True, refresh_of)
+        for _ in range(500):
+            if sweeper.sweeps >= 3:
+                break
+            await asyncio.sleep(0.01)
+        assert sweeper.sweeps >= 3 and calls >= 3
+    finally:
+        sweeper.stop()
+
+
+def test_no_timer_or_daemon_on_runs() -> None:
+    """kopf keeps the last whole body of every object of a kind that has a timer or daemon, finished ones too, for
+    the operator's life (its DaemonsMemory.live_fresh_body): the runs' safety net is the Sweeper, which keeps keys.
+    Recordings, a few per batch, keep their timer."""
+    from cudanalyst.operator.handlers import build_registry
+
+    registry = build_registry(Services(operator_config()))
+    spawning = registry._spawning.get_all_handlers()  # kopf has no public listing of timers and daemons
+    assert [h.id for h in spawning] == ["recording_follow"]
+    assert {h.selector.any_name for h in spawning if h.selector is not None} == {"trajectoryrecordings"}
 
 
 class FakeKube:

@@ -174,9 +174,11 @@ async def test_deleting_a_run_keeps_results_unless_asked(kube: Any, trajectory: 
     kube.objects[RUNS, NS, "drop"] = run_body("drop", trajectory, output, output={"uri": output, "deleteWithRun": True})
     async with operator_running():
         await eventually(lambda: job_exists(kube, "keep-runner") and job_exists(kube, "drop-runner"))
-        # drop's deletion handler needs the finalizer from the start. keep gets the same one once it is Running
-        # (kopf's timers need it, to stop before the object goes), so only what deletion does tells them apart.
+        # drop's deletion handler needs the finalizer from the start. keep never gets one (no timer or daemon on
+        # runs: the sweep keeps keys), so it can be deleted while the operator is away, or uninstalled.
         assert "cudanalyst.dev/finalizer" in kube.objects[RUNS, NS, "drop"].raw["metadata"]["finalizers"]
+        await eventually(lambda: run_status(kube, "keep").get("phase") == "Running")
+        assert "cudanalyst.dev/finalizer" not in (kube.objects[RUNS, NS, "keep"].raw["metadata"].get("finalizers") or [])
         assert (tmp_path / "out" / "drop" / "plan.json").exists()
         for name in ("keep", "drop"):
             async with kube.delete(run_url(name)) as resp:

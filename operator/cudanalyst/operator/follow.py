@@ -8,8 +8,12 @@ the run is refreshed once its start is seen. Plain asyncio and dicts: tested wit
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 RunKey = tuple[str, str]  # (namespace, run name)
 
@@ -97,6 +101,69 @@ class Follower:
 
     def waiting(self) -> set[RunKey]:
         return set(self._waiting_start)
+
+
+class Sweeper:
+    """The safety net under the events: every running run refreshed once per `interval` (which also reads its
+    progress from the store), through the Follower, by at most `workers` refreshes at a time: fewer than the
+    threads of the loop's executor, which the refreshes on events share, so that those are not queued behind a
+    sweep of a thousand runs.
+
+    It keeps only the keys of running runs. A kopf timer on runs did this before, and kopf keeps the last whole
+    body of every object of a kind that has a timer, finished runs included, for the operator's life: tens of KB a
+    run (issue 33). A refresh reads the run fresh, so the sweep needs nothing more than its key.
+    """
+
+    def __init__(self, interval: float, follower: Follower, workers: int = 2) -> None:
+        self.interval, self.follower, self.workers = interval, follower, workers
+        self._keys: dict[RunKey, None] = {}  # insertion-ordered: swept oldest first
+        self._refresh_of: Callable[[RunKey], Refresh] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.sweeps = 0
+
+    def track(self, key: RunKey, running: bool, refresh_of: Callable[[RunKey], Refresh]) -> None:
+        """A run's event: follow it while it runs; start the sweeping at the first event (in the loop)."""
+        self._refresh_of = refresh_of
+        if running:
+            self._keys.setdefault(key, None)
+        else:
+            self._keys.pop(key, None)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._forever(), name="cudanalyst sweep")
+
+    def forget(self, key: RunKey) -> None:
+        self._keys.pop(key, None)
+
+    def running(self) -> list[RunKey]:
+        return list(self._keys)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _forever(self) -> None:
+        # `interval` from the end of one sweep to the start of the next (as kopf's timers count): a slow sweep
+        # delays the next, never piles up behind it.
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.sweep()
+
+    async def sweep(self) -> None:
+        """One refresh of each run running now; one that raises is logged and tried at the next sweep."""
+        keys = iter(list(self._keys))
+
+        async def worker() -> None:
+            for key in keys:  # one iterator shared by the workers: each key taken once
+                if key not in self._keys or self._refresh_of is None:
+                    continue  # finished or deleted since the sweep began
+                try:
+                    await self.follower.poke(key, self._refresh_of(key))
+                except Exception:
+                    log.exception("%s/%s: the periodic refresh failed; the next sweep tries again", *key)
+
+        await asyncio.gather(*(worker() for _ in range(self.workers)))
+        self.sweeps += 1
 
 
 def run_key(meta: dict[str, Any], label: str) -> RunKey | None:

@@ -24,6 +24,7 @@ from cudanalyst.operator.follow import (
     ChildChanges,
     Follower,
     RunKey,
+    Sweeper,
     job_relevant,
     pod_relevant,
     run_key,
@@ -106,13 +107,16 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 class RunHandlers:
     """AttributionRuns: start (create, resume, an edit before the start; a plan that may succeed later is retried
     by kopf, lifecycle.Operations.start), suspend, follow (at once on each change of the run's Job, Pods or
-    Workload, and by a slow timer as a safety net that also reads progress from the store), delete."""
+    Workload, and by a slow sweep of the running runs as a safety net that also reads progress from the store),
+    delete."""
 
     def __init__(self, services: Services) -> None:
         self.services, self.ops, self.metrics = services, Operations(services), services.metrics
         self.follower, self.changes = Follower(), ChildChanges()
+        self.sweeper = Sweeper(services.config.status_interval, self.follower)
 
     def cleanup(self, **_: Any) -> None:
+        self.sweeper.stop()
         if self.services._kube is not None:
             self.services._kube.close()
 
@@ -130,13 +134,6 @@ class RunHandlers:
             return  # first sight of the field, nothing to change
         with self.metrics.reconcile("suspend"):
             self.ops.suspend(dict(body), patch, bool(new))
-
-    def follow(self, body: kopf.Body, patch: kopf.Patch, meta: kopf.Meta, runner_jobs: kopf.Index,
-               runner_pods: kopf.Index, **indexes: Any) -> None:
-        key = (meta.get("namespace", ""), meta.get("name", ""))
-        with self.metrics.reconcile("follow"):
-            self.ops.observe(dict(body), patch, list(runner_jobs.get(key, [])), list(runner_pods.get(key, [])),
-                             workloads_of(key, indexes))
 
     def delete_results(self, body: kopf.Body, **_: Any) -> None:
         with self.metrics.reconcile("delete"):
@@ -201,7 +198,12 @@ class RunHandlers:
         if type == "DELETED":
             self.ops.forget(dict(body))
             self.follower.forget(key)
-        elif _running(dict(status)):
+            self.sweeper.forget(key)
+            return
+        running = _running(dict(status))
+        # The indexes are live views, the same objects at every call: the sweep's refreshes read them when they run.
+        self.sweeper.track(key, running, lambda k: self.refresher(k, runner_jobs, runner_pods, indexes))
+        if running:
             await self.follower.started(key, self.refresher(key, runner_jobs, runner_pods, indexes))
 
 
@@ -244,7 +246,6 @@ def build_registry(services: Services) -> kopf.OperatorRegistry:
     kopf.on.create(*RUN, id="start", **on)(runs.start)
     kopf.on.update(*RUN, field="spec", when=_not_started, id="restart", **on)(runs.restart)
     kopf.on.field(*RUN, field="spec.suspend", id="suspend", **on)(runs.suspend)
-    kopf.timer(*RUN, interval=interval, initial_delay=interval, when=_running, id="follow", **on)(runs.follow)
     kopf.on.event("batch", "v1", "jobs", **RUNNER_JOBS, id="job_changed", **on)(runs.job_changed)
     kopf.on.event("", "v1", "pods", **RUNNER_JOBS, id="pod_changed", **on)(runs.pod_changed)
     if services.config.kueue:
