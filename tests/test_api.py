@@ -87,3 +87,26 @@ def test_cli_validate_exit_codes(tmp_path):
     res = subprocess.run([sys.executable, "-m", "cudanalyst", "validate", str(bad)], capture_output=True, text=True)
     assert res.returncode == 2
     assert "spec.sampling.rollouts" in res.stderr
+
+
+@pytest.mark.parametrize(("toleration", "problem"), [
+    ({"key": "", "value": "x"}, "operator must be Exists when key is empty"),
+    ({"operator": "Equal"}, "operator must be Exists when key is empty"),
+    ({"key": "gpu", "operator": "Exists", "value": "x"}, "value must be empty when operator is Exists"),
+    ({"key": "not a key"}, "is not a qualified name"),
+    ({"key": "k", "value": "two words"}, "is not a valid label value"),
+    ({"key": "k", "value": "v", "tolerationSeconds": 30}, "only valid with effect NoExecute"),
+])
+def test_a_toleration_the_api_server_would_refuse_in_the_job_is_refused_in_the_spec(toleration, problem) -> None:
+    # The fuzzed specs found one (an empty key with operator ""): the API server took the run, then refused its
+    # Job, and the operator retried the Job forever.
+    from cudanalyst.api import SpecError, parse_run
+
+    doc = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    doc["spec"]["resources"]["tolerations"] = [toleration]
+    with pytest.raises(SpecError, match=problem) as err:
+        parse_run(doc)
+    assert "spec.resources.tolerations[0]" in str(err.value)
+    doc["spec"]["resources"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                               {"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 5}]
+    assert len(parse_run(doc).spec.resources.tolerations) == 2

@@ -71,9 +71,12 @@ def test_serial_and_pipeline_write_the_same_outcome_records(tmp_path: Path, monk
     spec["models"]["planner"]["api"] = "completion"
     spec.update(planning="explicit", controls=["noFeedback"], resources={"shards": 2, "gpusPerShard": 0})
     spec["sampling"]["samplesPerCoalition"] = 2
+    # cg_spmv's programs fit the tiny model's 4,096 tokens; sum_reduction's correct one carries a 6.6 KB Nsight
+    # Compute report, and its prompts are refused as longer than the context (as they should be).
+    spec["trajectory"]["tasks"] = ["cg_spmv"]
     (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(data))
     code = bench.main(["--spec", str(tmp_path / "quickstart.yaml"), "--units", "1", "--gpus", "1,2",
-                       "--serial-units", "18", "--model", _tiny_base_model(), "--max-model-len", "2048",
+                       "--serial-units", "18", "--model", _tiny_base_model(), "--max-model-len", "4096",
                        "--max-tokens", "16", "--workdir", str(tmp_path / "work"), "--json", str(figures)])
     assert code == 0
     out = capsys.readouterr().out
@@ -149,9 +152,10 @@ def test_the_user_clock_runs_cudanalyst_run_cold_then_warm(tmp_path: Path, monke
     spec["models"]["planner"]["api"] = "completion"
     spec.update(planning="explicit", controls=[], resources={"shards": 1, "gpusPerShard": 0})
     spec["trajectory"]["programsPerGeneration"] = 1
+    spec["trajectory"]["tasks"] = ["cg_spmv"]  # prompts that fit the tiny model's 4,096 tokens (as above)
     (tmp_path / "quickstart.yaml").write_text(yaml.safe_dump(data))
     figures = tmp_path / "figures.json"
-    args = ["--spec", str(tmp_path / "quickstart.yaml"), "--model", _tiny_base_model(), "--max-model-len", "2048",
+    args = ["--spec", str(tmp_path / "quickstart.yaml"), "--model", _tiny_base_model(), "--max-model-len", "4096",
             "--max-tokens", "16", "--json", str(figures)]
     assert bench.main([*args, "--user-clock", "--workdir", str(tmp_path / "work")]) == 0
     out = capsys.readouterr().out

@@ -15,7 +15,7 @@ import yaml
 from apiserver_crd import apiserver_with_crd
 from pydantic import ValidationError
 
-from cudanalyst.api import API_GROUP, API_VERSION, PLURAL, AttributionRun
+from cudanalyst.api import API_GROUP, API_VERSION, PLURAL, AttributionRun, SpecError, parse_run
 from cudanalyst.api.recording import RECORDING_PLURAL, TrajectoryRecording
 from cudanalyst.crd import build_recording_crd
 
@@ -74,6 +74,7 @@ def judged(co: Any, client: Any, body: dict, plural: str) -> tuple[bool, str]:
     ("strata-full", {"broken": 4, "wrong": 4, "correct": 4, "fast": 2, "per": "generation"}, True),
     ("strata-empty", {}, False),
     ("strata-zeros", {"broken": 0, "fast": 0}, False),
+    ("strata-float-zero", {"broken": 1, "wrong": 0.0}, True),  # the API server admits 0.0 for an integer
     ("strata-per", {"fast": 1, "per": "program"}, False),
 ])
 def test_strata_are_judged_by_the_api_server_as_by_pydantic(api: Any, name: str, strata: dict, ok: bool) -> None:
@@ -81,13 +82,19 @@ def test_strata_are_judged_by_the_api_server_as_by_pydantic(api: Any, name: str,
     body = run_body(name, strata)
     accepted, message = judged(co, client, body, PLURAL)
     try:
-        AttributionRun.model_validate(body)
+        parse_run(body)
         ours = True
-    except ValidationError:
-        ours = False
-    assert accepted == ours == ok, message
+    except SpecError as exc:
+        ours, message = False, message or str(exc)
+    assert ours == ok, message
+    if "per" in strata:
+        assert accepted == ok, message  # the schema's enum
+    else:
+        # "At least one program" is the operator's (its Stalled condition) and local mode's, not a CEL rule's: a
+        # rule reading an integer field that holds 0.0 fails in the API server (crd.py).
+        assert accepted, message
     if not ok and "per" not in strata:
-        assert "spec.trajectory.strata: ask for at least one program" in message
+        assert "spec.trajectory.strata" in message and "ask for at least one program" in message
     if ok:
         got = co.get_namespaced_custom_object(API_GROUP, API_VERSION, NS, PLURAL, name)["spec"]["trajectory"]
         assert AttributionRun.model_validate(body).spec.trajectory.strata.model_dump(by_alias=True) == got["strata"]

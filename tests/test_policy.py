@@ -331,3 +331,14 @@ def test_at_the_task_level_the_units_are_the_tasks() -> None:
     evidence = [e for r in p.states.values() for c in r.components for e in c.evidence if " - " not in e.run]
     assert evidence and all(e.level == "task" and e.units <= 4 for e in evidence)
     assert p.level == "task" and p.tasks == ["atax", "conv2d", "gemm", "jacobi-2d"]
+
+
+def test_the_shipped_policies_load_and_cite_evidence() -> None:
+    # examples/policy/ is not applied to a cluster (a policy is a document the CLI and a recording's spec read).
+    from cudanalyst.api.policy import load_policy
+
+    files = sorted((Path(__file__).resolve().parents[1] / "examples" / "policy").glob("study-*.yaml"))
+    assert len(files) >= 2, files
+    for path in files:
+        policy = load_policy(path)
+        assert policy.kind == "FeedbackPolicy" and policy.spec.states, path

@@ -189,6 +189,12 @@ class Operations:
                 # handler, and the next start that gets through replaces this condition.
                 self._stall(body, patch, "Forbidden", f"the operator may not create the run's ConfigMap and Job: "
                             f"{api_message(exc)} (grant it the chart's RBAC rules, charts/cudanalyst)")
+            if exc.status == 422:
+                # The spec made a child the API server refuses (a field our schema let through): say so on the run
+                # and retry at the stalled pace, not kopf's, until the spec is edited.
+                message = f"the API server refused the run's Job or ConfigMap: {api_message(exc)}"
+                self._stall(body, patch, "InvalidChild", message)
+                raise kopf.TemporaryError(message, delay=self.retry_delay(retry)) from None
             raise
         now = rfc3339(self.s.clock())
         total = len(plan.units)

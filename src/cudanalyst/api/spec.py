@@ -303,13 +303,34 @@ class AttributionSpec(Model):
 
 
 class Toleration(Model):
-    """A Kubernetes toleration for the runner pods."""
+    """A Kubernetes toleration for the runner pods, held to the API server's rules for a pod's tolerations (a
+    toleration it would refuse in the Job's pod template is refused here, naming the field, not at Job creation)."""
 
     key: str | None = Field(None, max_length=317)
     operator: Literal["Exists", "Equal"] | None = None
     value: str | None = Field(None, max_length=63)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
+
+    @model_validator(mode="after")
+    def _as_kubernetes_validates_it(self) -> Toleration:
+        if self.key and not _QUALIFIED_NAME.fullmatch(self.key):
+            raise ValueError(f"key {self.key!r} is not a qualified name (an optional DNS prefix and '/', then up to 63 "
+                             "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric)")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("operator must be Exists when key is empty (the toleration then matches every taint)")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value must be empty when operator is Exists")
+        if self.value and not _LABEL_VALUE.fullmatch(self.value):
+            raise ValueError(f"value {self.value!r} is not a valid label value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds is only valid with effect NoExecute")
+        return self
+
+
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_QUALIFIED_NAME = re.compile(rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME}")
+_LABEL_VALUE = re.compile(rf"({_NAME})?")
 
 
 class ResourcesSpec(Model):
