@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.design import DEFAULT_RATE, DEFAULT_SPREAD, MAX_UNITS
@@ -107,7 +107,7 @@ def default_levels(metrics: Sequence[str]) -> list[Levels]:
 
 
 def _t(p: float, df: float) -> float:
-    return float(stats.t.ppf(p, df))
+    return float(special.stdtrit(df, p))
 
 
 def detectable(units: int, sd: float, alpha: float, power: float) -> float | None:
