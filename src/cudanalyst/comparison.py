@@ -116,7 +116,7 @@ def recordings(spec: ComparisonSpec, learned: Any) -> dict[str, dict[str, Any]]:
 
 def t_interval(values: Sequence[float], confidence: float) -> tuple[float, float | None, float | None]:
     """(mean, low, high) of a t-interval over units; no interval from fewer than two."""
-    from scipy import stats
+    from scipy import special
 
     n = len(values)
     if n == 0:
@@ -125,7 +125,7 @@ def t_interval(values: Sequence[float], confidence: float) -> tuple[float, float
     if n < 2:
         return mean, None, None
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    half = float(special.stdtrit(n - 1, 0.5 + confidence / 2)) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
 

@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from cudanalyst.attribution import transforms as tf
-from cudanalyst.attribution.design import DEFAULT_RATE, DEFAULT_SPREAD, MAX_UNITS
+from cudanalyst.attribution.design import DEFAULT_RATE, DEFAULT_SPREAD, MAX_UNITS, complete_rates
 from cudanalyst.attribution.intervals import PRIOR_UNITS
 from cudanalyst.attribution.values import GAME_ARM, OutcomeTables
 
@@ -62,11 +62,9 @@ def pilot_levels(tables: OutcomeTables) -> list[Levels]:
         po = tables.games.get((GAME_ARM, metric, None))
         if po is None or po.masks.size != 1 << n:
             continue
-        ok = (po.known | ~po.present).all(axis=(1, 2)) & po.present.any(axis=2).all(axis=1)
+        ok, rate = complete_rates(po)
         if ok.sum() < 2:
             continue
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rate = ((po.reached & po.present).sum(axis=2) / po.present.sum(axis=2))[ok]
         values = tf.banzhaf_values(rate)  # (programs, players)
         unit = po.unit[ok]
         mean_rate = float(rate.mean())
@@ -107,7 +105,7 @@ def default_levels(metrics: Sequence[str]) -> list[Levels]:
 
 
 def _t(p: float, df: float) -> float:
-    return float(stats.t.ppf(p, df))
+    return float(special.stdtrit(df, p))
 
 
 def detectable(units: int, sd: float, alpha: float, power: float) -> float | None:

@@ -36,7 +36,9 @@ from math import factorial
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+
+# scipy.special, not scipy.stats: the operator imports this maths, and scipy.stats is 73 MB of its memory.
+from scipy import special
 from scipy.special import expit, logit
 
 from cudanalyst.attribution.games import FloatArray, masks_of_order, popcounts
@@ -53,6 +55,11 @@ CHUNK = 2048  # indices per projection batch (memory: CHUNK x ANGLES)
 _GRID = np.linspace(0, 2 * np.pi, ANGLES, endpoint=False)
 _COS, _SIN = np.cos(_GRID), np.sin(_GRID)
 
+
+
+def _t_sf(x: np.ndarray | float, dof: np.ndarray | float) -> np.ndarray:
+    """Student's t survival function, P(T > x) (scipy.stats.t.sf)."""
+    return special.stdtr(dof, -np.asarray(x, dtype=float))
 
 def factorised(values: npt.ArrayLike, m: Matrix) -> FloatArray:
     """Apply a per-player 2x2 map to a table (any leading batch axes): every coefficient is a product of
@@ -283,9 +290,9 @@ def t_interval(theta: FloatArray, weights: FloatArray, dof: float,
     w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
     estimate = w @ theta
     se = np.sqrt(len(w) / (len(w) - 1) * (w**2) @ ((theta - estimate) ** 2))
-    q = stats.t.ppf((1 + confidence) / 2, dof)
+    q = special.stdtrit(dof, (1 + confidence) / 2)
     with np.errstate(invalid="ignore", divide="ignore"):
-        p = np.where(se > 0, 2 * stats.t.sf(np.abs(estimate) / np.where(se > 0, se, 1.0), dof),
+        p = np.where(se > 0, 2 * _t_sf(np.abs(estimate) / np.where(se > 0, se, 1.0), dof),
                      np.where(estimate == 0, 1.0, 0.0))
     return estimate - q * se, estimate + q * se, p
 
@@ -355,7 +362,7 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
     l11 = np.sqrt(sxx)
     l21 = np.where(has_neg, sxy / l11, 0.0)
     l22 = np.sqrt(np.maximum(syy - l21**2, 0.0))
-    radius = stats.t.ppf((1 + confidence) / 2, pool)
+    radius = special.stdtrit(pool, (1 + confidence) / 2)
     low, high = np.empty(k), np.empty(k)
     for s in range(0, k, CHUNK):
         part = slice(s, s + CHUNK)
@@ -376,7 +383,7 @@ def contrast_intervals(c: Contrasts, weights: FloatArray, levels: FloatArray, pr
     with np.errstate(invalid="ignore", divide="ignore"):
         t_stat = np.abs(logit(ca) - logit(cb)) / diff_sd
     difference = differences & np.isfinite(t_stat)
-    p = np.where(difference, 2 * stats.t.sf(np.where(difference, t_stat, 0.0), pool), np.nan)
+    p = np.where(difference, 2 * _t_sf(np.where(difference, t_stat, 0.0), pool), np.nan)
     if few:
         # The widened interval excludes 0 only when both do: its p-value is the larger of the two (Holm reads it).
         p = np.where(difference, np.maximum(p, t_p), p)

@@ -19,7 +19,7 @@ import numpy as np
 
 from cudanalyst.attribution import transforms as tf
 from cudanalyst.attribution.intervals import PRIOR_UNITS, t_quantile
-from cudanalyst.attribution.values import GAME_ARM, OutcomeTables
+from cudanalyst.attribution.values import GAME_ARM, OutcomeTables, ProgramOutcomes
 
 # Assumed spread (SD) between programs of a program's own Banzhaf value, when no pilot run is given:
 # effects of +-0.15 from one program to the next are the order the H200 runs showed per task.
@@ -66,6 +66,15 @@ class Spread:
     source: str
 
 
+def complete_rates(po: ProgramOutcomes) -> tuple[np.ndarray, np.ndarray]:
+    """A game's programs with every coalition known and present, and their rate per coalition (programs x
+    coalitions): what a pilot's spread is computed from (here and in cudanalyst.sizing)."""
+    ok = (po.known | ~po.present).all(axis=(1, 2)) & po.present.any(axis=2).all(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = ((po.reached & po.present).sum(axis=2) / po.present.sum(axis=2))[ok]
+    return ok, rate
+
+
 def pilot_spreads(tables: OutcomeTables) -> list[Spread]:
     """From an earlier run's outcomes: per metric, the between-program spread of each program's own Banzhaf
     value (the largest over players, from the per-generation games), less the pilot's own Bernoulli noise."""
@@ -76,11 +85,9 @@ def pilot_spreads(tables: OutcomeTables) -> list[Spread]:
         for (arm, m, scope), po in tables.games.items():
             if arm != GAME_ARM or m != metric or scope is None or po.masks.size != 1 << n:
                 continue
-            ok = (po.known | ~po.present).all(axis=(1, 2)) & po.present.any(axis=2).all(axis=1)
+            ok, rate = complete_rates(po)
             if ok.sum() < 2:
                 continue
-            with np.errstate(invalid="ignore", divide="ignore"):
-                rate = ((po.reached & po.present).sum(axis=2) / po.present.sum(axis=2))[ok]
             values = tf.banzhaf_values(rate)
             variances.append(values.var(axis=0, ddof=1).max())
             rates.append(float(rate.mean()))

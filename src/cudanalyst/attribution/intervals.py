@@ -16,7 +16,9 @@ from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+
+# scipy.special, not scipy.stats: the operator imports this maths, and scipy.stats is 73 MB of its memory.
+from scipy import special
 
 from cudanalyst.attribution.games import FloatArray, masks_of_order, popcounts
 from cudanalyst.attribution.transforms import _halves, _player_sums, n_players_of
@@ -99,7 +101,7 @@ def adjusted_rate(successes: npt.ArrayLike, trials: npt.ArrayLike, confidence: f
 def t_quantile(confidence: float, dof: float) -> float:
     """Two-sided Student t quantile (e.g. 2.20 for 0.95 at 11 degrees of freedom)."""
     z_value(confidence)  # the same check of the level
-    return float(stats.t.ppf((1 + confidence) / 2, dof))
+    return float(special.stdtrit(dof, (1 + confidence) / 2))
 
 
 def holm(p: npt.ArrayLike, alpha: float) -> npt.NDArray[np.bool_]:
