@@ -88,6 +88,10 @@ class InvalidKey(StoreError, ValueError):
 
 # Where a pod mounts spec.s3.credentialsSecret (the operator sets this up; cudanalyst.operator.jobs).
 CREDENTIALS_DIR_ENV = "CUDANALYST_S3_CREDENTIALS_DIR"
+# Attempts per store request in this process (S3Settings.max_attempts). The operator gives runner pods more than
+# the default: a shard that gave up after a second of an unreachable or 5xx store exited 1, and only the Job's few
+# retries saved the run (the chaos bench, issue 33); boto3's backoff (up to 20 s a wait) then waits out a minute or two.
+MAX_ATTEMPTS_ENV = "CUDANALYST_S3_MAX_ATTEMPTS"
 
 
 class S3Fields(Protocol):
@@ -123,8 +127,11 @@ class S3Settings(BaseModel):
     @classmethod
     def from_spec(cls, s3: S3Fields) -> S3Settings:
         """A spec's `s3` block, with the credentials folder a pod has mounted (CREDENTIALS_DIR_ENV), if any."""
+        raw = os.environ.get(MAX_ATTEMPTS_ENV, "").strip()
+        if raw and not (raw.isdigit() and int(raw) >= 1):
+            raise ValueError(f"{MAX_ATTEMPTS_ENV}={raw!r}: expected a whole number of attempts, 1 or more")
         return cls(endpoint=s3.endpoint, region=s3.region, addressing_style=s3.addressing_style,
-                   credentials_dir=os.environ.get(CREDENTIALS_DIR_ENV, ""))
+                   credentials_dir=os.environ.get(CREDENTIALS_DIR_ENV, ""), max_attempts=int(raw) if raw else 3)
 
 
 # Kubernetes Secrets mounted as folders: one file per key. Both spellings are common.

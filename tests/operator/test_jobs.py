@@ -165,3 +165,24 @@ def test_runner_pods_are_told_where_vllms_compiled_artefacts_are_kept() -> None:
         assert "CUDANALYST_RUNNER_VLLM_CACHE_URI" in str(exc)
     else:
         raise AssertionError("a relative cache URI was accepted")
+
+
+def test_runner_pods_wait_out_a_store_that_is_briefly_down(monkeypatch: Any) -> None:
+    # The chaos bench (issue 33): a shard gave up after the store client's 3 attempts (about a second) and only the
+    # Job's retries saved the run. Runner pods get more attempts; the runner's store reads them.
+    from cudanalyst.store import MAX_ATTEMPTS_ENV, S3Settings
+
+    env = {e["name"]: e.get("value") for e in pod_spec(runner_job(make_run(), CONFIG))["containers"][0]["env"]}
+    assert int(env[MAX_ATTEMPTS_ENV]) >= 10
+    spec = make_run().spec.s3
+    monkeypatch.setenv(MAX_ATTEMPTS_ENV, env[MAX_ATTEMPTS_ENV])
+    assert S3Settings.from_spec(spec).max_attempts == int(env[MAX_ATTEMPTS_ENV])
+    monkeypatch.delenv(MAX_ATTEMPTS_ENV)
+    assert S3Settings.from_spec(spec).max_attempts == 3  # elsewhere (the CLI, the operator) a store error is quick
+    monkeypatch.setenv(MAX_ATTEMPTS_ENV, "many")
+    try:
+        S3Settings.from_spec(spec)
+    except ValueError as exc:
+        assert MAX_ATTEMPTS_ENV in str(exc)
+    else:
+        raise AssertionError("a bad attempt count was accepted")

@@ -8,7 +8,10 @@ from typing import Any
 from cudanalyst.api import AttributionRun
 from cudanalyst.operator import constants as c
 from cudanalyst.operator.config import OperatorConfig
-from cudanalyst.store import CREDENTIALS_DIR_ENV
+from cudanalyst.store import CREDENTIALS_DIR_ENV, MAX_ATTEMPTS_ENV
+
+# Store attempts per request in a runner pod: boto3 waits up to 20 s between them (about 1-2 minutes in all).
+RUNNER_S3_ATTEMPTS = 10
 
 # Labels of GitOps tools that track what belongs to an application. Copied onto a child, they would make
 # Argo CD or Flux treat the operator's Job as their own (out of sync, or pruned), so they stay on the run.
@@ -85,6 +88,8 @@ def _env(run: AttributionRun, config: OperatorConfig) -> list[dict[str, Any]]:
         env.append({"name": "AWS_ENDPOINT_URL_S3", "value": s3.endpoint})
     if s3.region:
         env.append({"name": "AWS_REGION", "value": s3.region})
+    # A shard waits out a store that is briefly unreachable or answering 5xx instead of exiting 1 (store.py).
+    env.append({"name": MAX_ATTEMPTS_ENV, "value": str(RUNNER_S3_ATTEMPTS)})
     if s3.credentials_secret:
         # The runner's store reads the key files of the mounted Secret; the values never pass through us.
         env.append({"name": CREDENTIALS_DIR_ENV, "value": c.CREDENTIALS_MOUNT})
