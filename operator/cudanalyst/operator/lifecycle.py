@@ -189,7 +189,7 @@ class Operations:
                 # handler, and the next start that gets through replaces this condition.
                 self._stall(body, patch, "Forbidden", f"the operator may not create the run's ConfigMap and Job: "
                             f"{api_message(exc)} (grant it the chart's RBAC rules, charts/cudanalyst)")
-            if exc.status == 422:
+            if exc.status in (400, 422):
                 # The spec made a child the API server refuses (a field our schema let through): say so on the run
                 # and retry at the stalled pace, not kopf's, until the spec is edited.
                 message = f"the API server refused the run's Job or ConfigMap: {api_message(exc)}"

@@ -333,14 +333,19 @@ _QUALIFIED_NAME = re.compile(rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0
 _LABEL_VALUE = re.compile(rf"({_NAME})?")
 
 
+QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+
 class ResourcesSpec(Model):
     """Where and how the runner pods run."""
 
     shards: int = Field(1, ge=1, le=1024, description="Runner pods (Indexed Job completions).")
     gpus_per_shard: int = Field(1, ge=0, le=16, description="nvidia.com/gpu per runner pod.")
     image: str = Field("ghcr.io/cudanalyst/runner:0.1.0", min_length=1, max_length=512)
-    cpu: str | None = Field(None, max_length=32, description="CPU request of a runner pod, e.g. '8'.")
-    memory: str | None = Field(None, max_length=32, description="Memory request of a runner pod, e.g. '64Gi'.")
+    # The API server's quantity syntax: a Job whose pod asks for another is refused (the fuzzed specs found it).
+    cpu: str | None = Field(None, max_length=32, pattern=QUANTITY, description="CPU request of a runner pod, e.g. '8'.")
+    memory: str | None = Field(None, max_length=32, pattern=QUANTITY,
+                               description="Memory request of a runner pod, e.g. '64Gi'.")
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(default_factory=dict, max_length=32)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     priority_class_name: str = Field("", max_length=253)
