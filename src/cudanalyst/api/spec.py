@@ -334,6 +334,10 @@ _LABEL_VALUE = re.compile(rf"({_NAME})?")
 
 
 QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+# Kubernetes' own syntaxes for what the Job carries (its labels, node selector, priority class): the API server
+# refuses a Job with another, after it took the run.
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+DNS_SUBDOMAIN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
 
 
 class ResourcesSpec(Model):
@@ -346,10 +350,12 @@ class ResourcesSpec(Model):
     cpu: str | None = Field(None, max_length=32, pattern=QUANTITY, description="CPU request of a runner pod, e.g. '8'.")
     memory: str | None = Field(None, max_length=32, pattern=QUANTITY,
                                description="Memory request of a runner pod, e.g. '64Gi'.")
-    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(default_factory=dict, max_length=32)
+    node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(
+        default_factory=dict, max_length=32)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
-    priority_class_name: str = Field("", max_length=253)
-    queue_name: str = Field("", max_length=253, description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name).")
+    priority_class_name: str = Field("", max_length=253, pattern=DNS_SUBDOMAIN)
+    queue_name: str = Field("", max_length=63, pattern=LABEL_VALUE,
+                            description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name).")
 
 
 class OutputSpec(Model):
