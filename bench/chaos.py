@@ -27,6 +27,7 @@ At the end it prints what it did and what it found, and writes it as JSON (--jso
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -36,6 +37,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,18 +227,23 @@ class Chaos:
     def pod_fault(self, kind: str) -> None:
         """A run of its own for each pod fault, held from the player until the fault is done (the batch's pods are
         played within seconds of starting, too soon for a fault to find them)."""
-        run = f"pod-fault-{self.pod_runs}"
+        with self._held_run("pod-fault") as (_, pods):
+            pod = self.rng.choice(pods)
+            with self.player.lock:
+                self.player.skip.add(pod.metadata.uid)
+            self._pod_fault(kind, pod)
+
+    @contextlib.contextmanager
+    def _held_run(self, prefix: str) -> Iterator[tuple[str, list[Any]]]:
+        """A run of its own, created while the player holds it back, with its 2 pods Running; released after."""
+        run = f"{prefix}-{self.pod_runs}"
         self.pod_runs += 1
         self.bodies[run] = run_spec(run, 10 + self.pod_runs, self.planner, self.proxy.url, "runs")
         with self.player.lock:
             self.player.held.add(run)
         try:
             self.runs.create(self.bodies[run])
-            pods = self.player.harness.running_pods(NS, f"{RUN_LABEL}={run}", 2, deadline_s=180)
-            pod = self.rng.choice(pods)
-            with self.player.lock:
-                self.player.skip.add(pod.metadata.uid)
-            self._pod_fault(kind, pod)
+            yield run, self.player.harness.running_pods(NS, f"{RUN_LABEL}={run}", 2, deadline_s=180)
         finally:
             with self.player.lock:
                 self.player.held.discard(run)
@@ -255,20 +262,10 @@ class Chaos:
     def store_fault(self, kind: str) -> None:
         """A run of its own whose pods are held until they are Running, then played while the store fails: the
         fault lands on shards at work (the batch's shards may all have run before it)."""
-        run = f"store-fault-{self.pod_runs}"
-        self.pod_runs += 1
-        self.bodies[run] = run_spec(run, 10 + self.pod_runs, self.planner, self.proxy.url, "runs")
-        with self.player.lock:
-            self.player.held.add(run)
-        try:
-            self.runs.create(self.bodies[run])
-            self.player.harness.running_pods(NS, f"{RUN_LABEL}={run}", 2, deadline_s=180)
-        finally:
-            if kind != "store unreachable":
+        with self._held_run("store-fault") as (run, _):
+            if kind != "store unreachable":  # the errors start before the shards are released to the player
                 seconds = self.args.errors
                 self.proxy.errors(seconds, 500 if "500" in kind else 503)
-            with self.player.lock:
-                self.player.held.discard(run)
         if kind == "store unreachable":
             seconds = self.args.outage
             self.note(kind, seconds=seconds, run=run)
