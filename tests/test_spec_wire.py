@@ -70,12 +70,13 @@ def test_files_are_read_as_kubectl_reads_them(tmp_path: Any) -> None:
     from cudanalyst.api import load_run
 
     # JSON as JSON: a character beyond U+FFFF (escaped as a surrogate pair) and 5e-324 survive.
-    doc = spec_with("resources.queueName", "q\U000e02a7")
+    # (resources.image is free text; queueName must be a label value since the fuzz e2e found the API server's rule.)
+    doc = spec_with("resources.image", "q\U000e02a7")
     doc["spec"]["sampling"]["temperature"] = 5e-324
     path = tmp_path / "run.json"
     path.write_text(json.dumps(doc))
     run = load_run(path)
-    assert run.spec.resources.queue_name == "q\U000e02a7" and run.spec.sampling.temperature == 5e-324
+    assert run.spec.resources.image == "q\U000e02a7" and run.spec.sampling.temperature == 5e-324
     # YAML: 1e-5 is a number, as for kubectl, not the string PyYAML's YAML 1.1 makes of it.
     text = path.with_suffix(".yaml")
     text.write_text(yaml.safe_dump(BASE) + "  evaluation: {rtol: 1e-5, atol: 2E-6}\n")
