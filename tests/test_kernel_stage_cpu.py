@@ -440,6 +440,50 @@ def test_groups_are_timed_beside_their_references_with_the_right_labels(tmp_path
 
 
 @needs_nvcc
+def test_candidates_with_the_same_cubin_are_timed_once_and_share_the_measurement(tmp_path, monkeypatch):
+    """Sources that differ in comments, spacing or not at all build the same cubin: the same GPU work. One of them
+    is timed beside the references; the others get its median, its label and a share of its GPU time, and
+    their records say which unit was timed. Different cubins are still timed apart, and a shared measurement whose
+    timed launches went wrong fails every unit that shares it."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    launch = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
+
+    def variant(x: int, y: int) -> str:
+        return base.replace(launch, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
+
+    fast, cheat = variant(64, 4), variant(4, 64)
+    pool = _StandInPool(wrong=set(), medians={compile_task_source(GEMM, fast).cubin: 0.5},
+                        problems={compile_task_source(GEMM, cheat).cubin: "timed launch 3 of 30 differs"})
+    jobs = [KernelJob("fast-1", "gemm", fast, base),
+            KernelJob("copy-1", "gemm", base + "// returned as it was\n", base),
+            KernelJob("fast-2", "gemm", "/* spaced */\n" + fast, base),
+            KernelJob("cheat-1", "gemm", cheat, base),
+            KernelJob("copy-2", "gemm", base, base),
+            KernelJob("cheat-2", "gemm", cheat + "\n", base),
+            KernelJob("fast-3", "gemm", fast, base)]
+    phases: dict = {}
+    by = {r.key: r for r in evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool, phases=phases)}
+    # One request (3 distinct cubins, the baseline is the frozen program): each cubin timed once.
+    assert pool.compares == [["frozen", "fast-1", "copy-1", "cheat-1"]]
+    assert phases["timedCopies"] == 4
+    assert {k: (by[k].label, by[k].speedup) for k in ("fast-1", "fast-2", "fast-3")} == dict.fromkeys(
+        ("fast-1", "fast-2", "fast-3"), ("fast", 2.0))
+    assert (by["copy-2"].label, by["copy-2"].speedup, by["copy-2"].unchanged) == ("pass", 1.0, True)
+    assert "the same cubin as unit fast-1" in by["fast-3"].reason and "same cubin" not in by["fast-1"].reason
+    assert "the same cubin as unit copy-1" in by["copy-2"].reason
+    assert all(by[k].label == "compile" and "fails verification" in by[k].reason for k in ("cheat-1", "cheat-2"))
+    assert "the same cubin as unit cheat-1" in by["cheat-2"].reason
+    # The request's GPU time (0.1 s over 4 programs) is split among the units that share a measurement; a unit's
+    # own verification (0.01 s in the stand-in, none when its verdict was read from the store) comes on top.
+    for keys in (("fast-1", "fast-2", "fast-3"), ("copy-1", "copy-2")):
+        for k in keys:
+            assert any(by[k].gpu_seconds == pytest.approx(0.025 / len(keys) + own) for own in (0.0, 0.01)), k
+
+
+@needs_nvcc
 def test_the_stage_judges_on_the_runs_secret_inputs_and_times_on_others(tmp_path, monkeypatch):
     """Every verification of a stage uses the seeds of its secret; timing uses the secret's timing seeds, none of
     them a verification seed; a worker is asked once per task to make the timing references ahead of time."""

@@ -71,6 +71,16 @@ class KernelJob:
     unit: dict[str, Any] | None = None  # the unit's identity (outcomes.unit_identity); a bare key without
 
 
+def same_binaries(jobs: Sequence[KernelJob], cubin: Callable[[KernelJob], bytes]) -> dict[str, list[KernelJob]]:
+    """The jobs by distinct cubin, in order: the key of the first job with each cubin -> every job with that cubin,
+    the first one first (pure)."""
+    first: dict[bytes, str] = {}
+    copies: dict[str, list[KernelJob]] = {}
+    for job in jobs:
+        copies.setdefault(first.setdefault(cubin(job), job.key), []).append(job)
+    return copies
+
+
 def label_for(correct: bool, speedup_vs_reference: float | None, fast_tolerance: float) -> Label:
     """pass or fast for a verified candidate; `compile` when it built but is not correct (pure)."""
     if not correct:
@@ -424,12 +434,17 @@ class Timing:
         self.seconds = 0.0  # wall time spent timing
 
     def run(self, correct: Sequence[KernelJob]) -> None:
-        """Time the correct candidates of one group (one task, one frozen program), a few per request."""
+        """Time the correct candidates of one group (one task, one frozen program), a few per request. Candidates
+        with the same cubin are the same GPU work: one of them is timed and the others share its measurement
+        (on the H200, a third of the timed units of a 2,640-unit run returned their frozen program unchanged)."""
         started = time.monotonic()
         task = self.stage.tasks[correct[0].key]
         frozen = correct[0].frozen_source
-        for start in range(0, len(correct), CANDIDATES_PER_COMPARISON):
-            self._time_group(task, frozen, list(correct[start:start + CANDIDATES_PER_COMPARISON]))
+        copies = same_binaries(correct, lambda j: self.stage.compiled[j.key].cubin or b"")
+        distinct = [same[0] for same in copies.values()]
+        for start in range(0, len(distinct), CANDIDATES_PER_COMPARISON):
+            self._time_group(task, frozen, distinct[start:start + CANDIDATES_PER_COMPARISON], copies)
+        self.stage.phases["timedCopies"] = self.stage.phases.get("timedCopies", 0) + len(correct) - len(distinct)
         self.seconds += time.monotonic() - started
 
     def _references(self, task: Task, frozen: str | None) -> list[tuple[str, bytes]]:
@@ -462,10 +477,12 @@ class Timing:
         phases["timingAuditSeconds"] = phases.get("timingAuditSeconds", 0.0) + float(reply.get("auditSeconds", 0.0))
         return reply
 
-    def _time_group(self, task: Task, frozen: str | None, jobs: list[KernelJob]) -> None:
+    def _time_group(self, task: Task, frozen: str | None, jobs: list[KernelJob],
+                    copies: dict[str, list[KernelJob]]) -> None:
+        """Time `jobs` (distinct cubins) beside the group's references; each job's copies get its measurement."""
         refs = self._references(task, frozen)
         if not refs:
-            for job in jobs:
+            for job in (c for j in jobs for c in copies[j.key]):
                 self._untimed(job, "neither the frozen program nor the task baseline verified correct, "
                                    "so there is nothing to time against")
             return
@@ -475,9 +492,10 @@ class Timing:
         if not reply.get("ok"):
             if len(jobs) > 1:  # one candidate may have broken the request: each on its own
                 for job in jobs:
-                    self._time_group(task, frozen, [job])
+                    self._time_group(task, frozen, [job], copies)
             else:
-                self._untimed(jobs[0], f"correct, but timing failed: {reply.get('kind')}: {reply.get('error')}")
+                for job in copies[jobs[0].key]:
+                    self._untimed(job, f"correct, but timing failed: {reply.get('kind')}: {reply.get('error')}")
             return
         timed = reply["programs"]
         usable = {name: timed[name] for name, _ in refs if timed.get(name, {}).get("ok") and not timed[name].get("problem")}
@@ -492,10 +510,13 @@ class Timing:
             return
         share = float(reply.get("seconds", 0.0)) / len(programs)
         for job in jobs:
-            self._label(job, reference, usable, timed.get(job.key, {}), share)
+            same = copies[job.key]
+            for copy in same:  # the GPU time of one measurement, split among the units that share it
+                self._label(copy, reference, usable, timed.get(job.key, {}), share / len(same),
+                            timed_as=None if copy is job else job.key)
 
     def _label(self, job: KernelJob, ref_name: str, references: dict[str, dict[str, Any]], reply: dict[str, Any],
-               gpu_s: float) -> None:
+               gpu_s: float, timed_as: str | None = None) -> None:
         c = self.stage.compiled[job.key]
         verdict = self.stage.verdicts[job.key]
         gpu_s += float(verdict.get("seconds", 0.0))
@@ -503,7 +524,8 @@ class Timing:
             self._untimed(job, f"correct, but timing failed: {reply.get('error')}")
             return
         if reply.get("problem"):  # wrong outputs in a timed launch: not the work that was verified
-            self.stage._emit(job, Label.COMPILE, Label.FAST, f"fails verification: {reply['problem']}",
+            shared = f" (the same cubin as unit {timed_as}, timed once for both)" if timed_as else ""
+            self.stage._emit(job, Label.COMPILE, Label.FAST, f"fails verification: {reply['problem']}{shared}",
                              resources=_resources(c), gpu_seconds=gpu_s)
             return
         mine, theirs = reply["stats"], references[ref_name]["stats"]
@@ -518,6 +540,8 @@ class Timing:
                f"speedup {s:.3f}x (fast needs > {1 + self.cfg.fast_tolerance:.2f}x)")
         if ref_name == "frozen" and vs_base is not None:
             why += f"; {vs_base:.3f}x against the task baseline"
+        if timed_as is not None:
+            why += f"; the same cubin as unit {timed_as}, timed once for both"
         self.count[ref_name] = self.count.get(ref_name, 0) + 1
         self.stage._emit(job, label, Label.FAST if s is not None else Label.PASS, why, speedup=s,
                          speedup_vs_baseline=vs_base,
