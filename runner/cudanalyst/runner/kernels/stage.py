@@ -167,7 +167,8 @@ class KernelStage:
     timed with the GPU alone. Records go to `on_outcome` as they are final (in the caller's thread).
 
     `phases` is filled with where the time went: `compileAndVerify` and `timing` (wall seconds), `timed`,
-    `verifiedBefore` (verdicts found stored), `timingRequests`, `timingWorker`, `workerRestarts` and
+    `verifiedBefore` (verdicts found stored), `timedCopies` (timed units that shared the measurement of the same
+    cubin), `timingRequests`, `timingWorker`, `workerRestarts` and
     `restartSeconds`, `references` (units timed against each reference), and what the candidates' compiles and
     verifications cost where they ran: `compiles` / `compileSeconds` (nvcc runs, their summed wall) and
     `verifications` / `verifySeconds` (in the GPU workers), with `gpuWorkers`: which of the two keeps a lane's
