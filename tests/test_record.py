@@ -149,6 +149,30 @@ def test_the_evaluator_returns_metrics_and_the_three_reports(tmp_path: Path) -> 
     assert "FAILED to compile" in bad.artifacts["debugger"]
 
 
+def test_each_evaluation_is_logged_with_its_time_and_nothing_of_it_reaches_the_agent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The recorder names a log per task and pass (evolve.py); the evaluator appends a line per evaluation: its wall
+    # time and each GPU tool's run. Metrics and artifacts, which OpenEvolve renders into prompts, stay as they were.
+    from cudanalyst.runner.record.evaluator import EVALUATIONS_ENV, evaluate
+    from cudanalyst.tasks import get_task
+
+    log = tmp_path / "evaluations" / "pass.jsonl"
+    log.parent.mkdir()
+    monkeypatch.setenv(EVALUATIONS_ENV, str(log))
+    program = tmp_path / "p.cu"
+    for source in (get_task("conv2d").baseline_source, "this is not CUDA"):
+        program.write_text(source)
+        res = evaluate(str(program), task="conv2d", gpu=False)
+        assert set(res.metrics) <= {"compiled", "contract", "gpu_evaluated", "combined_score"}
+        assert not any("seconds" in text.lower() for text in res.artifacts.values())
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [(x["task"], x["compiled"]) for x in lines] == [("conv2d", True), ("conv2d", False)]
+    assert all(x["seconds"] >= 0 and len(x["sha256"]) == 16 for x in lines)
+    # No GPU here: no tool ran, so none has seconds (left out: "not measured", never 0).
+    assert lines[0]["tools"] == {t: {"status": "not-run", "cause": None, "timings": False}
+                                 for t in ("compute-sanitizer", "nsight-compute")}
+
+
 def test_the_fitness_orders_fail_built_correct_and_faster() -> None:
     from cudanalyst.runner.record.evaluator import combined_score
 

@@ -304,6 +304,42 @@ def test_a_tool_without_gpu_memory_waits_and_tries_again() -> None:
     assert len(stuck) == 2
 
 
+def test_a_reports_tool_runs_are_timed_waiting_for_the_queue_and_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from cudanalyst.runner.kernels.feedback.gpu_queue import gpu_slot, queued, tool_clock
+    from cudanalyst.trajectory.toolruns import ToolRun
+
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_SLOTS", "1")
+    held, release = threading.Event(), threading.Event()
+
+    def other_tool() -> None:  # another program's tool holds the only slot until released
+        with gpu_slot():
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other_tool)
+    t.start()
+    held.wait(10)
+    threading.Timer(1.0, release.set).start()
+    with tool_clock() as clock:
+        answers = iter(["gpu-memory", "ok"])
+        assert queued(lambda: (time.sleep(0.2), next(answers))[1], lambda r: r == "gpu-memory",
+                      sleep=lambda s: None) == "ok"
+    t.join()
+    assert clock.runs == 2 and clock.waited >= 0.5 and clock.ran >= 0.4
+    timed = clock.timed(ToolRun(status="ok"))
+    assert (timed.seconds, timed.waited_seconds) == (round(clock.ran, 3), round(clock.waited, 3))
+    # Outside a clock nothing is kept; a clock that saw no launch leaves the run unmeasured.
+    assert queued(lambda: "ok", lambda r: False) == "ok"
+    with tool_clock() as idle:
+        pass
+    assert idle.timed(ToolRun(status="failed", cause="not-installed")).seconds is None
+
+
 # ---- the launcher's symbols ------------------------------------------------------------------------------------
 
 
@@ -359,6 +395,30 @@ def test_the_launcher_looks_up_the_cubins_real_kernel_symbols(tmp_path: Path) ->
 def _script(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
+
+
+def test_the_times_script_says_whether_evaluations_waited_for_the_queue_or_for_the_tools(tmp_path: Path) -> None:
+    def line(seconds: float, compiled: bool, ran: float, waited: float) -> str:
+        tool = {"status": "ok", "cause": None, "timings": False, "seconds": ran, "waitedSeconds": waited}
+        return json.dumps({"task": "gemm", "sha256": "0" * 16, "seconds": seconds, "compiled": compiled,
+                           "tools": {"compute-sanitizer": tool, "nsight-compute": {"status": "not-run"}}})
+
+    logs = tmp_path / "rec" / "openevolve" / "gemm" / "evaluations"
+    logs.mkdir(parents=True)
+    (logs / "pass-1-from-0.jsonl").write_text("\n".join([line(10, True, 2, 6), line(30, True, 4, 20)]) + "\n")
+    (logs / "pass-2-from-5.jsonl").write_text(line(0.5, False, 0, 0) + "\n")
+    res = _script("evaluation_times.py", str(tmp_path / "rec"), "--json", str(tmp_path / "t.json"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    figures = json.loads((tmp_path / "t.json").read_text())
+    assert (figures["evaluations"], figures["compiled"], figures["wall"]["median"]) == (3, 2, 20.0)
+    san = figures["tools"]["compute-sanitizer"]
+    assert (san["measured"], san["ran"]["sum"], san["waited"]["sum"]) == (2, 6.0, 26.0)
+    assert (san["ranShare"], san["waitedShare"]) == (0.15, 0.65)
+    assert figures["tools"]["nsight-compute"]["measured"] == 0  # not run: not timed, not counted as 0 s
+    assert "65% waiting" in res.stdout
+    (tmp_path / "old").mkdir()  # a recording from before the logs were kept
+    nothing = _script("evaluation_times.py", str(tmp_path / "old"), cwd=tmp_path)
+    assert nothing.returncode == 2 and "no evaluations' log" in nothing.stderr
 
 
 def test_the_share_script_counts_a_recording_against_the_targets(tmp_path: Path,
@@ -513,7 +573,9 @@ def test_a_profiler_report_keeps_the_timings_and_says_why_counters_are_missing(
     stats = {"trials": 20, "median_ms": 0.5, "iqr_over_median": 0.01, "cv": 0.02}
     monkeypatch.setenv("MODE", "denied")
     out = profiler.profiler_report(get_task("gemm"), b"cubin", stats, stats, gpu=True)
-    assert out.run == T.ToolRun(status="failed", cause="counters-denied", detail=out.run.detail, timings=True)
+    assert out.run == T.ToolRun(status="failed", cause="counters-denied", detail=out.run.detail, timings=True,
+                                seconds=out.run.seconds, waited_seconds=out.run.waited_seconds)
+    assert out.run.seconds is not None and out.run.waited_seconds is not None  # ncu was launched: it was timed
     assert "Event timings (CUDA events" in out.text and "ERR_NVGPUCTRPERM" in out.text
     assert T.count_tools([program(profiler=out.text)])[T.NCU].usable == 1
     monkeypatch.setenv("MODE", "nomem")

@@ -100,6 +100,10 @@ def test_a_recording_of_two_iterations_lands_in_s3_and_an_attribution_run_plans_
     progress = json.loads(client.get_object(Bucket=s3_bucket, Key="recordings/rec-s3/progress/conv2d.json")["Body"]
                           .read())
     assert progress["checkpoint"] == 2 and progress["iterations"] == 2
+    # The evaluations' log of this pass, beside the checkpoints: a line per evaluation (the baseline and 2 children).
+    (evals,) = [k for k in stored if k.startswith("recordings/rec-s3/openevolve/conv2d/evaluations/pass-")]
+    lines = client.get_object(Bucket=s3_bucket, Key=evals)["Body"].read().decode().splitlines()
+    assert len(lines) >= 3 and all(json.loads(x)["task"] == "conv2d" for x in lines), lines
 
     for k, v in keys.items():
         monkeypatch.setenv(k, v)
@@ -159,6 +163,9 @@ def test_a_killed_recording_resumes_from_its_last_complete_checkpoint(tmp_path: 
     assert second.returncode == 0, log
     assert f"conv2d: resuming after iteration {stopped_at}" in log
     assert checkpoint() == total
+    # Each pass kept its own evaluations' log: the resumed one did not overwrite the killed one's.
+    passes = sorted(p.name for p in (out / "rec-kill" / "openevolve" / "conv2d" / "evaluations").glob("pass-*.jsonl"))
+    assert [p.rsplit("-from-", 1)[1] for p in passes] == ["0.jsonl", f"{stopped_at}.jsonl"], passes
     programs = check_trajectory((out / "rec-kill" / "trajectory").as_uri() + "/", None, total)
     # The programs of the last checkpoint before the kill are kept, under the same ids, not evolved anew.
     assert {f"{p.program_id}.json" for p in programs} >= before

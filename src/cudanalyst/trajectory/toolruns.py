@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic.alias_generators import to_camel
 
 SANITIZER = "compute-sanitizer"
@@ -54,6 +54,19 @@ class ToolRun(BaseModel):
     cause: str | None = Field(None, description="Why it failed: a key of CAUSES (failed only).")
     detail: str = Field("", description="The tool's own words (kept for people, never shown to the agent).")
     timings: bool = Field(False, description="Nsight Compute: the CUDA event timings stand in the report.")
+    seconds: float | None = Field(None, ge=0, description="Wall seconds the tool ran on the program, over all its "
+                                  "launches (None: not measured, as in trajectories before 2026-12-01).")
+    waited_seconds: float | None = Field(None, ge=0, description="Wall seconds its launches waited for a slot of "
+                                         "the machine's GPU-tools queue (or backed off when no memory was free).")
+
+    @model_serializer(mode="wrap")
+    def _unmeasured_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when measured, so a trajectory from before the seconds were kept writes back byte for byte.
+        out = handler(self)
+        for key in ("seconds", "waited_seconds", "waitedSeconds"):
+            if key in out and out[key] is None:
+                del out[key]
+        return out
 
 
 _STATEMENT = re.compile(r"^(?P<label>compute-sanitizer|Nsight Compute) could not (?:run here|check the program) "

@@ -10,7 +10,10 @@ after their tool, which OpenEvolve renders into the prompt of every child of thi
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from cudanalyst.runner.kernels.workers.requests import EvalSettings
 from cudanalyst.runner.record import gate
 from cudanalyst.tasks import get_task
 from cudanalyst.tasks.conformance import contract_problems
+from cudanalyst.trajectory.toolruns import TOOL_NAMES, ToolRun
 
 # combined_score, the fitness OpenEvolve selects by (docs/decisions.md): a program that does not build or
 # breaks the task's contract scores 0; one that builds but is not shown correct (wrong, or no GPU to tell)
@@ -32,6 +36,11 @@ CORRECT = 0.5
 
 # OpenEvolve's workers load this file before they build a prompt: a recording with a policy gates the reports there.
 gate.install_from_env()
+
+# The evaluations' log (evolve.py names the file): a JSON line per evaluation, with its wall time and each GPU
+# tool's seconds running and waiting for the GPU-tools queue. For people, never shown to the agent: OpenEvolve
+# renders metrics and artifacts into prompts, so these numbers may not go there.
+EVALUATIONS_ENV = "CUDANALYST_RECORD_EVALUATIONS"
 
 _pool: tuple[int, Any] | None = None  # (pid, WorkerPool): OpenEvolve forks its workers, each needs its own
 
@@ -58,10 +67,12 @@ def combined_score(built: bool, correct: bool | None, ratio: float | None) -> fl
 def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = None,
                     gpu: bool = False) -> EvaluationResult:
     """Metrics (numbers only, as OpenEvolve wants) and the three reports of one program."""
+    started = time.monotonic()
     cfg = EvalSettings.of(evaluation)
     spec = get_task(task)
     facts = program_facts(spec, source, cfg, gpu=gpu, pool=_gpu_pool() if gpu else None)
     reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
+    log_evaluation(task, source, time.monotonic() - started, facts)
     contract_ok = not contract_problems(spec, source)
     built = facts.compiled.ok and contract_ok
     metrics: dict[str, float] = {
@@ -81,6 +92,19 @@ def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = 
             metrics["speedup"] = round(ratio, 4)
     metrics["combined_score"] = round(combined_score(built, correct, ratio), 6)
     return EvaluationResult(metrics=metrics, artifacts=reports)
+
+
+def log_evaluation(task: str, source: str, seconds: float, facts: Any) -> None:
+    """One line in the evaluations' log, when the recorder named one."""
+    path = os.environ.get(EVALUATIONS_ENV)
+    if not path:
+        return
+    line = {"task": task, "sha256": hashlib.sha256(source.encode()).hexdigest()[:16], "seconds": round(seconds, 3),
+            "compiled": bool(facts.compiled.ok), "pid": os.getpid(),
+            "tools": {name: facts.tools.get(name, ToolRun(status="not-run")).model_dump(
+                by_alias=True, mode="json", exclude={"detail"}) for name in TOOL_NAMES}}
+    with open(path, "a") as f:  # one write per line, appended: OpenEvolve's workers share the file
+        f.write(json.dumps(line) + "\n")
 
 
 def evaluate(program_path: str, task: str, evaluation: dict[str, Any] | None = None,

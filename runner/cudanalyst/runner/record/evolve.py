@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,9 @@ def drop_checkpoints_after(store: ObjectStore, number: int) -> None:
 
 
 GATING_LOG = "gating.jsonl"  # per task, beside its checkpoints: one line per iteration (runner.record.gate)
+# Per task and per pass (a resumed recording is another pass), beside its checkpoints: one line per evaluation,
+# with the GPU tools' seconds (runner.record.evaluator.log_evaluation). A pass writes only its own file.
+EVALUATIONS_PREFIX = "evaluations/"
 
 
 def gating_settings(rec: TrajectoryRecording, workdir: Path, endpoint: str, served: str,
@@ -179,6 +183,10 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
         os.environ[ENV] = str(workdir / "gating.json")  # OpenEvolve's workers start with this process's environment
         install(settings)
 
+    evaluations = f"{EVALUATIONS_PREFIX}pass-{time.strftime('%Y%m%dT%H%M%S')}-from-{done}.jsonl"
+    (workdir / evaluations).parent.mkdir(parents=True, exist_ok=True)
+    os.environ[evaluator.EVALUATIONS_ENV] = str(workdir / evaluations)  # inherited by OpenEvolve's workers
+
     config = Config.from_dict(openevolve_config(rec, task, endpoint, served, gpu))
     controller = OpenEvolve(str(initial), evaluator.__file__, config, output_dir=str(workdir / "out"))
     save = controller._save_checkpoint  # OpenEvolve's checkpoint callback: copy each one as soon as it is written
@@ -189,6 +197,8 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
         programs = upload_checkpoint(workdir / "out" / "checkpoints", store, iteration)
         if settings is not None and (workdir / GATING_LOG).exists():
             store.put_bytes(GATING_LOG, (workdir / GATING_LOG).read_bytes())
+        if (workdir / evaluations).exists():
+            store.put_bytes(evaluations, (workdir / evaluations).read_bytes())
         best = controller.database.get_best_program()
         top.put_json(progress_key(task), {
             "task": task, "checkpoint": iteration, "iterations": total, "programs": programs,

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cudanalyst.runner.kernels.feedback.gpu_queue import queued
+from cudanalyst.runner.kernels.feedback.gpu_queue import queued, tool_clock
 from cudanalyst.runner.kernels.feedback.sanitizer import (
     ToolOutput,
     launch_command,
@@ -64,8 +64,15 @@ def clean_ncu_output(text: str) -> list[str]:
 
 def ncu_report(task: Task, cubin: bytes, timeout_s: float = 180.0,
                inputs_dir: str | None = None) -> tuple[bool, list[str], ToolRun]:
-    """(counters were read, lines, the run's type). The time limit counts from the moment the run got its
-    slot of the GPU tools' queue, not while it waited."""
+    """(counters were read, lines, the run's type, with the seconds it ran and waited for the GPU-tools queue).
+    The time limit counts from the moment the run got its slot of the queue, not while it waited."""
+    with tool_clock() as clock:
+        ok, lines, run = _ncu_report(task, cubin, timeout_s, inputs_dir)
+    return ok, lines, clock.timed(run)
+
+
+def _ncu_report(task: Task, cubin: bytes, timeout_s: float,
+                inputs_dir: str | None) -> tuple[bool, list[str], ToolRun]:
     exe = find_ncu()
     if exe is None:
         return False, [statement(NCU, "not-installed")], ToolRun(status="failed", cause="not-installed")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cudanalyst.runner.kernels.feedback.gpu_queue import queued
+from cudanalyst.runner.kernels.feedback.gpu_queue import queued, tool_clock
 from cudanalyst.runner.kernels.verify.launch_once import LAUNCHED
 from cudanalyst.runner.kernels.workers.references import FOLDER_ENV
 from cudanalyst.runner.kernels.workers.worker import scrubbed_environment
@@ -137,7 +137,15 @@ def run_tool(exe: str, tool: str, task: Task, path: Path, work: str, timeout_s: 
 
 def sanitizer_report(task: Task, cubin: bytes, tools: tuple[str, ...] = TOOLS, timeout_s: float = 120.0,
                      inputs_dir: str | None = None) -> ToolOutput:
-    """compute-sanitizer's tools on the program's kernels, or the one statement of why they did not check them."""
+    """compute-sanitizer's tools on the program's kernels, or the one statement of why they did not check them;
+    its ToolRun says how long the tools ran and waited for the GPU-tools queue."""
+    with tool_clock() as clock:
+        out = _sanitizer_report(task, cubin, tools, timeout_s, inputs_dir)
+    return ToolOutput(out.text, clock.timed(out.run))
+
+
+def _sanitizer_report(task: Task, cubin: bytes, tools: tuple[str, ...], timeout_s: float,
+                      inputs_dir: str | None) -> ToolOutput:
     exe = find_sanitizer()
     if exe is None:
         return ToolOutput(statement(SANITIZER, "not-installed"), ToolRun(status="failed", cause="not-installed"))

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Where a recording's evaluations spent their time: the GPU tools running, or waiting for the tools' queue.
+
+    python scripts/evaluation_times.py RECORDING [--json FILE]
+
+RECORDING is a recording's output folder (`<output.uri>/<name>/`) or a `run-NAME.tgz` that
+`scripts/device/pipeline.sh` brought back. It reads the evaluations' logs the recorder keeps beside each task's
+checkpoints (`openevolve/<task>/evaluations/pass-*.jsonl`, one line per evaluation; recordings from before
+2026-12-01 have none). Over the evaluations of programs that compiled, it prints the median and 90th percentile of
+the wall time per evaluation, and per GPU tool of the seconds it ran and waited for a slot, with the share of the
+evaluations' wall time each took. Exit status 2 when there is no log to read (named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def read_lines(root: Path) -> list[dict[str, Any]]:
+    """Every evaluation line under a recording folder, with its task folder's name."""
+    out = []
+    for path in sorted(root.rglob("evaluations/pass-*.jsonl")):
+        for text in path.read_text().splitlines():
+            if text.strip():
+                out.append(json.loads(text))
+    return out
+
+
+def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures the script prints, from the evaluation lines (pure)."""
+    built = [x for x in lines if x.get("compiled")]
+    walls = np.array([float(x["seconds"]) for x in built]) if built else np.zeros(0)
+    total = float(walls.sum())
+
+    def spread(values: list[float]) -> dict[str, float | None]:
+        if not values:
+            return {"median": None, "p90": None, "sum": 0.0}
+        a = np.array(values)
+        return {"median": round(float(np.median(a)), 3), "p90": round(float(np.percentile(a, 90)), 3),
+                "sum": round(float(a.sum()), 3)}
+
+    tools: dict[str, Any] = {}
+    for name in sorted({t for x in built for t in x.get("tools", {})}):
+        runs = [x["tools"][name] for x in built if x.get("tools", {}).get(name, {}).get("seconds") is not None]
+        ran = spread([float(r["seconds"]) for r in runs])
+        waited = spread([float(r.get("waitedSeconds") or 0.0) for r in runs])
+        tools[name] = {"measured": len(runs), "ran": ran, "waited": waited,
+                       "ranShare": round(ran["sum"] / total, 3) if total else None,
+                       "waitedShare": round(waited["sum"] / total, 3) if total else None}
+    return {"evaluations": len(lines), "compiled": len(built), "wall": spread(list(walls)), "tools": tools}
+
+
+def render(s: dict[str, Any]) -> str:
+    def fmt(d: dict[str, Any]) -> str:
+        return "-" if d["median"] is None else f"median {d['median']:.1f} s, p90 {d['p90']:.1f} s"
+
+    out = [f"{s['evaluations']} evaluations, {s['compiled']} of programs that compiled: wall {fmt(s['wall'])}"]
+    for name, t in s["tools"].items():
+        share = "" if t["ranShare"] is None else (f" ({t['ranShare']:.0%} of the evaluations' wall running, "
+                                                  f"{t['waitedShare']:.0%} waiting)")
+        out.append(f"  {name}: {t['measured']} timed; ran {fmt(t['ran'])}; waited for a slot {fmt(t['waited'])}{share}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("recording")
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args(argv)
+    where = Path(args.recording)
+    with tempfile.TemporaryDirectory() as scratch:
+        root = where
+        if where.is_file() and where.name.endswith((".tgz", ".tar.gz")):
+            with tarfile.open(where) as tar:
+                tar.extractall(scratch, filter="data")
+            root = Path(scratch)
+        elif not where.is_dir():
+            print(f"evaluation_times: {where}: not a recording folder or a .tgz", file=sys.stderr)
+            return 2
+        lines = read_lines(root)
+    if not lines:
+        print(f"evaluation_times: {where}: no evaluations' log (openevolve/<task>/evaluations/pass-*.jsonl); "
+              "recordings from before 2026-12-01 keep none", file=sys.stderr)
+        return 2
+    s = summary(lines)
+    print(render(s))
+    if args.json:
+        Path(args.json).write_text(json.dumps(s, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
