@@ -55,6 +55,9 @@ if [ "${2:-}" != "--bench-only" ]; then
   rc=${PIPESTATUS[0]}
   echo "pipeline wall time $((SECONDS - t0)) s, exit $rc"
   tar czf "$out/run-$name.tgz" -C /tmp/runs "$name" && ls -la "$out"
+  if [ "$command" = record ]; then  # where the evaluations' time went, this pass and the earlier ones
+    $py scripts/evaluation_times.py "/tmp/runs/$name" --json "$out/evaluation-times.json" || true
+  fi
   cp /tmp/cudanalyst-"$name"-*/*.log "$out"/ 2>/dev/null
 fi
 
