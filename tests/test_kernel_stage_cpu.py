@@ -22,6 +22,12 @@ from cudanalyst.runner.kernels.workers.worker import WorkerHandle, scrubbed_envi
 from cudanalyst.tasks import Tolerance, get_task
 
 GEMM = get_task("gemm")
+GEMM_LAUNCH = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
+
+
+def variant(x: int, y: int) -> str:
+    """gemm's baseline with another block shape: the same work, another cubin."""
+    return GEMM.baseline_source.replace(GEMM_LAUNCH, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
 
 
 # ---- the no-GPU path of evaluate_candidates ------------------------------------------------------------
@@ -399,12 +405,6 @@ def test_groups_are_timed_beside_their_references_with_the_right_labels(tmp_path
     from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
-    base = GEMM.baseline_source
-    launch = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
-
-    def variant(x: int, y: int) -> str:  # the same kernel with another block shape: another cubin
-        return base.replace(launch, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
-
     frozen_ok, frozen_bad, fast, cheat = variant(32, 8), variant(8, 32), variant(64, 4), variant(4, 64)
 
     def cubin(src):
@@ -449,11 +449,6 @@ def test_candidates_with_the_same_cubin_are_timed_once_and_share_the_measurement
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
     base = GEMM.baseline_source
-    launch = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
-
-    def variant(x: int, y: int) -> str:
-        return base.replace(launch, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
-
     fast, cheat = variant(64, 4), variant(4, 64)
     pool = _StandInPool(wrong=set(), medians={compile_task_source(GEMM, fast).cubin: 0.5},
                         problems={compile_task_source(GEMM, cheat).cubin: "timed launch 3 of 30 differs"})
@@ -507,12 +502,6 @@ def test_each_record_says_both_fast_faster_than_the_baseline_and_than_the_frozen
     from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
-    base = GEMM.baseline_source
-    launch = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
-
-    def variant(x: int, y: int) -> str:
-        return base.replace(launch, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
-
     frozen_good, frozen_slow, cand_a, cand_b = variant(32, 8), variant(8, 32), variant(64, 4), variant(4, 64)
     cubins = {src: compile_task_source(GEMM, src).cubin for src in (frozen_good, frozen_slow, cand_a, cand_b)}
     # Medians in ms; the baseline's is 1.0 (the stand-in's default).
@@ -598,12 +587,6 @@ def test_timing_waits_for_running_verifications_instead_of_queueing_behind_them(
     from cudanalyst.runner.kernels.verify.checker import checker_cubin
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
-    base = GEMM.baseline_source
-    launch = "{(NJ + 15) / 16, (NI + 15) / 16, 1, 16, 16, 1}"
-
-    def variant(x: int, y: int) -> str:
-        return base.replace(launch, f"{{(NJ + {x - 1}) / {x}, (NI + {y - 1}) / {y}, 1, {x}, {y}, 1}}")
-
     frozen_a, frozen_b = variant(32, 8), variant(8, 32)
     quick, slow = variant(64, 4), variant(4, 64)
     # Compiled beforehand (the stage finds them in the cache), so the verifications start together: b1's
