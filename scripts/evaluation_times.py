@@ -6,7 +6,7 @@
 RECORDING is a recording's output folder (`<output.uri>/<name>/`) or a `run-NAME.tgz` that
 `scripts/device/pipeline.sh` brought back. It reads the evaluations' logs the recorder keeps beside each task's
 checkpoints (`openevolve/<task>/evaluations/pass-*.jsonl`, one line per evaluation; recordings from before
-2026-12-01 have none). Over the evaluations of programs that compiled, it prints the median and 90th percentile of
+2026-12-01 have none). Over the evaluations of programs that compiled, repeats left out, it prints the median and 90th percentile of
 the wall time per evaluation, and per GPU tool of the seconds it ran and waited for a slot, with the share of the
 evaluations' wall time each took. Exit status 2 when there is no log to read (named).
 """
@@ -36,7 +36,8 @@ def read_lines(root: Path) -> list[dict[str, Any]]:
 
 def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures the script prints, from the evaluation lines (pure)."""
-    built = [x for x in lines if x.get("compiled")]
+    # A repeat (the same source evaluated before) took the first evaluation's result: no tool ran again.
+    built = [x for x in lines if x.get("compiled") and not x.get("repeat")]
     walls = np.array([float(x["seconds"]) for x in built]) if built else np.zeros(0)
     total = float(walls.sum())
 
@@ -55,14 +56,16 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
         tools[name] = {"measured": len(runs), "ran": ran, "waited": waited,
                        "ranShare": round(ran["sum"] / total, 3) if total else None,
                        "waitedShare": round(waited["sum"] / total, 3) if total else None}
-    return {"evaluations": len(lines), "compiled": len(built), "wall": spread(list(walls)), "tools": tools}
+    return {"evaluations": len(lines), "repeats": sum(bool(x.get("repeat")) for x in lines), "compiled": len(built),
+            "wall": spread(list(walls)), "tools": tools}
 
 
 def render(s: dict[str, Any]) -> str:
     def fmt(d: dict[str, Any]) -> str:
         return "-" if d["median"] is None else f"median {d['median']:.1f} s, p90 {d['p90']:.1f} s"
 
-    out = [f"{s['evaluations']} evaluations, {s['compiled']} of programs that compiled: wall {fmt(s['wall'])}"]
+    out = [f"{s['evaluations']} evaluations ({s['repeats']} repeats of a source evaluated before, answered from "
+           f"it), {s['compiled']} others of programs that compiled: wall {fmt(s['wall'])}"]
     for name, t in s["tools"].items():
         share = "" if t["ranShare"] is None else (f" ({t['ranShare']:.0%} of the evaluations' wall running, "
                                                   f"{t['waitedShare']:.0%} waiting)")

@@ -153,20 +153,32 @@ def test_each_evaluation_is_logged_with_its_time_and_nothing_of_it_reaches_the_a
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The recorder names a log per task and pass (evolve.py); the evaluator appends a line per evaluation: its wall
     # time and each GPU tool's run. Metrics and artifacts, which OpenEvolve renders into prompts, stay as they were.
-    from cudanalyst.runner.record.evaluator import EVALUATIONS_ENV, evaluate
+    from cudanalyst.runner.record.evaluator import EVALUATED_ENV, EVALUATIONS_ENV, evaluate
     from cudanalyst.tasks import get_task
 
     log = tmp_path / "evaluations" / "pass.jsonl"
     log.parent.mkdir()
     monkeypatch.setenv(EVALUATIONS_ENV, str(log))
+    monkeypatch.setenv(EVALUATED_ENV, str(tmp_path / "evaluated"))
+    (tmp_path / "evaluated").mkdir()
     program = tmp_path / "p.cu"
-    for source in (get_task("conv2d").baseline_source, "this is not CUDA"):
+    results = []
+    baseline = get_task("conv2d").baseline_source
+    for source in (baseline, "this is not CUDA", baseline):
         program.write_text(source)
         res = evaluate(str(program), task="conv2d", gpu=False)
         assert set(res.metrics) <= {"compiled", "contract", "gpu_evaluated", "combined_score"}
         assert not any("seconds" in text.lower() for text in res.artifacts.values())
+        results.append(res)
+    # Other settings are another evaluation, not a repeat.
+    program.write_text(baseline)
+    evaluate(str(program), task="conv2d", evaluation={"trials": 7}, gpu=False)
     lines = [json.loads(x) for x in log.read_text().splitlines()]
-    assert [(x["task"], x["compiled"]) for x in lines] == [("conv2d", True), ("conv2d", False)]
+    assert [(x["task"], x["compiled"], x["repeat"]) for x in lines] == [
+        ("conv2d", True, False), ("conv2d", False, False), ("conv2d", True, True), ("conv2d", True, False)]
+    # A repeat of the same source is answered with its first evaluation's metrics and reports.
+    assert (results[2].metrics, results[2].artifacts) == (results[0].metrics, results[0].artifacts)
+    assert len(list((tmp_path / "evaluated").glob("*.json"))) == 3 and not list((tmp_path / "evaluated").glob("*.part"))
     assert all(x["seconds"] >= 0 and len(x["sha256"]) == 16 for x in lines)
     # No GPU here: no tool ran, so none has seconds (left out: "not measured", never 0).
     assert lines[0]["tools"] == {t: {"status": "not-run", "cause": None, "timings": False}

@@ -406,11 +406,12 @@ def test_the_times_script_says_whether_evaluations_waited_for_the_queue_or_for_t
     logs = tmp_path / "rec" / "openevolve" / "gemm" / "evaluations"
     logs.mkdir(parents=True)
     (logs / "pass-1-from-0.jsonl").write_text("\n".join([line(10, True, 2, 6), line(30, True, 4, 20)]) + "\n")
-    (logs / "pass-2-from-5.jsonl").write_text(line(0.5, False, 0, 0) + "\n")
+    repeat = json.loads(line(0.01, True, 2, 6)) | {"repeat": True}  # answered from an earlier evaluation
+    (logs / "pass-2-from-5.jsonl").write_text(line(0.5, False, 0, 0) + "\n" + json.dumps(repeat) + "\n")
     res = _script("evaluation_times.py", str(tmp_path / "rec"), "--json", str(tmp_path / "t.json"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     figures = json.loads((tmp_path / "t.json").read_text())
-    assert (figures["evaluations"], figures["compiled"], figures["wall"]["median"]) == (3, 2, 20.0)
+    assert (figures["evaluations"], figures["repeats"], figures["compiled"], figures["wall"]["median"]) == (4, 1, 2, 20.0)
     san = figures["tools"]["compute-sanitizer"]
     assert (san["measured"], san["ran"]["sum"], san["waited"]["sum"]) == (2, 6.0, 26.0)
     assert (san["ranShare"], san["waitedShare"]) == (0.15, 0.65)

@@ -41,6 +41,10 @@ gate.install_from_env()
 # tool's seconds running and waiting for the GPU-tools queue. For people, never shown to the agent: OpenEvolve
 # renders metrics and artifacts into prompts, so these numbers may not go there.
 EVALUATIONS_ENV = "CUDANALYST_RECORD_EVALUATIONS"
+# A folder of finished evaluations by source (evolve.py names one per task and pass): OpenEvolve evaluates a child
+# that is its parent unchanged again, tools and all (9 of the 40 compiled programs of the 2026-12-01 recording were
+# such repeats). The same source with the same settings gets the metrics and reports its first evaluation got.
+EVALUATED_ENV = "CUDANALYST_RECORD_EVALUATED"
 
 _pool: tuple[int, Any] | None = None  # (pid, WorkerPool): OpenEvolve forks its workers, each needs its own
 
@@ -68,11 +72,19 @@ def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = 
                     gpu: bool = False) -> EvaluationResult:
     """Metrics (numbers only, as OpenEvolve wants) and the three reports of one program."""
     started = time.monotonic()
+    stored = evaluated_path(source, task, evaluation, gpu)
+    if stored is not None and stored.exists():
+        done = json.loads(stored.read_text())
+        log_evaluation(task, source, time.monotonic() - started, done["compiled"], done["tools"], repeat=True)
+        return EvaluationResult(metrics=done["metrics"], artifacts=done["artifacts"])
     cfg = EvalSettings.of(evaluation)
     spec = get_task(task)
     facts = program_facts(spec, source, cfg, gpu=gpu, pool=_gpu_pool() if gpu else None)
     reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
-    log_evaluation(task, source, time.monotonic() - started, facts)
+    tools = {name: facts.tools.get(name, ToolRun(status="not-run")).model_dump(by_alias=True, mode="json",
+                                                                                exclude={"detail"})
+             for name in TOOL_NAMES}
+    log_evaluation(task, source, time.monotonic() - started, bool(facts.compiled.ok), tools)
     contract_ok = not contract_problems(spec, source)
     built = facts.compiled.ok and contract_ok
     metrics: dict[str, float] = {
@@ -91,18 +103,32 @@ def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = 
         if ratio is not None:
             metrics["speedup"] = round(ratio, 4)
     metrics["combined_score"] = round(combined_score(built, correct, ratio), 6)
+    if stored is not None:  # whole or not at all: another worker may read it at any moment
+        part = stored.with_suffix(f".{os.getpid()}.part")
+        part.write_text(json.dumps({"metrics": metrics, "artifacts": reports, "compiled": bool(facts.compiled.ok),
+                                    "tools": tools}))
+        part.replace(stored)
     return EvaluationResult(metrics=metrics, artifacts=reports)
 
 
-def log_evaluation(task: str, source: str, seconds: float, facts: Any) -> None:
-    """One line in the evaluations' log, when the recorder named one."""
+def evaluated_path(source: str, task: str, evaluation: dict[str, Any] | None, gpu: bool) -> Path | None:
+    """Where this evaluation's result is kept, when the recorder named a folder for them."""
+    folder = os.environ.get(EVALUATED_ENV)
+    if not folder:
+        return None
+    key = json.dumps({"task": task, "source": source, "evaluation": evaluation or {}, "gpu": gpu}, sort_keys=True)
+    return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+
+def log_evaluation(task: str, source: str, seconds: float, compiled: bool, tools: dict[str, Any],
+                   repeat: bool = False) -> None:
+    """One line in the evaluations' log, when the recorder named one. A repeat took its result from the first
+    evaluation of the same source; its tools' seconds are that one's."""
     path = os.environ.get(EVALUATIONS_ENV)
     if not path:
         return
     line = {"task": task, "sha256": hashlib.sha256(source.encode()).hexdigest()[:16], "seconds": round(seconds, 3),
-            "compiled": bool(facts.compiled.ok), "pid": os.getpid(),
-            "tools": {name: facts.tools.get(name, ToolRun(status="not-run")).model_dump(
-                by_alias=True, mode="json", exclude={"detail"}) for name in TOOL_NAMES}}
+            "compiled": compiled, "repeat": repeat, "pid": os.getpid(), "tools": tools}
     with open(path, "a") as f:  # one write per line, appended: OpenEvolve's workers share the file
         f.write(json.dumps(line) + "\n")
 

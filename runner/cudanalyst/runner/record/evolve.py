@@ -186,6 +186,8 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
     evaluations = f"{EVALUATIONS_PREFIX}pass-{time.strftime('%Y%m%dT%H%M%S')}-from-{done}.jsonl"
     (workdir / evaluations).parent.mkdir(parents=True, exist_ok=True)
     os.environ[evaluator.EVALUATIONS_ENV] = str(workdir / evaluations)  # inherited by OpenEvolve's workers
+    (workdir / "evaluated").mkdir(exist_ok=True)
+    os.environ[evaluator.EVALUATED_ENV] = str(workdir / "evaluated")
 
     config = Config.from_dict(openevolve_config(rec, task, endpoint, served, gpu))
     controller = OpenEvolve(str(initial), evaluator.__file__, config, output_dir=str(workdir / "out"))
