@@ -302,6 +302,15 @@ class AttributionSpec(Model):
         return self
 
 
+QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+# Kubernetes' own syntaxes for what the Job carries (its labels, node selector, priority class, tolerations): the
+# API server refuses a Job with another, after it took the run.
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+DNS_SUBDOMAIN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+_QUALIFIED_NAME = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
 class Toleration(Model):
     """A Kubernetes toleration for the runner pods, held to the API server's rules for a pod's tolerations (a
     toleration it would refuse in the Job's pod template is refused here, naming the field, not at Job creation)."""
@@ -321,23 +330,12 @@ class Toleration(Model):
             raise ValueError("operator must be Exists when key is empty (the toleration then matches every taint)")
         if self.operator == "Exists" and self.value:
             raise ValueError("value must be empty when operator is Exists")
-        if self.value and not _LABEL_VALUE.fullmatch(self.value):
+        if self.value and not re.fullmatch(LABEL_VALUE, self.value):
             raise ValueError(f"value {self.value!r} is not a valid label value")
         if self.toleration_seconds is not None and self.effect != "NoExecute":
             raise ValueError("tolerationSeconds is only valid with effect NoExecute")
         return self
 
-
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_QUALIFIED_NAME = re.compile(rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME}")
-_LABEL_VALUE = re.compile(rf"({_NAME})?")
-
-
-QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-# Kubernetes' own syntaxes for what the Job carries (its labels, node selector, priority class): the API server
-# refuses a Job with another, after it took the run.
-LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-DNS_SUBDOMAIN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
 
 
 class ResourcesSpec(Model):
