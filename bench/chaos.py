@@ -70,6 +70,7 @@ from s3_faults import FaultProxy  # noqa: E402
 
 from cudanalyst.api import API_GROUP, API_VERSION, parse_run  # noqa: E402
 from cudanalyst.api.recording import RECORDING_PLURAL  # noqa: E402
+from cudanalyst.store import MAX_ATTEMPTS_ENV  # noqa: E402
 
 NS = "chaos"
 BUCKET = "chaos"
@@ -79,7 +80,7 @@ PLAYERS = (["debugger", "analyzer"], ["debugger", "profiler"], ["analyzer", "pro
 # What a played pod takes from its container's environment, as the operator set it on the Job: the store patience
 # (CUDANALYST_S3_MAX_ATTEMPTS) that lets a shard wait out the store's outage. The rest of the Job's environment
 # (the mounted credentials' folder, the namespace from the downward API) has no meaning outside a pod.
-POD_ENV = ("CUDANALYST_RUN", "CUDANALYST_S3_MAX_ATTEMPTS", "PYTHONUNBUFFERED")
+POD_ENV = ("CUDANALYST_RUN", MAX_ATTEMPTS_ENV, "PYTHONUNBUFFERED")
 
 
 def log(message: str) -> None:
