@@ -144,7 +144,20 @@ def test_cpu_build_gets_its_flags_and_env_without_overriding_the_spec():
     own = ModelSpec(model="/m", extra_args=["--enforce-eager", "--max-num-batched-tokens", "9000"])
     flags, _ = platform_defaults(own, cpu=True)
     assert flags == ["--no-enable-chunked-prefill"]
-    assert platform_defaults(spec, cpu=False) == ([], {})
+    assert platform_defaults(spec, cpu=False) == (["--max-num-seqs", "512"], {})
+
+
+def test_a_gpu_server_runs_no_more_requests_at_once_than_its_cuda_graphs_cover_unless_the_spec_says():
+    from cudanalyst.api.spec import ModelSpec
+    from cudanalyst.runner.llm.serving import GPU_MAX_NUM_SEQS, platform_defaults
+
+    flags, env = platform_defaults(ModelSpec(model="/m"), cpu=False)
+    assert flags == ["--max-num-seqs", str(GPU_MAX_NUM_SEQS)] and env == {}
+    for own in (["--max-num-seqs", "1024"], ["--max-num-seqs=256"], ["--max-cudagraph-capture-size", "1024"],
+                ["-cc", '{"max_cudagraph_capture_size": 1024}'], ["--enforce-eager"]):
+        assert platform_defaults(ModelSpec(model="/m", extra_args=own), cpu=False) == ([], {}), own
+    # A flag about something else keeps the default.
+    assert platform_defaults(ModelSpec(model="/m", extra_args=["--dtype", "float16"]), cpu=False)[0][0] == "--max-num-seqs"
 
 
 def test_our_servers_schedule_by_priority_unless_the_spec_names_a_policy() -> None:

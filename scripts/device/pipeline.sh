@@ -63,17 +63,26 @@ fi
 
 if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
   step "bench/pipeline.py"
+  name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
   work="/tmp/bench-pipeline-$(date +%H%M%S)"   # a bench starts from an empty folder, every call its own
+  started=/tmp/bench-started-$$; touch "$started"  # what the bench's runs write in /tmp is newer than this
   previous=/tmp/cudanalyst-bench-previous.json
   against=(); [ -s "$previous" ] && against=(--against "$previous")
   timeout --signal=INT --kill-after=30 "${BENCH_TIMEOUT:-0}" $py bench/pipeline.py --spec "$spec" --workdir "$work" \
     --json "$out/bench-pipeline.json" "${against[@]}" "${@:3}" 2>&1 | tee "$out/bench-pipeline.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   [ -s "$out/bench-pipeline.json" ] && cp "$out/bench-pipeline.json" "$previous"
-  mkdir -p "$out/bench-logs"
-  (cd "$work/logs" && find . -name 'shard-*.log' -exec cp --parents {} "$out/bench-logs/" \;) 2>/dev/null
+  # Every log of the bench's runs as one archive ($OUT brings back at most 8 files): the sides' shard and server
+  # logs; for --user-clock, each run's console and timings, its shards' and server's logs (a folder
+  # /tmp/cudanalyst-NAME-* per run) and the GPU workers' and timer's logs, so a run cut short still says where it was.
+  logs=/tmp/bench-logs-$$; mkdir -p "$logs"
+  (cd "$work/logs" && find . -name 'shard-*.log' -exec cp --parents {} "$logs/" \;) 2>/dev/null
   for log in "$work"/logs/vllm-*.log "$work"/logs/gpu*/vllm-*.log; do
-    [ -f "$log" ] && tail -n 200 "$log" > "$out/bench-logs/server-$(basename "$(dirname "$log")")-$(basename "$log")"
+    [ -f "$log" ] && tail -n 200 "$log" > "$logs/server-$(basename "$(dirname "$log")")-$(basename "$log")"
   done
+  cp "$work"/run-*.log "$work"/timings-*.json "$logs/" 2>/dev/null
+  find /tmp -maxdepth 1 -newer "$started" \( -name "cudanalyst-$name-*" -o -name 'cudanalyst-gpu*-*.log' \) \
+    -exec cp -r {} "$logs/" \; 2>/dev/null
+  tar czf "$out/bench-logs.tgz" -C "$logs" . && rm -rf "$logs" "$started"
 fi
 exit "$rc"

@@ -36,6 +36,14 @@ STOP_GRACE_S = 20.0
 # steps, and by default it computes on one of two cores and reserves a share of host memory for the KV cache.
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 CPU_FLAGS = ("--enforce-eager", "--no-enable-chunked-prefill")
+# On a GPU, at most as many requests at a time as vLLM captures CUDA graphs for (batches up to 512 by default). On
+# an H200 vLLM's own max_num_seqs is 1,024, so every decoding step above 512 requests launched each kernel from
+# Python: the 2,772-unit run of 2026-12-02 ran 835 requests at a time and generated 9,010 tokens/s
+# (docs/results/h200-outcomes-2026-12-02/). Requests beyond it wait in the server's queue, plans first.
+GPU_MAX_NUM_SEQS = 512
+# Flags by which a spec decides the batch or the graphs itself: then the GPU default is left out.
+BATCH_FLAGS = ("--max-num-seqs", "--max-cudagraph-capture-size", "--compilation-config", "-cc", "-O",
+               "--enforce-eager")
 
 
 def cpu_build() -> bool:
@@ -52,7 +60,8 @@ def cpu_build() -> bool:
 def platform_defaults(spec: ModelSpec, cpu: bool) -> tuple[list[str], dict[str, str]]:
     """Extra server flags and environment for the platform, never overriding what the spec says."""
     if not cpu:
-        return [], {}
+        named = {a.split("=")[0] for a in spec.extra_args}
+        return ([] if named & set(BATCH_FLAGS) else ["--max-num-seqs", str(GPU_MAX_NUM_SEQS)]), {}
     given = set(spec.extra_args)
     flags = [f for f in CPU_FLAGS if f not in given]
     if "--max-num-batched-tokens" not in given and spec.max_model_len is not None:
