@@ -283,6 +283,24 @@ def test_timing_schedule_interleaves_and_checks_every_trial():
         make_schedule(names, trials=0, warmup=3, rng=random.Random(0))
 
 
+def test_only_a_candidate_far_slower_than_every_reference_in_its_warm_up_is_left_untimed():
+    from cudanalyst.runner.kernels.timing.trials import too_slow
+
+    refs = ["frozen", "baseline"]
+    # ms per warm-up launch; each reference's first launch (lazy module loading) is left out of its ceiling
+    warm = {"frozen": [40.0, 1.0, 1.1], "baseline": [2.0, 2.0, 1.9], "near": [1.5, 1.2, 1.3],
+            "slow": [30.0, 25.0, 26.0], "edge": [20.0, 20.0], "once": [500.0]}
+    dropped = too_slow(warm, refs, 10.0)
+    # ceiling: the baseline's 2.0 ms; 10x that is 20 ms, which "edge" does not exceed (its fastest is 20.0)
+    assert set(dropped) == {"slow"}
+    assert dropped["slow"] == {"warmupMs": 25.0, "referenceMs": 2.0, "factor": 10.0, "launches": 3}
+    assert too_slow(warm, refs, 0.0) == {} and too_slow(warm, [], 10.0) == {}  # off, or nothing to compare with
+    # A reference with a single warm-up launch gives no ceiling: every program is timed.
+    assert too_slow({"frozen": [1.0], "slow": [900.0, 900.0]}, ["frozen"], 10.0) == {}
+    # A slow reference is never dropped, however slow; a candidate faster than the references never is either.
+    assert too_slow({"frozen": [1.0, 1.0], "baseline": [99.0, 99.0], "c": [0.1, 0.1]}, refs, 10.0) == {}
+
+
 @needs_nvcc
 def test_every_writable_module_variable_is_found_in_the_cubin():
     from cudanalyst.runner.kernels.compile.cubin_globals import CubinFormatError, writable_variables
@@ -370,9 +388,11 @@ class _StandInPool:
     """Answers like a WorkerPool: `verify` from a table of sources, `compare` with given medians. A unit-test
     double for the stage's own logic (grouping, references, labels); the GPU tests run the real pool."""
 
-    def __init__(self, wrong: set[bytes], medians: dict[bytes, float], problems: dict[bytes, str]) -> None:
+    def __init__(self, wrong: set[bytes], medians: dict[bytes, float], problems: dict[bytes, str],
+                 slow: set[bytes] | None = None) -> None:
         self.workers = [object(), object()]
-        self.wrong, self.medians, self.problems = wrong, medians, problems
+        self.wrong, self.medians, self.problems, self.slow = wrong, medians, problems, slow or set()
+        self.requests: list = []
         self.compares: list[list[str]] = []
         self.verified: list[bytes] = []
         self.verify_seeds: list[list[int]] = []
@@ -392,8 +412,13 @@ class _StandInPool:
     def compare(self, request, timeout_s):
         self.compares.append([p.name for p in request.programs])
         self.compare_seeds = list(request.seeds)
+        self.requests.append(request)
         out = {}
         for p in request.programs:
+            if p.cubin in self.slow and request.slow_factor > 0 and p.name not in request.references:
+                why = {"warmupMs": 40.0, "referenceMs": 1.0, "factor": request.slow_factor, "launches": 4}
+                out[p.name] = {"ok": True, "slow": why, "problem": None}
+                continue
             median = self.medians.get(p.cubin, 1.0)
             stats = {"median_ms": median, "trials": request.trials, "iqr_over_median": 0.01}
             out[p.name] = {"ok": True, "stats": stats, "problem": self.problems.get(p.cubin)}
@@ -476,6 +501,36 @@ def test_candidates_with_the_same_cubin_are_timed_once_and_share_the_measurement
     for keys in (("fast-1", "fast-2", "fast-3"), ("copy-1", "copy-2")):
         for k in keys:
             assert any(by[k].gpu_seconds == pytest.approx(0.025 / len(keys) + own) for own in (0.0, 0.01)), k
+
+
+@needs_nvcc
+def test_a_correct_candidate_too_slow_after_its_warm_up_is_pass_and_not_fast_without_a_speedup(tmp_path, monkeypatch):
+    """The worker leaves a program untimed when its warm-up shows it far slower than every reference (too_slow):
+    the stage asks for that beside the group's references, records `pass` with fast evaluated and false against
+    both references, gives no speedup (a warm-up is no measurement), says why, and counts it; its copies share it.
+    The other candidates of the request are timed as before."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.stage import SLOW_FACTOR
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    frozen, fast, crawl = variant(32, 8), variant(64, 4), variant(4, 64)
+    pool = _StandInPool(wrong=set(), problems={}, medians={compile_task_source(GEMM, fast).cubin: 0.5},
+                        slow={compile_task_source(GEMM, crawl).cubin})
+    jobs = [KernelJob("fast", "gemm", fast, frozen), KernelJob("crawl", "gemm", crawl, frozen),
+            KernelJob("crawl-again", "gemm", crawl + "// again\n", frozen)]
+    phases: dict = {}
+    by = {r.key: r for r in evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool, phases=phases)}
+    (request,) = pool.requests
+    assert sorted(request.references) == ["baseline", "frozen"] and request.slow_factor == SLOW_FACTOR
+    crawl_rec = by["crawl"]
+    assert (crawl_rec.label, crawl_rec.evaluated_up_to, crawl_rec.speedup, crawl_rec.time_ms) == ("pass", "fast", None, None)
+    assert crawl_rec.fast_vs_baseline is False and crawl_rec.reference == "frozen"
+    assert "not timed" in crawl_rec.reason and "cannot be fast" in crawl_rec.reason and "40 ms" in crawl_rec.reason
+    assert by["crawl-again"].label == "pass" and "warmed up once for both" in by["crawl-again"].reason
+    assert phases["tooSlowToTime"] == 2 and phases["timedCopies"] == 1
+    assert (by["fast"].label, by["fast"].speedup) == ("fast", 2.0)
+    # Outcomes read it as not fast under both metrics, with both evaluated.
+    assert crawl_rec.baseline_label() == "pass" and crawl_rec.baseline_evaluated_up_to() == "fast"
 
 
 @needs_nvcc

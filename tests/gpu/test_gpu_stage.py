@@ -32,6 +32,24 @@ def test_faster_candidate_is_fast_and_timings_are_tight():
     assert fast.gpu_seconds > 0
 
 
+def test_a_correct_candidate_far_slower_than_its_references_is_left_untimed_after_its_warm_up():
+    """Each thread of this gemm first spins for 200 M cycles (about 0.1 s a wave of blocks): correct, within
+    verification's time limit, and hundreds of times slower than both references. The worker stops it after its
+    warm-up instead of running its 30 trials, the record says `pass`, not fast against either reference, with no
+    speedup; the candidate timed beside it in the same request is labelled as before."""
+    crawl = GEMM.baseline_source.replace(
+        "if (i < NI && j < NJ) {", "long long t0 = clock64(); while (clock64() - t0 < 200000000LL) { }\n    if (i < NI && j < NJ) {", 1)
+    assert crawl != GEMM.baseline_source
+    jobs = [KernelJob("crawl", "gemm", crawl, SLOW_GEMM), KernelJob("fast", "gemm", GEMM.baseline_source, SLOW_GEMM)]
+    phases: dict = {}
+    crawl_rec, fast = evaluate_candidates(jobs, EvalSettings(), gpu=True, phases=phases)
+    assert (crawl_rec.label, crawl_rec.evaluated_up_to) == ("pass", "fast"), crawl_rec.reason
+    assert crawl_rec.speedup is None and crawl_rec.fast_vs_baseline is False, crawl_rec.reason
+    assert "not timed" in crawl_rec.reason and "cannot be fast" in crawl_rec.reason
+    assert phases["tooSlowToTime"] == 1 and phases["timingRequests"] == 1
+    assert fast.label == "fast" and fast.speedup > 1.12, fast.reason
+
+
 def test_work_on_a_side_stream_is_caught():
     """A launch that leaves its kernel running on another stream: the readings after the launch stream's
     sync and after the device sync differ."""

@@ -60,6 +60,9 @@ from cudanalyst.tasks.source_text import same_code
 LIMIT_FLOOR_S = 10.0  # a candidate's verification time limit is never below this ...
 LIMIT_MULTIPLE = 20.0  # ... and otherwise this many times the task baseline's verification time
 CANDIDATES_PER_COMPARISON = 8  # candidates timed in one request beside their reference
+# A candidate whose fastest warm-up launch is this many times slower than its references' slowest is not timed
+# further (timing/trials.py, too_slow): fast needs 1 + fastTolerance the other way, so its label cannot change.
+SLOW_FACTOR = 10.0
 
 
 @dataclass
@@ -168,7 +171,8 @@ class KernelStage:
 
     `phases` is filled with where the time went: `compileAndVerify` and `timing` (wall seconds), `timed`,
     `verifiedBefore` (verdicts found stored), `timedCopies` (timed units that shared the measurement of the same
-    cubin), `timingRequests`, `timingWorker`, `workerRestarts` and
+    cubin), `tooSlowToTime` (correct candidates left untimed after their warm-up: too slow to be fast),
+    `timingRequests`, `timingWorker`, `workerRestarts` and
     `restartSeconds`, `references` (units timed against each reference), and what the candidates' compiles and
     verifications cost where they ran: `compiles` / `compileSeconds` (nvcc runs, their summed wall) and
     `verifications` / `verifySeconds` (in the GPU workers), with `gpuWorkers`: which of the two keeps a lane's
@@ -461,9 +465,10 @@ class Timing:
                 out.append((name, c.cubin))
         return out
 
-    def _compare(self, task: Task, programs: list[TimedProgram]) -> dict[str, Any]:
+    def _compare(self, task: Task, programs: list[TimedProgram], references: Sequence[str] = ()) -> dict[str, Any]:
         assert self.stage.pool is not None
-        request = compare_request(task, programs, self.cfg, self.stage.seeds)
+        request = compare_request(task, programs, self.cfg, self.stage.seeds, references=references,
+                                  slow_factor=SLOW_FACTOR if references else 0.0)
         reply = self.stage.pool.compare(request, max(self.cfg.timeout_seconds, 60.0))
         phases = self.stage.phases
         phases["timingWorker"] = phases.get("timingWorker", 0.0) + float(reply.get("seconds", 0.0))
@@ -489,7 +494,7 @@ class Timing:
             return
         programs = [TimedProgram(name, cubin) for name, cubin in refs]
         programs += [TimedProgram(j.key, self.stage.compiled[j.key].cubin or b"") for j in jobs]
-        reply = self._compare(task, programs)
+        reply = self._compare(task, programs, [name for name, _ in refs])
         if not reply.get("ok"):
             if len(jobs) > 1:  # one candidate may have broken the request: each on its own
                 for job in jobs:
@@ -529,6 +534,9 @@ class Timing:
             self.stage._emit(job, Label.COMPILE, Label.FAST, f"fails verification: {reply['problem']}{shared}",
                              resources=_resources(c), gpu_seconds=gpu_s)
             return
+        if slow := reply.get("slow"):  # so much slower than every reference that it cannot be fast
+            self._too_slow(job, slow, ref_name, references, gpu_s, timed_as)
+            return
         mine, theirs = reply["stats"], references[ref_name]["stats"]
         s = speedup(theirs["median_ms"], mine["median_ms"])
         base = references.get("baseline")
@@ -548,6 +556,21 @@ class Timing:
                          speedup_vs_baseline=vs_base,
                          fast_vs_baseline=beats(vs_base, self.cfg.fast_tolerance) if vs_base is not None else None,
                          reference=ref_name, time_ms=mine["median_ms"], resources=_resources(c), gpu_seconds=gpu_s)
+
+    def _too_slow(self, job: KernelJob, slow: dict[str, Any], ref_name: str, references: dict[str, dict[str, Any]],
+                  gpu_s: float, timed_as: str | None) -> None:
+        """A correct candidate left untimed after its warm-up: `pass`, with `fast` evaluated (and false) against
+        every reference it was warmed up beside, and no speedup (a warm-up is no measurement)."""
+        verdict = self.stage.verdicts[job.key]
+        why = (f"{verdict.get('reason')}; not timed: the fastest of its {int(slow['launches'])} warm-up launches took "
+               f"{slow['warmupMs']:.4g} ms, more than {slow['factor']:g} times its references' slowest "
+               f"({slow['referenceMs']:.4g} ms), so it cannot be fast (fast needs > {1 + self.cfg.fast_tolerance:.2f}x)")
+        if timed_as is not None:
+            why += f"; the same cubin as unit {timed_as}, warmed up once for both"
+        self.stage.phases["tooSlowToTime"] = self.stage.phases.get("tooSlowToTime", 0) + 1
+        self.stage._emit(job, Label.PASS, Label.FAST, why, reference=ref_name,
+                         fast_vs_baseline=False if "baseline" in references else None,
+                         resources=_resources(self.stage.compiled[job.key]), gpu_seconds=gpu_s)
 
     def _untimed(self, job: KernelJob, reason: str) -> None:
         c = self.stage.compiled[job.key]

@@ -29,6 +29,9 @@ Timing measures the work that verification checked (docs/kernel-evaluation.md, "
   host's launch gaps (microseconds each, as long as a short kernel) are not measured. A single launch
   is timed as it is.
 
+- A candidate whose warm-up launches show it far slower than every reference (too_slow) is not timed further:
+  it cannot be fast, and its trials would only hold the GPU. References are always timed.
+
 The median of a program's trials is its figure; the spread (IQR / median, CV) comes with it.
 """
 
@@ -428,6 +431,22 @@ def blame(launches: Sequence[tuple[str, str]], findings: Sequence[Any]) -> dict[
     return out
 
 
+def too_slow(warmups_ms: dict[str, Sequence[float]], references: Sequence[str],
+             factor: float) -> dict[str, dict[str, float]]:
+    """The programs, not references, whose fastest warm-up launch took more than `factor` times the slowest
+    warm-up launch of any reference after its first: they cannot be fast against either reference, so their
+    timed trials would only hold the GPU (on the H200, 3 candidates 87x to 3,600x slower than their reference took
+    about 23 of a run's about 32 s of launches). The first launch of a reference is left out (it may load the module
+    lazily); a program or reference with fewer than 2 warm-up launches is always timed (pure)."""
+    refs = [warmups_ms[r] for r in references if r in warmups_ms]
+    if factor <= 0 or not refs or any(len(w) < 2 for w in refs):
+        return {}
+    ceiling = max(max(w[1:]) for w in refs)
+    return {name: {"warmupMs": min(w), "referenceMs": ceiling, "factor": factor, "launches": len(w)}
+            for name, w in warmups_ms.items()
+            if name not in references and len(w) >= 2 and min(w) > factor * ceiling}
+
+
 def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
     """The worker's `compare` request (requests.CompareRequest): per program, its times or why not.
 
@@ -501,11 +520,15 @@ def _attempt(session: GpuSession, data: TaskData, task: Task, tol: Any, request:
         snapshots = [r for program in programs.values() for r in program.regions()]
         snapshot_digests = auditor.digests(snapshots, stream)  # before any of them ran
         prepared = time.monotonic()
-        times, checks, culprits = _run(session, data, programs, request, check, stream, auditor,
-                                       (snapshots, snapshot_digests))
+        times, checks, culprits, slow = _run(session, data, programs, request, check, stream, auditor,
+                                             (snapshots, snapshot_digests))
         if culprits:
             return replies, culprits, prepared
+        for name, why in slow.items():  # warmed up, audited, never timed: it cannot be fast
+            replies[name] = {"ok": True, "slow": why, "problem": None, "fences": session.fence_mode}
         for name, program in programs.items():
+            if name in slow:
+                continue
             problems = [why for trial, result in checks[name]
                         for out, res in zip(task.outputs, result, strict=True)
                         if (why := _problem(task, out, trial, request.trials, res, tol))]
@@ -522,9 +545,11 @@ def _attempt(session: GpuSession, data: TaskData, task: Task, tol: Any, request:
 
 def _run(session: GpuSession, data: TaskData, programs: dict[str, Program], request: CompareRequest,
          check: dict[str, Any], stream: Any, auditor: Auditor, snapshots: tuple[list[Region], dict[int, int]],
-         ) -> tuple[dict[str, list[float]], dict[str, list[tuple[int, list[list[int]]]]], dict[str, str]]:
+         ) -> tuple[dict[str, list[float]], dict[str, list[tuple[int, list[list[int]]]]], dict[str, str],
+                    dict[str, dict[str, float]]]:
     """Warm-up, then the interleaved timed rounds, every launch audited; returns per program its trial times
-    and checks, and the programs whose launches wrote outside their arrays (with why)."""
+    and checks, the programs whose launches wrote outside their arrays (with why), and those too slow after
+    their warm-up to be timed (too_slow: no trials, no times)."""
     cuda, task = session.cuda, data.task
     schedule = make_schedule(list(programs), request.trials, request.warmup, random.SystemRandom())
     flush, words = session.flush_buffer()
@@ -554,17 +579,29 @@ def _run(session: GpuSession, data: TaskData, programs: dict[str, Program], requ
         auditor.launch(regions, audits[len(launches)], stream)
         launches.append((name, which))
 
+    warm: dict[str, list[tuple[Any, Any]]] = {name: [] for name in programs}
     for name, program in programs.items():
         for w in range(schedule.warmups[name]):
             trial(program, (schedule.seed_offset + w) % n_seeds, w)
+            begin, done = cuda.Event(), cuda.Event()
+            begin.record(stream)
             program.launch((schedule.seed_offset + w) % n_seeds, stream)
+            done.record(stream)
+            warm[name].append((begin, done))
             audit(name, f"warm-up launch {w + 1}")
+    slow: dict[str, dict[str, float]] = {}
+    if request.slow_factor > 0 and request.references:
+        stream.synchronize()  # the warm-ups' times decide which programs are timed at all
+        slow = too_slow({name: [done.time_since(begin) for begin, done in pairs] for name, pairs in warm.items()},
+                        request.references, request.slow_factor)
     events = {name: [(cuda.Event(), cuda.Event()) for _ in range(request.trials)] for name in programs}
     slots: dict[str, list[tuple[int, int]]] = {name: [] for name in programs}
     n = 0
     for r, order in enumerate(schedule.rounds):
         seed_index = (schedule.seed_offset + r) % n_seeds
         for name in order:
+            if name in slow:
+                continue
             program = programs[name]
             trial(program, seed_index, r)
             start, end = events[name][r]
@@ -595,6 +632,6 @@ def _run(session: GpuSession, data: TaskData, programs: dict[str, Program], requ
     end.synchronize()
     session.audit_seconds = getattr(session, "audit_seconds", 0.0) + end.time_since(start) / 1e3 * len(launches)
     culprits = blame(launches, found)
-    times = {name: [end.time_since(start) for start, end in events[name]] for name in programs}
+    times = {name: [end.time_since(start) for start, end in events[name]] for name in programs if name not in slow}
     checks = {name: [(r, host[s].tolist()) for r, s in slots[name]] for name in programs}
-    return times, checks, culprits
+    return times, checks, culprits, slow

@@ -71,6 +71,10 @@ class CompareRequest:
     trials: int = 30
     graphs: bool = True  # capture multi-launch sequences in a CUDA graph (no host launch gaps)
     extra: dict[str, Any] = field(default_factory=dict)
+    # The programs the others are compared with, and how many times slower than them a program's warm-up may be
+    # before it is not timed further (it cannot be fast; timing/trials.py, too_slow). 0: every program is timed.
+    references: list[str] = field(default_factory=list)
+    slow_factor: float = 0.0
 
     op = "compare"
 
@@ -85,7 +89,9 @@ class CompareRequest:
                    programs=[TimedProgram(p["name"], p["cubin"]) for p in request["programs"]],
                    checker=request["checker"], warmup=int(request.get("warmup", 3)),
                    trials=int(request.get("trials", 30)), graphs=bool(request.get("graphs", True)),
-                   extra=dict(request.get("extra") or {}))
+                   extra=dict(request.get("extra") or {}),
+                   references=[str(r) for r in request.get("references") or []],
+                   slow_factor=float(request.get("slow_factor", 0.0)))
 
 
 class EvalSettings(EvaluationSpec):
@@ -151,8 +157,9 @@ def verify_request(task: Task, cubin: bytes, cfg: EvalSettings, seeds: Seeds | N
 
 
 def compare_request(task: Task, programs: Sequence[TimedProgram], cfg: EvalSettings,
-                    seeds: Seeds | None = None) -> CompareRequest:
+                    seeds: Seeds | None = None, references: Sequence[str] = (),
+                    slow_factor: float = 0.0) -> CompareRequest:
     seeds = seeds or seeds_for(cfg)
     return CompareRequest(task=task.name, sizes=dict(task.sizes), seeds=list(seeds.timing), rtol=cfg.rtol,
                           atol=cfg.atol, programs=list(programs), checker=checker_cubin(), warmup=cfg.warmup,
-                          trials=cfg.trials)
+                          trials=cfg.trials, references=list(references), slow_factor=slow_factor)
