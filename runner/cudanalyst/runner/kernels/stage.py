@@ -468,7 +468,7 @@ class Timing:
     def _compare(self, task: Task, programs: list[TimedProgram], references: Sequence[str] = ()) -> dict[str, Any]:
         assert self.stage.pool is not None
         request = compare_request(task, programs, self.cfg, self.stage.seeds, references=references,
-                                  slow_factor=SLOW_FACTOR if references else 0.0)
+                                  slow_factor=SLOW_FACTOR)
         reply = self.stage.pool.compare(request, max(self.cfg.timeout_seconds, 60.0))
         phases = self.stage.phases
         phases["timingWorker"] = phases.get("timingWorker", 0.0) + float(reply.get("seconds", 0.0))

@@ -579,18 +579,21 @@ def _run(session: GpuSession, data: TaskData, programs: dict[str, Program], requ
         auditor.launch(regions, audits[len(launches)], stream)
         launches.append((name, which))
 
+    measure_warmups = request.slow_factor > 0 and bool(request.references)  # else the warm-ups are not timed
     warm: dict[str, list[tuple[Any, Any]]] = {name: [] for name in programs}
     for name, program in programs.items():
         for w in range(schedule.warmups[name]):
             trial(program, (schedule.seed_offset + w) % n_seeds, w)
-            begin, done = cuda.Event(), cuda.Event()
-            begin.record(stream)
+            if measure_warmups:
+                begin, done = cuda.Event(), cuda.Event()
+                begin.record(stream)
+                warm[name].append((begin, done))
             program.launch((schedule.seed_offset + w) % n_seeds, stream)
-            done.record(stream)
-            warm[name].append((begin, done))
+            if measure_warmups:
+                done.record(stream)
             audit(name, f"warm-up launch {w + 1}")
     slow: dict[str, dict[str, float]] = {}
-    if request.slow_factor > 0 and request.references:
+    if measure_warmups:
         stream.synchronize()  # the warm-ups' times decide which programs are timed at all
         slow = too_slow({name: [done.time_since(begin) for begin, done in pairs] for name, pairs in warm.items()},
                         request.references, request.slow_factor)
