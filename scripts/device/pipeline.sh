@@ -42,9 +42,9 @@ if [ "${2:-}" = "--prepare" ]; then
 fi
 
 rc=0
+name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
 if [ "${2:-}" != "--bench-only" ]; then
   step "the pipeline: cudanalyst $command $spec"
-  name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
   # A run folder an earlier machine brought back ($OUT/run-NAME.tgz, copied into .device/runs/) resumes here,
   # unless this warm machine still has its own, newer copy.
   if [ ! -d "/tmp/runs/$name" ] && [ -s ".device/runs/run-$name.tgz" ]; then
@@ -63,7 +63,6 @@ fi
 
 if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
   step "bench/pipeline.py"
-  name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadata']['name'])" "$spec")
   work="/tmp/bench-pipeline-$(date +%H%M%S)"   # a bench starts from an empty folder, every call its own
   started=/tmp/bench-started-$$; touch "$started"  # what the bench's runs write in /tmp is newer than this
   previous=/tmp/cudanalyst-bench-previous.json
