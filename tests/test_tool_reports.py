@@ -292,6 +292,44 @@ def test_a_slot_held_by_one_process_is_not_taken_by_another(tmp_path: Path, monk
     assert fcntl.LOCK_EX  # the probe used the same kind of lock
 
 
+def test_nsight_compute_queues_apart_from_the_other_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ncu serializes its own runs machine-wide: in the shared queue, ncu runs waiting for each other held every slot
+    and compute-sanitizer waited behind them (H200, 2026-12-02). Its pool is separate, one slot unless told."""
+    import threading
+    import time
+
+    from cudanalyst.runner.kernels.feedback import gpu_queue
+
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_SLOTS", "1")
+    monkeypatch.delenv("CUDANALYST_NCU_SLOTS", raising=False)
+    assert gpu_queue.slots(gpu_queue.NCU_POOL) == 1
+    # The other tools' only slot is taken: ncu still gets its own at once.
+    with gpu_queue.gpu_slot(device="0"), gpu_queue.gpu_slot(device="0", pool=gpu_queue.NCU_POOL) as waited:
+        assert waited < 0.1
+    # Two ncu runs: the second waits for the first, in the ncu pool, and says how long.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    held, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with gpu_queue.gpu_slot(pool=gpu_queue.NCU_POOL):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=first)
+    t.start()
+    held.wait(10)
+    threading.Timer(0.6, release.set).start()
+    with gpu_queue.tool_clock() as clock:
+        gpu_queue.queued(lambda: time.sleep(0.1), lambda r: False, pool=gpu_queue.NCU_POOL)
+    t.join()
+    assert clock.waited >= 0.4 and 0.1 <= clock.ran < clock.waited
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu-0-ncu-slot-0.lock", "gpu-0-slot-0.lock",
+                                                          "gpu-all-ncu-slot-0.lock"]
+    monkeypatch.setenv("CUDANALYST_NCU_SLOTS", "3")
+    assert gpu_queue.slots(gpu_queue.NCU_POOL) == 3 and gpu_queue.slots() == 1
+
+
 def test_a_tool_without_gpu_memory_waits_and_tries_again() -> None:
     from cudanalyst.runner.kernels.feedback.gpu_queue import queued
 

@@ -10,6 +10,12 @@ process dies, so a killed worker never holds one), and a run whose launcher foun
 CUDANALYST_GPU_TOOL_SLOTS sets the number of slots (default 2), CUDANALYST_GPU_TOOL_DIR their folder,
 CUDANALYST_GPU_TOOL_RETRIES the tries after the first when no memory was free (default 4).
 
+Nsight Compute has a queue of its own (pool "ncu", CUDANALYST_NCU_SLOTS, default 1). ncu serializes profiling across
+every process of the machine itself (a lock file, $TMPDIR/nsight-compute-lock), so in the shared queue the ncu runs
+held slots while they waited for each other: on the H200 (2026-12-02, 8 slots, 16 tasks) compute-sanitizer waited up
+to 251 s for a slot, ncu "ran" 28-141 s a program, and that time, which ncu's time limit counts, was mostly ncu's own
+queue. In a pool of one, ncu's waiting is counted as waiting and its running as running, and the other tools go on.
+
 A report's tools are timed (`tool_clock`): the seconds spent waiting for a slot and running in one go into the
 report's `ToolRun`, so a recording says whether its evaluations wait for the queue or for the tools themselves
 (the 2026-12-01 recording took 22 s to 277 s per compiled program, and could not say which).
@@ -31,6 +37,8 @@ from typing import TypeVar
 from cudanalyst.trajectory.toolruns import ToolRun
 
 DEFAULT_SLOTS = 2
+TOOLS_POOL, NCU_POOL = "tools", "ncu"
+POOL_SLOTS_ENV = {TOOLS_POOL: ("CUDANALYST_GPU_TOOL_SLOTS", DEFAULT_SLOTS), NCU_POOL: ("CUDANALYST_NCU_SLOTS", 1)}
 POLL_S = 0.2
 CONTEXT_RETRIES = 4  # a context that found no memory: tried again after 2, 4, 8, 16 s (CUDANALYST_GPU_TOOL_RETRIES)
 T = TypeVar("T")
@@ -66,11 +74,12 @@ def tool_clock() -> Iterator[ToolClock]:
         _clock.reset(token)
 
 
-def slots() -> int:
+def slots(pool: str = TOOLS_POOL) -> int:
+    name, default = POOL_SLOTS_ENV[pool]
     try:
-        return max(1, int(os.environ.get("CUDANALYST_GPU_TOOL_SLOTS", DEFAULT_SLOTS)))
+        return max(1, int(os.environ.get(name, default)))
     except ValueError:
-        return DEFAULT_SLOTS
+        return default
 
 
 def slot_dir() -> Path:
@@ -81,14 +90,15 @@ def slot_dir() -> Path:
 
 
 @contextlib.contextmanager
-def gpu_slot(device: str | None = None) -> Iterator[float]:
-    """Hold one slot of the device's queue for the block; yields the seconds waited for it."""
+def gpu_slot(device: str | None = None, pool: str = TOOLS_POOL) -> Iterator[float]:
+    """Hold one slot of the device's queue (of `pool`) for the block; yields the seconds waited for it."""
     device = device if device is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "_")
     started = time.monotonic()
-    folder, count = slot_dir(), slots()
+    folder, count = slot_dir(), slots(pool)
+    prefix = f"gpu-{device}" if pool == TOOLS_POOL else f"gpu-{device}-{pool}"
     while True:
         for i in range(count):
-            fd = os.open(folder / f"gpu-{device}-slot-{i}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            fd = os.open(folder / f"{prefix}-slot-{i}.lock", os.O_CREAT | os.O_RDWR, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -111,13 +121,13 @@ def context_retries() -> int:
 
 
 def queued(run: Callable[[], T], no_context: Callable[[T], bool], *, retries: int | None = None,
-           sleep: Callable[[float], None] = time.sleep) -> T:
-    """`run()` in a slot; again after a back-off while `no_context(result)` says it found no GPU memory."""
+           sleep: Callable[[float], None] = time.sleep, pool: str = TOOLS_POOL) -> T:
+    """`run()` in a slot of `pool`; again after a back-off while `no_context(result)` says it found no GPU memory."""
     retries = context_retries() if retries is None else retries
     clock = _clock.get() or ToolClock()
     result = None
     for attempt in range(retries + 1):
-        with gpu_slot() as waited:
+        with gpu_slot(pool=pool) as waited:
             clock.waited += waited
             started = time.monotonic()
             clock.runs += 1

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cudanalyst.runner.kernels.feedback.gpu_queue import queued, tool_clock
+from cudanalyst.runner.kernels.feedback.gpu_queue import NCU_POOL, queued, tool_clock
 from cudanalyst.runner.kernels.feedback.sanitizer import (
     ToolOutput,
     launch_command,
@@ -92,7 +92,9 @@ def _ncu_report(task: Task, cubin: bytes, timeout_s: float,
                 return None, ""
             return p.returncode, p.stdout + p.stderr
 
-        code, text = queued(once, lambda r: r[0] is not None and ncu_failure(r[0], r[1])[0] == "gpu-memory")
+        # ncu's own queue: ncu serializes its runs anyway, and must not hold the other tools' slots while it waits.
+        code, text = queued(once, lambda r: r[0] is not None and ncu_failure(r[0], r[1])[0] == "gpu-memory",
+                            pool=NCU_POOL)
         if code is None:
             return False, [statement(NCU, "timeout")], ToolRun(status="failed", cause="timeout",
                                                                 detail=f"did not finish within {timeout_s:g} s")
