@@ -123,8 +123,10 @@ def test_a_folder_of_another_recording_is_refused(tmp_path: Path) -> None:
     prepare_store(parse_recording(spec(tmp_path)))
     with pytest.raises(RecordInputError, match=r"another spec \(differs in spec.iterations\)"):
         prepare_store(parse_recording(spec(tmp_path, iterations=3)))
-    # resources may change between passes (a pod's size is not what is recorded)
+    # resources may change between passes (a pod's size is not what is recorded), and so may how often it
+    # checkpoints (the resume granularity)
     prepare_store(parse_recording(spec(tmp_path, resources={"gpusPerShard": 0})))
+    prepare_store(parse_recording(spec(tmp_path, checkpointInterval=2)))
 
 
 @needs_nvcc
@@ -183,6 +185,47 @@ def test_each_evaluation_is_logged_with_its_time_and_nothing_of_it_reaches_the_a
     # No GPU here: no tool ran, so none has seconds (left out: "not measured", never 0).
     assert lines[0]["tools"] == {t: {"status": "not-run", "cause": None, "timings": False}
                                  for t in ("compute-sanitizer", "nsight-compute")}
+
+
+def test_a_later_pass_answers_what_an_earlier_pass_evaluated_even_when_that_pass_never_checkpointed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On the H200 a pass cut short before its first checkpoint lost its evaluations, and the next pass ran the
+    # baselines' tools again: finished evaluations now reach the store as they finish (a thread), and a later pass,
+    # on this machine or another, answers the same source from them.
+    import time
+
+    from cudanalyst.runner.record.evaluator import EVALUATED_ENV, EVALUATIONS_ENV, evaluate
+    from cudanalyst.runner.record.evolve import EVALUATED_PREFIX, EvaluationSync, restore_evaluated
+    from cudanalyst.tasks import get_task
+
+    store = open_store(tmp_path / "store")
+    program = tmp_path / "p.cu"
+    program.write_text(get_task("conv2d").baseline_source)
+    first = tmp_path / "pass-1"
+    (first / "evaluated").mkdir(parents=True)
+    monkeypatch.setenv(EVALUATED_ENV, str(first / "evaluated"))
+    monkeypatch.setenv(EVALUATIONS_ENV, str(first / "log.jsonl"))
+    with EvaluationSync(store, first / "evaluated", first / "log.jsonl", "evaluations/pass-1.jsonl", every_s=0.05):
+        before = evaluate(str(program), task="conv2d", gpu=False)
+        (first / "evaluated" / "half.123.part").write_text("{")  # a file being written is never copied
+        deadline = time.monotonic() + 30
+        while not list(store.list(EVALUATED_PREFIX)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        copied = list(store.list(EVALUATED_PREFIX))  # by the thread, before the pass ended
+    assert len(copied) == 1 and copied[0].endswith(".json")
+    assert len(store.get_text("evaluations/pass-1.jsonl").splitlines()) == 1
+
+    second = tmp_path / "pass-2"  # another machine: nothing local
+    assert restore_evaluated(store, second / "evaluated") == 1
+    monkeypatch.setenv(EVALUATED_ENV, str(second / "evaluated"))
+    monkeypatch.setenv(EVALUATIONS_ENV, str(second / "log.jsonl"))
+    after = evaluate(str(program), task="conv2d", gpu=False)
+    assert (after.metrics, after.artifacts) == (before.metrics, before.artifacts)
+    assert json.loads((second / "log.jsonl").read_text())["repeat"] is True
+    # Another source is evaluated as before.
+    program.write_text("this is not CUDA")
+    assert evaluate(str(program), task="conv2d", gpu=False).metrics["combined_score"] == 0.0
+    assert [json.loads(x)["repeat"] for x in (second / "log.jsonl").read_text().splitlines()] == [True, False]
 
 
 def test_the_fitness_orders_fail_built_correct_and_faster() -> None:

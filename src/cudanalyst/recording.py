@@ -81,8 +81,10 @@ def read_recording_progress(rec: TrajectoryRecording, store: ObjectStore | None 
 
 
 # Fields that may change between passes (field: its key): not what is recorded but the pod's size, how the import
-# numbers generations, and where the folder is (a recording brought back from a GPU machine resumes here).
-CHANGEABLE = {"resources": "resources", "iterations_per_generation": "iterationsPerGeneration", "output": "output"}
+# numbers generations, where the folder is (a recording brought back from a GPU machine resumes here), and how
+# often it checkpoints (the resume granularity: a pass resumes from the last complete checkpoint whatever its number).
+CHANGEABLE = {"resources": "resources", "iterations_per_generation": "iterationsPerGeneration", "output": "output",
+              "checkpoint_interval": "checkpointInterval"}
 
 
 def recorded_spec(rec: TrajectoryRecording) -> dict[str, Any]:

@@ -157,6 +157,9 @@ def test_a_killed_recording_resumes_from_its_last_complete_checkpoint(tmp_path: 
     before = {p.name for p in (out / "rec-kill" / "openevolve" / "conv2d" / "checkpoints" /
                                f"checkpoint_{stopped_at}" / "programs").glob("*.json")}
     assert not (out / "rec-kill" / "done.json").exists()
+    # What the killed pass evaluated is in the store, for a later pass to answer the same source from.
+    killed = {p.name for p in (out / "rec-kill" / "openevolve" / "conv2d" / "evaluated").glob("*.json")}
+    assert killed
 
     second = record(path, tmp_path / "work", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     log, _ = second.communicate(timeout=1800)
@@ -169,6 +172,7 @@ def test_a_killed_recording_resumes_from_its_last_complete_checkpoint(tmp_path: 
     programs = check_trajectory((out / "rec-kill" / "trajectory").as_uri() + "/", None, total)
     # The programs of the last checkpoint before the kill are kept, under the same ids, not evolved anew.
     assert {f"{p.program_id}.json" for p in programs} >= before
+    assert killed <= {p.name for p in (out / "rec-kill" / "openevolve" / "conv2d" / "evaluated").glob("*.json")}
     after = open_store(out / "rec-kill").get_json("done.json")
     assert after["programs"] == len(programs)
 

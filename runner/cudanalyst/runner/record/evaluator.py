@@ -41,9 +41,10 @@ gate.install_from_env()
 # tool's seconds running and waiting for the GPU-tools queue. For people, never shown to the agent: OpenEvolve
 # renders metrics and artifacts into prompts, so these numbers may not go there.
 EVALUATIONS_ENV = "CUDANALYST_RECORD_EVALUATIONS"
-# A folder of finished evaluations by source (evolve.py names one per task and pass): OpenEvolve evaluates a child
-# that is its parent unchanged again, tools and all (9 of the 40 compiled programs of the 2026-12-01 recording were
-# such repeats). The same source with the same settings gets the metrics and reports its first evaluation got.
+# A folder of finished evaluations by source (evolve.py names one per task and pass, filled first with the earlier
+# passes' from the store): OpenEvolve evaluates a child that is its parent unchanged again, tools and all (9 of the
+# 40 compiled programs of the 2026-12-01 recording were such repeats), and a resumed pass evaluates its task's
+# baseline again. The same source with the same settings gets the metrics and reports its first evaluation got.
 EVALUATED_ENV = "CUDANALYST_RECORD_EVALUATED"
 
 _pool: tuple[int, Any] | None = None  # (pid, WorkerPool): OpenEvolve forks its workers, each needs its own

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,67 @@ GATING_LOG = "gating.jsonl"  # per task, beside its checkpoints: one line per it
 EVALUATIONS_PREFIX = "evaluations/"
 
 
+# Per task, beside its checkpoints: each finished evaluation's result by source (runner.record.evaluator), kept in the
+# store as it finishes, so a later pass answers the same source from it instead of running the tools again. A pass
+# cut short before its first checkpoint starts the task from its baseline again; on the H200 (2026-12-02) the 16
+# baselines' tools then queued anew at every start, and 8 of 16 tasks had no checkpoint after three calls.
+EVALUATED_PREFIX = "evaluated/"
+SYNC_S = 15.0
+
+
+def restore_evaluated(store: ObjectStore, local: Path) -> int:
+    """The store's finished evaluations into the pass's folder; returns how many."""
+    local.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for key in store.list(EVALUATED_PREFIX):
+        name = key[len(EVALUATED_PREFIX):]
+        if "/" not in name and name.endswith(".json"):
+            (local / name).write_bytes(store.get_bytes(key))
+            count += 1
+    return count
+
+
+class EvaluationSync:
+    """Copies a pass's finished evaluations (whole files only: the evaluator renames each into place) and its
+    evaluations' log to the store, every SYNC_S seconds in a thread and at each checkpoint, so a pass that is
+    stopped or killed keeps what it evaluated."""
+
+    def __init__(self, store: ObjectStore, evaluated: Path, log: Path, log_key: str, every_s: float = SYNC_S):
+        self.store, self.evaluated, self.log, self.log_key, self.every_s = store, evaluated, log, log_key, every_s
+        self.sent: set[str] = {k[len(EVALUATED_PREFIX):] for k in store.list(EVALUATED_PREFIX)}
+        self.log_size = -1
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="evaluation-sync", daemon=True)
+
+    def sync(self) -> None:
+        with self.lock:
+            for path in sorted(self.evaluated.glob("*.json")):
+                if path.name not in self.sent:
+                    self.store.put_bytes(EVALUATED_PREFIX + path.name, path.read_bytes())
+                    self.sent.add(path.name)
+            if self.log.exists() and self.log.stat().st_size != self.log_size:
+                data = self.log.read_bytes()
+                self.store.put_bytes(self.log_key, data)
+                self.log_size = len(data)
+
+    def _loop(self) -> None:
+        while not self.stop_event.wait(self.every_s):
+            try:
+                self.sync()
+            except Exception:  # the store may be briefly unreachable; the next round or the checkpoint tries again
+                log.warning("could not copy the evaluations to the store", exc_info=True)
+
+    def __enter__(self) -> EvaluationSync:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.thread.join()
+        self.sync()
+
+
 def gating_settings(rec: TrajectoryRecording, workdir: Path, endpoint: str, served: str,
                     planner: tuple[str, str] | None) -> Any:
     """The gate's settings for this task's OpenEvolve processes, or None: no policy, every report shown raw."""
@@ -186,8 +248,11 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
     evaluations = f"{EVALUATIONS_PREFIX}pass-{time.strftime('%Y%m%dT%H%M%S')}-from-{done}.jsonl"
     (workdir / evaluations).parent.mkdir(parents=True, exist_ok=True)
     os.environ[evaluator.EVALUATIONS_ENV] = str(workdir / evaluations)  # inherited by OpenEvolve's workers
-    (workdir / "evaluated").mkdir(exist_ok=True)
+    restored = restore_evaluated(store, workdir / "evaluated")
+    if restored:
+        log.info("%s: %d evaluations of earlier passes restored; their sources are not evaluated again", task, restored)
     os.environ[evaluator.EVALUATED_ENV] = str(workdir / "evaluated")
+    sync = EvaluationSync(store, workdir / "evaluated", workdir / evaluations, evaluations)
 
     config = Config.from_dict(openevolve_config(rec, task, endpoint, served, gpu))
     controller = OpenEvolve(str(initial), evaluator.__file__, config, output_dir=str(workdir / "out"))
@@ -199,8 +264,7 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
         programs = upload_checkpoint(workdir / "out" / "checkpoints", store, iteration)
         if settings is not None and (workdir / GATING_LOG).exists():
             store.put_bytes(GATING_LOG, (workdir / GATING_LOG).read_bytes())
-        if (workdir / evaluations).exists():
-            store.put_bytes(evaluations, (workdir / evaluations).read_bytes())
+        sync.sync()
         best = controller.database.get_best_program()
         top.put_json(progress_key(task), {
             "task": task, "checkpoint": iteration, "iterations": total, "programs": programs,
@@ -210,9 +274,10 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
 
     controller._save_checkpoint = save_and_upload  # type: ignore[method-assign]
     # Fresh: iterations 1..total. Resumed from N: OpenEvolve runs `remaining` more from N + 1.
-    asyncio.run(controller.run(iterations=total - done, checkpoint_path=resume))
-    if last["n"] < total and controller.database.last_iteration >= total:
-        save_and_upload(total)  # the last iterations fell between two checkpoint intervals
+    with sync:
+        asyncio.run(controller.run(iterations=total - done, checkpoint_path=resume))
+        if last["n"] < total and controller.database.last_iteration >= total:
+            save_and_upload(total)  # the last iterations fell between two checkpoint intervals
     return 0 if last["n"] >= total else EXIT_STOPPED
 
 
