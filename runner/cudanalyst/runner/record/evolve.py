@@ -156,7 +156,8 @@ def restore_evaluated(store: ObjectStore, local: Path) -> int:
 class EvaluationSync:
     """Copies a pass's finished evaluations (whole files only: the evaluator renames each into place) and its
     evaluations' log to the store, every SYNC_S seconds in a thread and at each checkpoint, so a pass that is
-    stopped or killed keeps what it evaluated."""
+    stopped or killed keeps what it evaluated. OpenEvolve forks its workers while the thread runs; they never use
+    the store or this object, and the thread holds its lock only while it copies."""
 
     def __init__(self, store: ObjectStore, evaluated: Path, log: Path, log_key: str, every_s: float = SYNC_S):
         self.store, self.evaluated, self.log, self.log_key, self.every_s = store, evaluated, log, log_key, every_s
