@@ -228,6 +228,54 @@ def test_a_later_pass_answers_what_an_earlier_pass_evaluated_even_when_that_pass
     assert [json.loads(x)["repeat"] for x in (second / "log.jsonl").read_text().splitlines()] == [True, False]
 
 
+def test_recordings_on_one_machine_evaluate_a_source_once_even_at_the_same_moment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two recordings of the same tasks (the study's two agents, the policy comparison's arms and seeds) start from the
+    # same baselines: with a shared folder the tools run once per source, and an evaluator that asks while another
+    # is evaluating that source waits for its result.
+    import threading
+    import time
+
+    from cudanalyst.runner.record import evaluator
+    from cudanalyst.tasks import get_task
+
+    monkeypatch.setenv(evaluator.SHARED_ENV, str(tmp_path / "shared"))
+    monkeypatch.delenv(evaluator.EVALUATED_ENV, raising=False)
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv(evaluator.EVALUATIONS_ENV, str(log))
+    baseline = get_task("conv2d").baseline_source
+    real, started = evaluator._evaluate, threading.Barrier(2)
+
+    def slow(*args: object) -> object:  # the tools take a while: the other evaluator asks meanwhile
+        time.sleep(0.5)
+        return real(*args)
+
+    monkeypatch.setattr(evaluator, "_evaluate", slow)
+    results: list[object] = []
+
+    def one() -> None:
+        started.wait(10)
+        results.append(evaluator.evaluate_source(baseline, "conv2d"))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert sorted(x["repeat"] for x in lines) == [False, True]
+    assert results[0].metrics == results[1].metrics and results[0].artifacts == results[1].artifacts
+    # Another recording's pass folder gets the shared result too, so its store keeps it with its own evaluations.
+    monkeypatch.setenv(evaluator.EVALUATED_ENV, str(tmp_path / "other-pass"))
+    evaluator.evaluate_source(baseline, "conv2d")
+    assert len(list((tmp_path / "other-pass").glob("*.json"))) == 1
+    assert json.loads(log.read_text().splitlines()[-1])["repeat"] is True
+    # Other settings are another evaluation.
+    evaluator.evaluate_source(baseline, "conv2d", evaluation={"trials": 7})
+    assert json.loads(log.read_text().splitlines()[-1])["repeat"] is False
+    assert len(list((tmp_path / "shared").glob("*.json"))) == 2
+
+
 def test_the_fitness_orders_fail_built_correct_and_faster() -> None:
     from cudanalyst.runner.record.evaluator import combined_score
 

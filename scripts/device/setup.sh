@@ -14,6 +14,7 @@ step() { echo "== $(date +%T) $*"; }
 if [ "${CUDANALYST_DEVICE_READY:-}" = 1 ]; then
   # scripts/device/lanes.sh did all of the below once for every lane; doing it again in each would race.
   export PYTHONPATH="$pkgs:$site" CUDANALYST_COMPILE_CACHE=/tmp/cudanalyst-compile-cache
+  export CUDANALYST_RECORD_SHARED_EVALUATIONS=/tmp/cudanalyst-shared-evaluations
   return 0
 fi
 step "install wheels"
@@ -49,4 +50,7 @@ rm -rf "$pkgs" && mkdir -p "$pkgs"
 cp -r src/cudanalyst "$pkgs/cudanalyst"
 cp -r operator/cudanalyst/operator runner/cudanalyst/runner "$pkgs/cudanalyst/"
 export CUDANALYST_COMPILE_CACHE=/tmp/cudanalyst-compile-cache
+# Recordings on this machine evaluate a source once (runner/record/evaluator.py): the study's two agents and the policy
+# comparison's arms start from the same baselines.
+export CUDANALYST_RECORD_SHARED_EVALUATIONS=/tmp/cudanalyst-shared-evaluations
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader

@@ -10,6 +10,8 @@ after their tool, which OpenEvolve renders into the prompt of every child of thi
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -47,6 +49,12 @@ EVALUATIONS_ENV = "CUDANALYST_RECORD_EVALUATIONS"
 # baseline again. The same source with the same settings gets the metrics and reports its first evaluation got.
 EVALUATED_ENV = "CUDANALYST_RECORD_EVALUATED"
 
+# A folder of finished evaluations shared by every recording on this machine (optional): the same source with the same
+# settings is the same evaluation in any recording, so two recordings of the same tasks (the study's two agents, the
+# policy comparison's arms and seeds) evaluate each baseline once. A lock per source makes a second evaluator of the
+# same source wait for the first one's result instead of running the tools beside it.
+SHARED_ENV = "CUDANALYST_RECORD_SHARED_EVALUATIONS"
+
 _pool: tuple[int, Any] | None = None  # (pid, WorkerPool): OpenEvolve forks its workers, each needs its own
 
 
@@ -74,10 +82,24 @@ def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = 
     """Metrics (numbers only, as OpenEvolve wants) and the three reports of one program."""
     started = time.monotonic()
     stored = evaluated_path(source, task, evaluation, gpu)
-    if stored is not None and stored.exists():
-        done = json.loads(stored.read_text())
-        log_evaluation(task, source, time.monotonic() - started, done["compiled"], done["tools"], repeat=True)
-        return EvaluationResult(metrics=done["metrics"], artifacts=done["artifacts"])
+    shared_folder = os.environ.get(SHARED_ENV)
+    shared = evaluated_path(source, task, evaluation, gpu, shared_folder) if shared_folder else None
+    with _claimed(shared):
+        done = next((json.loads(p.read_text()) for p in (stored, shared) if p is not None and p.exists()), None)
+        if done is not None:
+            if stored is not None and not stored.exists():
+                _write_whole(stored, done)  # into this recording's store too, with the rest of its evaluations
+            log_evaluation(task, source, time.monotonic() - started, done["compiled"], done["tools"], repeat=True)
+            return EvaluationResult(metrics=done["metrics"], artifacts=done["artifacts"])
+        result, done = _evaluate(source, task, evaluation, gpu, started)
+        for path in (stored, shared):
+            if path is not None:
+                _write_whole(path, done)
+    return result
+
+
+def _evaluate(source: str, task: str, evaluation: dict[str, Any] | None, gpu: bool,
+              started: float) -> tuple[EvaluationResult, dict[str, Any]]:
     cfg = EvalSettings.of(evaluation)
     spec = get_task(task)
     facts = program_facts(spec, source, cfg, gpu=gpu, pool=_gpu_pool() if gpu else None)
@@ -104,17 +126,39 @@ def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = 
         if ratio is not None:
             metrics["speedup"] = round(ratio, 4)
     metrics["combined_score"] = round(combined_score(built, correct, ratio), 6)
-    if stored is not None:  # whole or not at all: another worker may read it at any moment
-        part = stored.with_suffix(f".{os.getpid()}.part")
-        part.write_text(json.dumps({"metrics": metrics, "artifacts": reports, "compiled": bool(facts.compiled.ok),
-                                    "tools": tools}))
-        part.replace(stored)
-    return EvaluationResult(metrics=metrics, artifacts=reports)
+    done = {"metrics": metrics, "artifacts": reports, "compiled": bool(facts.compiled.ok), "tools": tools}
+    return EvaluationResult(metrics=metrics, artifacts=reports), done
 
 
-def evaluated_path(source: str, task: str, evaluation: dict[str, Any] | None, gpu: bool) -> Path | None:
-    """Where this evaluation's result is kept, when the recorder named a folder for them."""
-    folder = os.environ.get(EVALUATED_ENV)
+def _write_whole(path: Path, done: dict[str, Any]) -> None:
+    """Whole or not at all: another worker, or the store's copier, may read it at any moment."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(f".{os.getpid()}.part")
+    part.write_text(json.dumps(done))
+    part.replace(path)
+
+
+@contextlib.contextmanager
+def _claimed(shared: Path | None) -> Any:
+    """Hold the shared folder's lock for this source (none without a shared folder); the kernel drops it when the
+    process dies, so a killed evaluator never holds it."""
+    if shared is None:
+        yield
+        return
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(shared.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def evaluated_path(source: str, task: str, evaluation: dict[str, Any] | None, gpu: bool,
+                   folder: str | None = None) -> Path | None:
+    """Where this evaluation's result is kept: in `folder`, by default the one the recorder named for this pass."""
+    folder = folder if folder is not None else os.environ.get(EVALUATED_ENV)
     if not folder:
         return None
     key = json.dumps({"task": task, "source": source, "evaluation": evaluation or {}, "gpu": gpu}, sort_keys=True)
