@@ -4,12 +4,14 @@ trajectory of 2026-11-30 is the real input: its reports are what the old tools w
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -278,6 +280,30 @@ def test_run_prints_the_counts_and_warns_before_it_starts(tmp_path: Path) -> Non
 # ---- the GPU tools' queue ------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def slot_held_elsewhere(pool: str, for_s: float) -> Iterator[None]:
+    """Another program's tool holds the only slot of `pool` (a thread) until `for_s` seconds into the block."""
+    import threading
+
+    from cudanalyst.runner.kernels.feedback.gpu_queue import gpu_slot
+
+    held, release = threading.Event(), threading.Event()
+
+    def other_tool() -> None:
+        with gpu_slot(pool=pool):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other_tool)
+    t.start()
+    held.wait(10)
+    threading.Timer(for_s, release.set).start()
+    try:
+        yield
+    finally:
+        t.join()
+
+
 def test_a_slot_held_by_one_process_is_not_taken_by_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cudanalyst.runner.kernels.feedback import gpu_queue
 
@@ -295,7 +321,6 @@ def test_a_slot_held_by_one_process_is_not_taken_by_another(tmp_path: Path, monk
 def test_nsight_compute_queues_apart_from_the_other_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ncu serializes its own runs machine-wide: in the shared queue, ncu runs waiting for each other held every slot
     and compute-sanitizer waited behind them (H200, 2026-12-02). Its pool is separate, one slot unless told."""
-    import threading
     import time
 
     from cudanalyst.runner.kernels.feedback import gpu_queue
@@ -309,20 +334,8 @@ def test_nsight_compute_queues_apart_from_the_other_tools(tmp_path: Path, monkey
         assert waited < 0.1
     # Two ncu runs: the second waits for the first, in the ncu pool, and says how long.
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    held, release = threading.Event(), threading.Event()
-
-    def first() -> None:
-        with gpu_queue.gpu_slot(pool=gpu_queue.NCU_POOL):
-            held.set()
-            release.wait(10)
-
-    t = threading.Thread(target=first)
-    t.start()
-    held.wait(10)
-    threading.Timer(0.6, release.set).start()
-    with gpu_queue.tool_clock() as clock:
+    with slot_held_elsewhere(gpu_queue.NCU_POOL, 0.6), gpu_queue.tool_clock() as clock:
         gpu_queue.queued(lambda: time.sleep(0.1), lambda r: False, pool=gpu_queue.NCU_POOL)
-    t.join()
     assert clock.waited >= 0.4 and 0.1 <= clock.ran < clock.waited
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu-0-ncu-slot-0.lock", "gpu-0-slot-0.lock",
                                                           "gpu-all-ncu-slot-0.lock"]
@@ -344,30 +357,17 @@ def test_a_tool_without_gpu_memory_waits_and_tries_again() -> None:
 
 def test_a_reports_tool_runs_are_timed_waiting_for_the_queue_and_running(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
     import time
 
-    from cudanalyst.runner.kernels.feedback.gpu_queue import gpu_slot, queued, tool_clock
+    from cudanalyst.runner.kernels.feedback.gpu_queue import queued, tool_clock
     from cudanalyst.trajectory.toolruns import ToolRun
 
     monkeypatch.setenv("CUDANALYST_GPU_TOOL_DIR", str(tmp_path))
     monkeypatch.setenv("CUDANALYST_GPU_TOOL_SLOTS", "1")
-    held, release = threading.Event(), threading.Event()
-
-    def other_tool() -> None:  # another program's tool holds the only slot until released
-        with gpu_slot():
-            held.set()
-            release.wait(10)
-
-    t = threading.Thread(target=other_tool)
-    t.start()
-    held.wait(10)
-    threading.Timer(1.0, release.set).start()
-    with tool_clock() as clock:
+    with slot_held_elsewhere("tools", 1.0), tool_clock() as clock:
         answers = iter(["gpu-memory", "ok"])
         assert queued(lambda: (time.sleep(0.2), next(answers))[1], lambda r: r == "gpu-memory",
                       sleep=lambda s: None) == "ok"
-    t.join()
     assert clock.runs == 2 and clock.waited >= 0.5 and clock.ran >= 0.4
     timed = clock.timed(ToolRun(status="ok"))
     assert (timed.seconds, timed.waited_seconds) == (round(clock.ran, 3), round(clock.waited, 3))
