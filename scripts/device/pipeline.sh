@@ -59,6 +59,14 @@ if [ "${2:-}" != "--bench-only" ]; then
     $py scripts/evaluation_times.py "/tmp/runs/$name" --json "$out/evaluation-times.json" || true
   fi
   cp /tmp/cudanalyst-"$name"-*/*.log "$out"/ 2>/dev/null
+  # A recording's own logs (each task's OpenEvolve log, the model server's) are in its newest
+  # /tmp/cudanalyst-record-NAME-* folder: they say why a task did not checkpoint. The last 2 MB of each.
+  logs=$(ls -td /tmp/cudanalyst-record-"$name"-*/ 2>/dev/null | head -n 1)
+  if [ -n "$logs" ]; then
+    kept=$(mktemp -d)
+    for f in "$logs"*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$kept/$(basename "$f")"; done
+    tar czf "$out/record-logs.tgz" -C "$kept" . && rm -rf "$kept"
+  fi
 fi
 
 if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
