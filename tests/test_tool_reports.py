@@ -337,10 +337,43 @@ def test_nsight_compute_queues_apart_from_the_other_tools(tmp_path: Path, monkey
     with slot_held_elsewhere(gpu_queue.NCU_POOL, 0.6), gpu_queue.tool_clock() as clock:
         gpu_queue.queued(lambda: time.sleep(0.1), lambda r: False, pool=gpu_queue.NCU_POOL)
     assert clock.waited >= 0.4 and 0.1 <= clock.ran < clock.waited
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu-0-ncu-slot-0.lock", "gpu-0-slot-0.lock",
-                                                          "gpu-all-ncu-slot-0.lock"]
+    assert sorted(p.name for p in tmp_path.glob("*.lock")) == ["gpu-0-ncu-slot-0.lock", "gpu-0-slot-0.lock",
+                                                               "gpu-all-ncu-slot-0.lock"]
     monkeypatch.setenv("CUDANALYST_NCU_SLOTS", "3")
     assert gpu_queue.slots(gpu_queue.NCU_POOL) == 3 and gpu_queue.slots() == 1
+
+
+def test_slots_go_in_the_order_they_were_asked_for_and_a_dead_waiter_holds_no_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polling at random let an ncu run wait 431 s behind 10 s runs on the H200 (2026-12-02): the queue is a line."""
+    import time
+
+    from cudanalyst.runner.kernels.feedback import gpu_queue
+
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDANALYST_GPU_TOOL_SLOTS", "1")
+    order = tmp_path / "order.txt"
+    waiter = ("import sys, time\nfrom cudanalyst.runner.kernels.feedback.gpu_queue import gpu_slot\n"
+              "with gpu_slot(device='0'):\n    open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')\n"
+              "    time.sleep(0.05)\n")
+    queue = tmp_path / "gpu-0-queue"
+    # A waiter that died in the line (its ticket is a file no one locks) is passed over and removed.
+    queue.mkdir()
+    dead = f"{0:020d}-1-1"
+    (queue / dead).write_text("")
+    procs = []
+    with gpu_queue.gpu_slot(device="0"):
+        for i in range(5):
+            procs.append(subprocess.Popen([sys.executable, "-c", waiter, str(order), str(i)],
+                                          env={**os.environ, "CUDANALYST_GPU_TOOL_DIR": str(tmp_path)}))
+            deadline = time.monotonic() + 30
+            while len([n for n in os.listdir(queue) if not n.startswith(".") and n != dead]) < i + 1:
+                assert time.monotonic() < deadline, "a waiter never took its place in the line"
+                time.sleep(0.02)
+        # Many runs ask at once and the slot is free only after: each still goes in turn.
+    assert all(p.wait(60) == 0 for p in procs)
+    assert order.read_text().split() == ["0", "1", "2", "3", "4"]
+    assert os.listdir(queue) == []  # every ticket, the dead one's included, is gone
 
 
 def test_a_tool_without_gpu_memory_waits_and_tries_again() -> None:

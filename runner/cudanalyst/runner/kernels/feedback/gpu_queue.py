@@ -16,6 +16,8 @@ held slots while they waited for each other: on the H200 (2026-12-02, 8 slots, 1
 to 251 s for a slot, ncu "ran" 28-141 s a program, and that time, which ncu's time limit counts, was mostly ncu's own
 queue. In a pool of one, ncu's waiting is counted as waiting and its running as running, and the other tools go on.
 
+Waiting runs take slots in the order they asked for them (a line of tickets, `_ticket`), not at random.
+
 A report's tools are timed (`tool_clock`): the seconds spent waiting for a slot and running in one go into the
 report's `ToolRun`, so a recording says whether its evaluations wait for the queue or for the tools themselves
 (the 2026-12-01 recording took 22 s to 277 s per compiled program, and could not say which).
@@ -28,6 +30,7 @@ import contextvars
 import fcntl
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -91,26 +94,86 @@ def slot_dir() -> Path:
 
 @contextlib.contextmanager
 def gpu_slot(device: str | None = None, pool: str = TOOLS_POOL) -> Iterator[float]:
-    """Hold one slot of the device's queue (of `pool`) for the block; yields the seconds waited for it."""
+    """Hold one slot of the device's queue (of `pool`) for the block; yields the seconds waited for it.
+    Slots go in the order the runs asked for them (`_ticket`)."""
     device = device if device is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "_")
     started = time.monotonic()
     folder, count = slot_dir(), slots(pool)
     prefix = f"gpu-{device}" if pool == TOOLS_POOL else f"gpu-{device}-{pool}"
-    while True:
-        for i in range(count):
-            fd = os.open(folder / f"{prefix}-slot-{i}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            try:
-                yield time.monotonic() - started
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-            return
-        time.sleep(POLL_S)
+    with _ticket(folder / f"{prefix}-queue") as waiting_ahead:
+        while True:
+            fd = _free_slot(folder, prefix, count) if waiting_ahead(count) < count else None
+            if fd is not None:
+                break
+            time.sleep(POLL_S)
+    try:
+        yield time.monotonic() - started
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _free_slot(folder: Path, prefix: str, count: int) -> int | None:
+    """The descriptor of a slot's lock file, locked; None when every slot is held."""
+    for i in range(count):
+        fd = os.open(folder / f"{prefix}-slot-{i}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return fd
+    return None
+
+
+@contextlib.contextmanager
+def _ticket(queue: Path) -> Iterator[Callable[[int], int]]:
+    """A place in the queue's line, held until the block ends; yields `waiting_ahead(up_to)`: how many live tickets
+    are ahead of this one (counted up to `up_to`). Without a line, every run polled the slots at random: on the H200
+    (2026-12-02) an ncu run waited up to 431 s behind 10 s runs, and tasks whose evaluations lost the draw did not
+    reach a checkpoint in three device calls. A ticket is a file named by its arrival and locked by its holder
+    (flock, so the kernel drops it when the holder dies): one whose lock can be taken is stale and is removed."""
+    queue.mkdir(parents=True, exist_ok=True)
+    name = f"{time.time_ns():020d}-{os.getpid()}-{threading.get_ident()}"
+    hidden = queue / f".{name}"  # locked before it is visible, so that no one takes it for a stale one
+    fd = os.open(hidden, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(hidden, queue / name)
+
+    def waiting_ahead(up_to: int) -> int:
+        live = 0
+        for other in sorted(n for n in os.listdir(queue) if not n.startswith(".")):
+            if other >= name or live >= up_to:
+                break
+            live += _alive(queue / other)
+        return live
+
+    try:
+        yield waiting_ahead
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(queue / name)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _alive(ticket: Path) -> bool:
+    """Whether a ticket's holder still holds it; a stale ticket (its holder died) is removed."""
+    try:
+        fd = os.open(ticket, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ticket)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def context_retries() -> int:
