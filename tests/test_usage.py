@@ -66,3 +66,33 @@ def test_the_estimate_counts_requests_as_the_stage_makes_them(tmp_path) -> None:
     assert est.get("summarizer", {"requests": 0})["requests"] == programs_with_analyzer
     implicit = estimate(make_run(tmp_path, "implicit"), plan.programs, plan.units)["stages"]
     assert "planner" not in implicit and implicit["coder"]["requests"] == groups
+
+
+def test_a_prompt_longer_than_the_models_context_is_warned_with_its_field(tmp_path) -> None:
+    from cudanalyst.usage import context_warnings
+
+    roomy = make_run(tmp_path, planner={"model": "big", "serve": "local", "maxModelLen": 32768},
+                     coder={"model": "small", "serve": "local", "maxModelLen": 32768})
+    plan = plan_run(roomy)
+    est = estimate(roomy, plan.programs, plan.units)
+    planner = est["stages"]["planner"]["longestPrompt"]
+    assert planner["programId"] in {p.program_id for p in plan.programs}
+    # The longest planner prompt carries the reports: longer than the coder's, which carries a plan of 100 tokens.
+    assert planner["tokens"] > est["stages"]["coder"]["longestPrompt"]["tokens"] - 100
+    assert context_warnings(roomy, est, plan.programs) == []
+    tight = planner["tokens"] + 100  # fits the prompt, not the plan's 100-token cap on top of it
+    small = make_run(tmp_path, planner={"model": "big", "serve": "local", "maxModelLen": tight - 1},
+                     coder={"model": "small", "serve": "local", "maxModelLen": 32768})
+    warned = context_warnings(small, estimate(small, plan.programs, plan.units), plan.programs)
+    planner_line = next(w for w in warned if "the longest planner prompt" in w)
+    assert planner_line.startswith("warning: spec.models.planner.maxModelLen: the longest planner prompt is about "
+                                   f"{planner['tokens']:,} tokens (program {planner['programId']}, task sum_reduction)")
+    assert planner_line.endswith(f"+ 100 completion > {tight - 1:,}: the server refuses such requests, and their "
+                                 "units fail as prompt-too-long")
+    # The analyzer's summaries also go to the planner's model (no summarizer of its own), with 512 tokens each.
+    assert sorted(w.split("the longest ")[1].split()[0] for w in warned) == ["planner", "summarizer"]
+    # Without a coder of its own, the coder's requests go to the planner's model, and the warning names that field.
+    alone = make_run(tmp_path, planner={"model": "big", "serve": "local", "maxModelLen": 300})
+    warned = context_warnings(alone, estimate(alone, plan.programs, plan.units), plan.programs)
+    assert {w.split(":")[1].strip() for w in warned} == {"spec.models.planner.maxModelLen"}
+    assert any("longest coder prompt" in w for w in warned) and any("longest planner prompt" in w for w in warned)

@@ -165,6 +165,15 @@ def estimate(run: AttributionRun, programs: list[Any], units: list[Any]) -> dict
     groups = {(u.program_id, u.coalition, u.arm, u.rollout) for u in units}
     stages: dict[str, dict[str, float]] = {s: {"requests": 0, "promptTokens": 0.0, "maxCompletionTokens": 0.0}
                                            for s in STAGES}
+    longest: dict[str, tuple[float, str]] = {}  # stage -> (its longest prompt's tokens, that program's id)
+
+    def ask(stage: str, prompt: float, completion: float, pid: str) -> None:
+        row = stages[stage]
+        row["requests"] += 1
+        row["promptTokens"] += prompt
+        row["maxCompletionTokens"] += completion
+        if prompt > longest.get(stage, (-1.0, ""))[0]:
+            longest[stage] = (prompt, pid)
 
     def shown(arm: str, coalition: tuple[str, ...], program: Any) -> int:
         if arm in ("noFeedback", "dummyPlan"):
@@ -176,25 +185,18 @@ def estimate(run: AttributionRun, programs: list[Any], units: list[Any]) -> dict
         program = by_id[pid]
         head = len(program.source) / CHARS_PER_TOKEN + TEMPLATE_TOKENS
         reports = shown(arm, coalition, program) / CHARS_PER_TOKEN
-        coder = stages["coder"]
-        coder["requests"] += 1
-        coder["maxCompletionTokens"] += sampling.samples_per_coalition * sampling.max_tokens
+        samples = sampling.samples_per_coalition * sampling.max_tokens
         if spec.planning == "explicit":
-            coder["promptTokens"] += head + (plan_tokens if arm != "dummyPlan" else 100)
+            ask("coder", head + (plan_tokens if arm != "dummyPlan" else 100), samples, pid)
             if arm != "dummyPlan":
-                planner = stages["planner"]
-                planner["requests"] += 1
-                planner["promptTokens"] += head + reports
-                planner["maxCompletionTokens"] += plan_tokens
+                ask("planner", head + reports, plan_tokens, pid)
         else:
-            coder["promptTokens"] += head + reports
+            ask("coder", head + reports, samples, pid)
     summaries = {(p.program_id, player) for p in programs for player in spec.players
                  if spec.mode_of(player) == "summary" and p.feedback.get(player)}
     for pid, player in summaries:
-        summarizer = stages["summarizer"]
-        summarizer["requests"] += 1
-        summarizer["promptTokens"] += len(by_id[pid].feedback[player]) / CHARS_PER_TOKEN + TEMPLATE_TOKENS
-        summarizer["maxCompletionTokens"] += SUMMARY_MAX_TOKENS
+        ask("summarizer", len(by_id[pid].feedback[player]) / CHARS_PER_TOKEN + TEMPLATE_TOKENS, SUMMARY_MAX_TOKENS,
+            pid)
     out: dict[str, Any] = {}
     costs: list[float] = []
     currencies: set[str] = set()
@@ -205,9 +207,31 @@ def estimate(run: AttributionRun, programs: list[Any], units: list[Any]) -> dict
         spent = cost(model, row["promptTokens"], row["maxCompletionTokens"])
         out[stage] = {"model": model.model or "", "requests": int(row["requests"]),
                       "promptTokens": round(row["promptTokens"]), "maxCompletionTokens": round(row["maxCompletionTokens"]),
-                      "maxCost": None if spent is None else round(spent, 4)}
+                      "maxCost": None if spent is None else round(spent, 4),
+                      "longestPrompt": {"tokens": round(longest[stage][0]), "programId": longest[stage][1]}}
         if spent is not None and model.price is not None:
             costs.append(spent)
             currencies.add(model.price.currency)
     return {"stages": out, "maxCost": round(sum(costs), 4) if costs else None,
             "currency": ", ".join(sorted(currencies)) or None}
+
+
+def context_warnings(run: AttributionRun, est: dict[str, Any], programs: list[Any]) -> list[str]:
+    """One line per stage whose longest estimated prompt plus its completion cap exceeds its model's maxModelLen:
+    vLLM refuses such a request, and its units fail as prompt-too-long after the GPU time is spent (pure)."""
+    fields = {"planner": "planner", "coder": "coder" if run.spec.models.coder else "planner",
+              "summarizer": "summarizer" if run.spec.models.summarizer else "planner"}
+    completion = {"planner": min(PLAN_MAX_TOKENS, run.spec.sampling.max_tokens),
+                  "coder": run.spec.sampling.max_tokens, "summarizer": SUMMARY_MAX_TOKENS}
+    task_of = {p.program_id: p.task for p in programs}
+    out = []
+    for stage, row in est.get("stages", {}).items():
+        limit = model_of(run, stage).max_model_len
+        longest = row.get("longestPrompt")
+        if limit is None or not longest or longest["tokens"] + completion[stage] <= limit:
+            continue
+        out.append(f"warning: spec.models.{fields[stage]}.maxModelLen: the longest {stage} prompt is about "
+                   f"{longest['tokens']:,} tokens (program {longest['programId']}, task "
+                   f"{task_of.get(longest['programId'], '?')}) + {completion[stage]:,} completion > {limit:,}: the "
+                   "server refuses such requests, and their units fail as prompt-too-long")
+    return out

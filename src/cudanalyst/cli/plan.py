@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     sized = _sizing(ar, plan, args)
     if sized is not None:
         summary["sizing"] = sized | {"markdown": sizing_markdown(sized, args.pilot)}
+    context = usage.context_warnings(ar, summary["tokens"], plan.programs)
     if args.json:
-        tool_summary["warnings"] = strata_warnings(plan) + tool_summary["warnings"]
+        tool_summary["warnings"] = strata_warnings(plan) + context + tool_summary["warnings"]
         print(json.dumps(summary | tool_summary, indent=2))
         return 0
     table = Table(title=f"plan of {ar.metadata.name}", show_header=False)
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.draws:
         Console().print(strata_table(summary["strata"]))
     Console().print(design_table(design, ar.spec.attribution.confidence))
-    for line in strata_warnings(plan):
+    for line in strata_warnings(plan) + context:
         Console().print(line, highlight=False, markup=False, style="yellow")
     for line in report_lines(plan.programs):  # before any GPU time is spent (issue 28)
         Console().print(line, highlight=False, markup=False, style="yellow" if line.startswith("warning") else None)
