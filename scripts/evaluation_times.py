@@ -56,8 +56,21 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
         tools[name] = {"measured": len(runs), "ran": ran, "waited": waited,
                        "ranShare": round(ran["sum"] / total, 3) if total else None,
                        "waitedShare": round(waited["sum"] / total, 3) if total else None}
+        counted = [(int(r["passes"]), float(r["seconds"])) for r in runs if r.get("passes")]
+        if counted:
+            tools[name]["passes"] = spread([float(n) for n, _ in counted])
+            tools[name]["perPass"] = per_pass(counted)
     return {"evaluations": len(lines), "repeats": sum(bool(x.get("repeat")) for x in lines), "compiled": len(built),
             "wall": spread(list(walls)), "tools": tools}
+
+
+def per_pass(counted: list[tuple[int, float]]) -> dict[str, float] | None:
+    """The least-squares line seconds = start + perPass x passes over Nsight Compute's runs: whether its time is its
+    replay passes or its start (process, injection, inputs); None without two distinct pass counts (pure)."""
+    if len({n for n, _ in counted}) < 2:
+        return None
+    slope, intercept = np.polyfit([n for n, _ in counted], [t for _, t in counted], 1)
+    return {"start": round(float(intercept), 3), "perPass": round(float(slope), 4)}
 
 
 def render(s: dict[str, Any]) -> str:
@@ -70,6 +83,10 @@ def render(s: dict[str, Any]) -> str:
         share = "" if t["ranShare"] is None else (f" ({t['ranShare']:.0%} of the evaluations' wall running, "
                                                   f"{t['waitedShare']:.0%} waiting)")
         out.append(f"  {name}: {t['measured']} timed; ran {fmt(t['ran'])}; waited for a slot {fmt(t['waited'])}{share}")
+        if "passes" in t:
+            line = t["perPass"]
+            fit = "" if line is None else f"; fitted: {line['start']:.1f} s + {line['perPass']:.3f} s a pass"
+            out.append(f"    replay passes median {t['passes']['median']:.0f}, p90 {t['passes']['p90']:.0f}{fit}")
     return "\n".join(out)
 
 

@@ -493,6 +493,38 @@ def test_the_times_script_says_whether_evaluations_waited_for_the_queue_or_for_t
     assert nothing.returncode == 2 and "no evaluations' log" in nothing.stderr
 
 
+def test_nsight_computes_replay_passes_are_counted_and_fitted_against_its_seconds(tmp_path: Path) -> None:
+    """Whether ncu's seconds are its replay passes or its start decides how to make it cheaper (H200, 2026-12-02:
+    8.5 s a program, one at a time, the recordings' pace)."""
+    from cudanalyst.runner.kernels.feedback.profiler import replay_passes
+
+    out = ('==PROF== Connected to process 1 (/usr/bin/python3.12)\n'
+           '==PROF== Profiling "gemm" - 0: 0%....50%....100% - 19 passes\n'
+           '==PROF== Profiling "reduce_a(float *, float *)" - 1: 0%....50%....100% - 1 pass\n'
+           '==PROF== Profiling "throw_dart": 0%....50%....100% - 8 passes\n  gemm (64, 1, 1)x(256, 1, 1)\n')
+    assert replay_passes(out) == 28 and replay_passes("==PROF== Disconnected from process 1\n") is None
+    # Written only when measured: a trajectory from before writes back as it was.
+    assert "passes" not in T.ToolRun(status="ok").model_dump(by_alias=True)
+    assert T.ToolRun(status="ok", passes=9).model_dump(by_alias=True)["passes"] == 9
+
+    def line(seconds: float, passes: int | None) -> str:
+        ncu = {"status": "ok", "seconds": seconds, "waitedSeconds": 0.0} | ({"passes": passes} if passes else {})
+        return json.dumps({"task": "gemm", "sha256": "0" * 16, "seconds": seconds + 5, "compiled": True,
+                           "tools": {"nsight-compute": ncu}})
+
+    logs = tmp_path / "rec" / "openevolve" / "gemm" / "evaluations"
+    logs.mkdir(parents=True)
+    # 4 s to start, 0.25 s a pass; one run from before the passes were counted.
+    (logs / "pass-1-from-0.jsonl").write_text("\n".join(line(4 + 0.25 * n, n) for n in (8, 16, 24)) + "\n"
+                                              + line(30.0, None) + "\n")
+    res = _script("evaluation_times.py", str(tmp_path / "rec"), "--json", str(tmp_path / "t.json"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    ncu = json.loads((tmp_path / "t.json").read_text())["tools"]["nsight-compute"]
+    assert ncu["measured"] == 4 and ncu["passes"]["median"] == 16.0
+    assert ncu["perPass"] == {"start": 4.0, "perPass": 0.25}
+    assert "replay passes median 16, p90 22; fitted: 4.0 s + 0.250 s a pass" in res.stdout
+
+
 def test_the_share_script_counts_a_recording_against_the_targets(tmp_path: Path,
                                                                  recorded: list[FrozenProgram]) -> None:
     old = _script("tool_report_share.py", RECORDED, "--json", str(tmp_path / "old.json"), cwd=tmp_path)

@@ -58,12 +58,15 @@ class ToolRun(BaseModel):
                                   "launches (None: not measured, as in trajectories before 2026-12-01).")
     waited_seconds: float | None = Field(None, ge=0, description="Wall seconds its launches waited for a slot of "
                                          "the machine's GPU-tools queue (or backed off when no memory was free).")
+    passes: int | None = Field(None, ge=0, description="Nsight Compute: the replay passes it made, summed over the "
+                               "profiled kernels (None: not measured). Says whether its seconds are the passes or "
+                               "its start.")
 
     @model_serializer(mode="wrap")
     def _unmeasured_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Written only when measured, so a trajectory from before the seconds were kept writes back byte for byte.
         out = handler(self)
-        for key in ("seconds", "waited_seconds", "waitedSeconds"):
+        for key in ("seconds", "waited_seconds", "waitedSeconds", "passes"):
             if key in out and out[key] is None:
                 del out[key]
         return out

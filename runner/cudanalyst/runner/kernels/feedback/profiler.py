@@ -52,6 +52,15 @@ def timing_lines(program: dict[str, Any] | None, baseline: dict[str, Any] | None
     return out
 
 
+PASSES = re.compile(r"^==PROF== Profiling .* - (\d+) pass(?:es)?\s*$", re.MULTILINE)
+
+
+def replay_passes(text: str) -> int | None:
+    """The replay passes ncu reports making, summed over its kernels; None when it reported none (pure)."""
+    found = [int(n) for n in PASSES.findall(text)]
+    return sum(found) if found else None
+
+
 def clean_ncu_output(text: str) -> list[str]:
     """Nsight Compute's text without its progress lines, trailing blanks or doc links (pure)."""
     keep = []
@@ -99,7 +108,8 @@ def _ncu_report(task: Task, cubin: bytes, timeout_s: float,
             return False, [statement(NCU, "timeout")], ToolRun(status="failed", cause="timeout",
                                                                 detail=f"did not finish within {timeout_s:g} s")
         if code == 0 and "Section:" in text:
-            return True, [x for x in clean_ncu_output(text) if LAUNCHED not in x], ToolRun(status="ok")
+            return True, [x for x in clean_ncu_output(text) if LAUNCHED not in x], ToolRun(status="ok",
+                                                                                           passes=replay_passes(text))
         cause, line = ncu_failure(code, text)
         detail = "\n".join(clean_ncu_output(text))[-4000:]
         if cause == "tool-error" and LAUNCHED in text:
