@@ -113,9 +113,9 @@ def provenance(folder: Path, consoles: list[Path], fast_tolerance: float) -> dic
     totals = Counter()
     for row in by_state.values():
         totals.update(row)
-    model = (spec.get("spec") or spec).get("model", {}).get("model") if isinstance(spec, dict) else None
+    model = spec.get("spec", {}).get("model", {}).get("model")  # spec.json: {name, spec} (recording.prepare_store)
     return {
-        "recording": spec.get("metadata", {}).get("name") or folder.name,
+        "recording": spec.get("name") or folder.name,
         "spec": spec,
         "model": model_files(model or ""),
         "programs": len(trajectory.programs),

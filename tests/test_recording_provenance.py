@@ -30,7 +30,7 @@ def _program(pid: str, task: str, generation: int, metrics: dict[str, float]) ->
 def _recording(root: Path) -> Path:
     folder = root / "rec"
     (folder / "trajectory").mkdir(parents=True)
-    (folder / "spec.json").write_text(json.dumps({"metadata": {"name": "rec"}, "spec": {
+    (folder / "spec.json").write_text(json.dumps({"name": "rec", "spec": {  # as recording.prepare_store writes it
         "model": {"model": "qwen2.5-coder-1.5b-instruct"}, "tasks": ["gemm", "atax"], "iterations": 10}}))
     ok = {"compiled": 1, "contract": 1, "correct": 1}
     programs = [_program("b1", "gemm", 0, {"compiled": 0}),

@@ -10,8 +10,8 @@
 # recording stopped by SIGTERM takes up to pipeline.sh's 60 s kill-after to stop, then its folder is packed (H200,
 # 2026-12-02: with RUN_DEADLINE=575 and no margin the second lane was still stopping at the call's 600 s limit, and
 # its folder came back only from a follow-up call to the still-warm machine). So RUN_DEADLINE is the device call's
-# limit less a few seconds. Needs the
-# models prepared (a --prepare call) and, for the GPU tools' queue, CUDANALYST_GPU_TOOL_SLOTS as for one recording.
+# limit less a few seconds. Needs the models prepared (a --prepare call) and, for the GPU tools' queue,
+# CUDANALYST_GPU_TOOL_SLOTS as for one recording.
 # Recordings time their programs for the agent's fitness; side by side that timing is noisier, as it already is among
 # one recording's tasks; the study re-times every frozen program with the kernel stage. DRY_RUN=1 prints the lanes.
 set -uo pipefail
