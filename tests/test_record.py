@@ -317,3 +317,20 @@ def test_checkpoints_past_the_last_complete_one_are_dropped_before_resuming(tmp_
     shutil.rmtree(local)
     folder = download_checkpoint(store, 1, tmp_path / "resume")
     assert json.loads((folder / "programs" / "p1.json").read_text()) == {"id": "p1"}
+
+
+def test_the_store_takes_a_checkpoint_once_the_interval_has_passed_whatever_the_iteration_number(tmp_path: Path) -> None:
+    # OpenEvolve checkpoints only after an iteration that gave a program; with diff-based search most give none,
+    # so waiting for a multiple of the interval could wait for ever (8 of 16 tasks on the H200, 2026-12-02).
+    from cudanalyst.runner.record.evolve import checkpoint_due, openevolve_config
+
+    program_giving = [1, 3, 5, 7, 8, 13, 30]
+    stored, last = [], 0
+    for i in program_giving:
+        if checkpoint_due(i, last, 5, 30):
+            stored.append(i)
+            last = i
+    assert stored == [5, 13, 30]  # 5 past 0, then the first 5 past 5, then the last iteration whatever the gap
+    assert not checkpoint_due(29, 26, 5, 30) and checkpoint_due(30, 29, 5, 30)
+    config = openevolve_config(parse_recording(spec(tmp_path, iterations=30, checkpointInterval=5)), "conv2d", "http://h/v1", "m", False)
+    assert config["checkpoint_interval"] == 1  # OpenEvolve's every checkpoint reaches checkpoint_due

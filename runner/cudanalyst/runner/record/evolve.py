@@ -2,7 +2,8 @@
 
 `python -m cudanalyst.runner.record.evolve --recording FILE --task NAME --endpoint URL --served-model NAME`
 is started by `cudanalyst record` once per task. OpenEvolve starts from the task's baseline kernel and
-writes a checkpoint every `checkpointInterval` iterations; each one is copied to
+writes a checkpoint after each iteration that gave a program; the first at least `checkpointInterval` iterations past
+the last copied one (`checkpoint_due`) is copied to
 `<output>/<name>/openevolve/<task>/checkpoints/checkpoint_N/` and then `progress/<task>.json` names it, so
 the store's progress object always points at a complete checkpoint. A later start resumes from that one
 (checkpoints past it, half-copied by a killed process, are removed first).
@@ -58,7 +59,12 @@ def openevolve_config(rec: TrajectoryRecording, task: str, endpoint: str, served
     search = spec.search
     return {
         "max_iterations": spec.iterations,
-        "checkpoint_interval": spec.checkpoint_interval,
+        # OpenEvolve checkpoints only at an iteration that gave a program, and only when its number is a multiple
+        # of the interval: with diff-based search most iterations give none (a diff that does not apply), and on
+        # the H200 (2026-12-02) 8 of 16 tasks had no checkpoint after three calls. So it checkpoints after every
+        # such iteration, and the store takes one once spec.checkpointInterval iterations have passed
+        # (checkpoint_due).
+        "checkpoint_interval": 1,
         "random_seed": spec.seed,
         "language": "cuda",
         "file_suffix": ".cu",
@@ -98,6 +104,11 @@ def openevolve_config(rec: TrajectoryRecording, task: str, endpoint: str, served
             "evaluator_args": {"task": task, "evaluation": spec.evaluation.model_dump(), "gpu": gpu},
         },
     }
+
+
+def checkpoint_due(iteration: int, last: int, interval: int, total: int) -> bool:
+    """Whether OpenEvolve's checkpoint at `iteration` goes to the store, the last one there being at `last`."""
+    return iteration >= total or iteration - last >= interval
 
 
 def upload_checkpoint(local: Path, store: ObjectStore, number: int) -> int:
@@ -262,6 +273,8 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
 
     def save_and_upload(iteration: int) -> None:
         save(iteration)
+        if not checkpoint_due(iteration, last["n"], rec.spec.checkpoint_interval, total):
+            return
         programs = upload_checkpoint(workdir / "out" / "checkpoints", store, iteration)
         if settings is not None and (workdir / GATING_LOG).exists():
             store.put_bytes(GATING_LOG, (workdir / GATING_LOG).read_bytes())
