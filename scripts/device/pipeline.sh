@@ -14,7 +14,7 @@
 # is for a background job of a script: scripts/device/lanes.sh; the bench with SIGINT), so what they finished still comes back (the bench's JSON is rewritten after each
 # side). The bench's JSON is also kept in /tmp; the next bench call on the same machine prints its ratios
 # against it (--against), so two calls of 1 and 2 GPUs still give their ratio. The run (or recording) folder comes
-# back as $OUT/run-NAME.tgz; put it in .device/runs/ (or commit it to docs/results/DIR/recordings/, for a later session)
+# back as $OUT/run-NAME.tgz; put it in .device/runs/ (or commit it to docs/results/DIR/recordings/NAME.tar.xz, for a later session)
 # and a later machine resumes it instead of starting again.
 set -uo pipefail
 spec="${1:-examples/h200-pipeline.yaml}"
@@ -47,15 +47,9 @@ name=$($py -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['metadat
 if [ "${2:-}" != "--bench-only" ]; then
   step "the pipeline: cudanalyst $command $spec"
   # A run folder an earlier machine brought back ($OUT/run-NAME.tgz) resumes here, unless this warm machine still
-  # has its own, newer copy: from .device/runs/ (this session's copy), else from a results folder where an earlier
-  # session committed it (docs/results/*/recordings/; ignored folders do not outlive a session's machine).
-  if [ ! -d "/tmp/runs/$name" ]; then
-    for saved in ".device/runs/run-$name.tgz" $(ls -r docs/results/*/recordings/"run-$name.tgz" 2>/dev/null); do
-      [ -s "$saved" ] || continue
-      mkdir -p /tmp/runs && tar xzf "$saved" -C /tmp/runs && echo "resuming $name from $saved"
-      break
-    done
-  fi
+  # has its own, newer copy: from .device/runs/ (this session's copy), else from docs/results/*/recordings/NAME.tar.xz,
+  # where an earlier session committed it (scripts/recording_archive.py: ignored folders do not outlive a session).
+  $py scripts/recording_archive.py restore "$name" /tmp/runs || exit 2
   t0=$SECONDS
   timeout --signal=TERM --kill-after=60 "${RUN_TIMEOUT:-0}" $py -m cudanalyst "$command" "$spec" --output /tmp/runs 2>&1 | tee "$out/pipeline.log"
   rc=${PIPESTATUS[0]}

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""A recording's folder kept in git between sessions, and brought back on the next GPU machine.
+
+Ignored folders (.device/runs/) do not outlive a session's machine: two sessions of recordings were lost with
+them. So a recording in progress is committed under docs/results/<study>/recordings/NAME.tar.xz, and the next
+session's first call resumes it. xz, because its window takes out what the checkpoints repeat (every checkpoint
+holds every program so far): the 2026-12-02 recording at 347 of 480 iterations was 3.95 MB as the device's .tgz
+and 0.18 MB as .tar.xz. Standard library only: `restore` runs on the GPU machine, which may have no xz.
+
+    python3 scripts/recording_archive.py keep .device/runs/run-NAME.tgz docs/results/study-2026-12-02/recordings
+        -> docs/results/study-2026-12-02/recordings/NAME.tar.xz (members sorted, so the same folder packs the same)
+    python3 scripts/recording_archive.py restore NAME /tmp/runs [--root DIR]
+        -> /tmp/runs/NAME from DIR/.device/runs/run-NAME.tgz (this session's copy) or else the newest
+           DIR/docs/results/*/recordings/NAME.tar.xz; nothing to restore is not an error (a first pass)
+
+Exit 2 on bad input: an archive that is not a tar, or holds anything but one folder NAME/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import lzma
+import sys
+import tarfile
+from pathlib import Path
+
+
+class ArchiveError(ValueError):
+    pass
+
+
+def folder_name(tar: tarfile.TarFile, where: str) -> str:
+    """The one top folder every member lies in."""
+    tops = {m.name.lstrip("./").split("/", 1)[0] for m in tar.getmembers() if m.name.lstrip("./")}
+    if len(tops) != 1:
+        raise ArchiveError(f"{where}: holds {len(tops)} top-level entries ({', '.join(sorted(tops)[:3])}), not one folder")
+    return tops.pop()
+
+
+def keep(source: Path, dest_dir: Path) -> Path:
+    """Repack a device run-NAME.tgz as dest_dir/NAME.tar.xz; returns its path."""
+    try:
+        with tarfile.open(source) as tar:
+            name = folder_name(tar, str(source))
+            members = sorted(tar.getmembers(), key=lambda m: m.name.lstrip("./"))
+            dest_dir.mkdir(parents=True, exist_ok=True)
+            dest = dest_dir / f"{name}.tar.xz"
+            partial = dest.with_name(dest.name + ".partial")
+            with tarfile.open(partial, "w:xz", preset=9 | lzma.PRESET_EXTREME) as out:
+                for m in members:
+                    out.addfile(m, tar.extractfile(m) if m.isfile() else None)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ArchiveError(f"{source}: not a readable tar archive ({exc})") from None
+    partial.replace(dest)  # a kept archive is whole or absent
+    return dest
+
+
+def saved_copies(name: str, root: Path) -> list[Path]:
+    """Where a recording may be, first choice first: this session's device copy, then the newest committed one."""
+    committed = sorted(root.glob(f"docs/results/*/recordings/{name}.tar.xz"), reverse=True)
+    return [p for p in [root / ".device" / "runs" / f"run-{name}.tgz", *committed] if p.is_file() and p.stat().st_size]
+
+
+def restore(name: str, dest: Path, root: Path) -> Path | None:
+    """Unpack the first saved copy of `name` into dest/; None when there is none (or dest/NAME exists already)."""
+    if (dest / name).exists():
+        return None  # this warm machine's own copy is newer than anything saved
+    for saved in saved_copies(name, root):
+        try:
+            with tarfile.open(saved) as tar:
+                found = folder_name(tar, str(saved))
+                if found != name:
+                    raise ArchiveError(f"{saved}: holds the folder {found}, not {name}")
+                dest.mkdir(parents=True, exist_ok=True)
+                tar.extractall(dest, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise ArchiveError(f"{saved}: not a readable tar archive ({exc})") from None
+        return saved
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="recording_archive.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    k = sub.add_parser("keep", help="repack a device run-NAME.tgz as DIR/NAME.tar.xz")
+    k.add_argument("source", type=Path)
+    k.add_argument("dest_dir", type=Path)
+    r = sub.add_parser("restore", help="unpack the saved copy of NAME into DEST")
+    r.add_argument("name")
+    r.add_argument("dest", type=Path)
+    r.add_argument("--root", type=Path, default=Path("."), help="the checkout (default: here)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "keep":
+            print(f"kept {keep(args.source, args.dest_dir)}")
+        else:
+            saved = restore(args.name, args.dest, args.root)
+            print(f"resuming {args.name} from {saved}" if saved else f"{args.name}: no saved copy restored")
+    except ArchiveError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

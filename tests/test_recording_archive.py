@@ -1,0 +1,97 @@
+"""scripts/recording_archive.py: a recording in progress kept in git as NAME.tar.xz, and restored on the next
+machine (ignored folders did not outlive a session: two sessions of recordings were lost with .device/runs/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "recording_archive.py"
+
+
+def archive(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def device_tgz(tmp_path: Path, name: str, marker: str) -> Path:
+    """A recording folder as the device brings it back: run-NAME.tgz holding NAME/ with repeated checkpoints."""
+    src = tmp_path / f"src-{marker}"
+    program = ("__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n" * 200) + marker
+    for n in (2, 4, 6):
+        folder = src / name / "openevolve" / "gemm" / "checkpoints" / f"checkpoint_{n}" / "programs"
+        folder.mkdir(parents=True)
+        for p in range(n):
+            (folder / f"p{p}.json").write_text(program + str(p))
+    (src / name / "spec.json").write_text(json.dumps({"name": name}))
+    tgz = tmp_path / f"run-{name}-{marker}.tgz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(src / name, arcname=name)
+    return tgz
+
+
+def files(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_kept_recording_is_restored_whole_on_the_next_machine(tmp_path: Path) -> None:
+    root = tmp_path / "checkout"
+    kept = root / "docs" / "results" / "study-x" / "recordings"
+    tgz = device_tgz(tmp_path, "rec-a", "one")
+    done = archive(["keep", str(tgz), str(kept)])
+    assert done.returncode == 0, done.stderr
+    xz = kept / "rec-a.tar.xz"
+    assert xz.is_file() and not list(kept.glob("*.partial"))
+    assert xz.stat().st_size < tgz.stat().st_size  # the repeated checkpoints cost xz next to nothing
+    first = xz.read_bytes()
+    assert archive(["keep", str(tgz), str(kept)]).returncode == 0 and xz.read_bytes() == first  # reproducible
+
+    restored = archive(["restore", "rec-a", str(tmp_path / "runs"), "--root", str(root)])
+    assert restored.returncode == 0 and "resuming rec-a from" in restored.stdout and "rec-a.tar.xz" in restored.stdout
+    with tarfile.open(tgz) as tar:
+        tar.extractall(tmp_path / "expected", filter="data")
+    assert files(tmp_path / "runs" / "rec-a") == files(tmp_path / "expected" / "rec-a")
+
+
+def test_this_sessions_copy_wins_and_a_warm_machines_own_folder_is_left_alone(tmp_path: Path) -> None:
+    root = tmp_path / "checkout"
+    assert archive(["keep", str(device_tgz(tmp_path, "rec-b", "committed")),
+                    str(root / "docs" / "results" / "s" / "recordings")]).returncode == 0
+    (root / ".device" / "runs").mkdir(parents=True)
+    device_tgz(tmp_path, "rec-b", "newer").rename(root / ".device" / "runs" / "run-rec-b.tgz")
+    runs = tmp_path / "runs"
+    out = archive(["restore", "rec-b", str(runs), "--root", str(root)])
+    assert out.returncode == 0 and "run-rec-b.tgz" in out.stdout
+    assert (runs / "rec-b" / "openevolve/gemm/checkpoints/checkpoint_6/programs/p0.json").read_text().endswith("newer0")
+    (runs / "rec-b" / "spec.json").write_text("the warm machine's own")
+    again = archive(["restore", "rec-b", str(runs), "--root", str(root)])
+    assert again.returncode == 0 and "no saved copy restored" in again.stdout
+    assert (runs / "rec-b" / "spec.json").read_text() == "the warm machine's own"
+    nothing = archive(["restore", "rec-c", str(tmp_path / "empty"), "--root", str(root)])
+    assert nothing.returncode == 0 and not (tmp_path / "empty").exists()  # a first pass: nothing saved yet
+
+
+def test_an_archive_that_is_not_one_recording_folder_is_refused_with_exit_2_and_nothing_written(tmp_path: Path) -> None:
+    two = tmp_path / "run-two.tgz"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x").write_text("x")
+    (tmp_path / "b" / "y").write_text("y")
+    with tarfile.open(two, "w:gz") as tar:
+        tar.add(tmp_path / "a", arcname="a")
+        tar.add(tmp_path / "b", arcname="b")
+    kept = tmp_path / "kept"
+    out = archive(["keep", str(two), str(kept)])
+    assert out.returncode == 2 and "run-two.tgz" in out.stderr and "not one folder" in out.stderr
+    assert not kept.exists() or not any(kept.iterdir())
+    junk = tmp_path / "run-junk.tgz"
+    junk.write_text("not a tar")
+    bad = archive(["keep", str(junk), str(kept)])
+    assert bad.returncode == 2 and "run-junk.tgz" in bad.stderr and "not a readable tar" in bad.stderr
+    root = tmp_path / "checkout"
+    (root / "docs" / "results" / "s" / "recordings").mkdir(parents=True)
+    (root / "docs" / "results" / "s" / "recordings" / "rec-d.tar.xz").write_text("torn")
+    torn = archive(["restore", "rec-d", str(tmp_path / "runs"), "--root", str(root)])
+    assert torn.returncode == 2 and "rec-d.tar.xz" in torn.stderr
