@@ -45,6 +45,17 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"json": json.loads((out / "study.json").read_text()), "readme": (out / "README.md").read_text()}
 
 
+def close(mine: object, theirs: object) -> bool:
+    """Equal, floats to 1e-12, through nested lists and dicts."""
+    if isinstance(mine, float) or isinstance(theirs, float):
+        return isinstance(mine, (int, float)) and isinstance(theirs, (int, float)) and abs(mine - theirs) <= 1e-12
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        return mine.keys() == theirs.keys() and all(close(mine[k], theirs[k]) for k in mine)
+    if isinstance(mine, list) and isinstance(theirs, list):
+        return len(mine) == len(theirs) and all(close(a, b) for a, b in zip(mine, theirs, strict=True))
+    return mine == theirs
+
+
 def published() -> dict:
     return json.loads((PAGE / "study.json").read_text())
 
@@ -86,7 +97,9 @@ def test_finding_2_and_the_arms_are_what_the_shipped_outcomes_give(rebuilt: dict
     assert len(table) == 72
     # fast per generation: 16 programs, 2 to 5 of them with any fast sample (the published page's widened games).
     assert set(narrower) == {("fast", 0), ("fast", 10), ("fast", 20)} and len(narrower) == 18
-    assert rebuilt["json"]["arms"] == published()["arms"]
+    # To 1e-12, as the tables above: a fresh machine's numpy and scipy gave the same arms but for the last bit of two
+    # interval ends (0.1170086974574936 against 0.11700869745749355, 2026-12-02).
+    assert close(rebuilt["json"]["arms"], published()["arms"])
 
 
 def test_the_published_pages_interval_cells_are_the_rebuilt_numbers(rebuilt: dict) -> None:
