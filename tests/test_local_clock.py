@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cudanalyst.runner.llm import timeline
 from cudanalyst.runner.llm.server_metrics import parse, summarize
 from cudanalyst.runner.local.clock import WallClock, process_started
@@ -93,3 +95,17 @@ def test_the_servers_own_figures() -> None:
     assert summary["runningMax"] == 12.0 and round(summary["waitingShare"], 2) == 0.33
     assert summarize([(0.0, {"a": later})]) == {}  # one sample says nothing of a rate
     json.dumps(summary)  # goes into --timings as it is
+
+
+def test_marks_never_go_back_when_the_system_clock_steps_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    clock = WallClock()
+    clock.mark("kernelsOver")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 5.0)  # the system clock stepped back 5 s
+    clock.mark("report")
+    clock.mark("reportOver")
+    clock.mark("end")
+    assert clock.marks["kernelsOver"] <= clock.marks["report"] <= clock.marks["reportOver"] <= clock.marks["end"]
+    assert abs(clock.marks["end"] - real()) < 1.0  # still epoch seconds, comparable with other processes' marks

@@ -44,9 +44,18 @@ class WallClock:
     llm: dict[str, Any] = field(default_factory=dict)  # timeline.merge(): lastPlan, tokens, in-flight figures
     server: dict[str, Any] = field(default_factory=dict)  # server_metrics.ServerMeter.summary()
     notes: list[str] = field(default_factory=list)  # e.g. where the model server's compiled artefacts came from
+    _epoch: float = field(default_factory=time.time, repr=False)
+    _monotonic: float = field(default_factory=time.monotonic, repr=False)
 
     def mark(self, name: str, at: float | None = None) -> None:
-        self.marks[name] = time.time() if at is None else at
+        self.marks[name] = self.now() if at is None else at
+
+    def now(self) -> float:
+        """Epoch seconds that never go back: the monotonic clock, anchored to the epoch when this clock was made.
+        In one test run (2026-12-02) the spans summed to 0.34 s more than the wall, which marks taken in order can
+        only do when the system clock stepped back between two of them. The other processes' marks (the LLM
+        timelines) stay epoch seconds."""
+        return self._epoch + (time.monotonic() - self._monotonic)
 
     def spans(self) -> list[tuple[str, str, float]]:
         """(key, label, seconds) of each phase the marks cover, in order."""
