@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import recording_archive  # noqa: E402
 
 
 def read_lines(root: Path) -> list[dict[str, Any]]:
@@ -98,12 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     where = Path(args.recording)
     with tempfile.TemporaryDirectory() as scratch:
         root = where
-        if where.is_file() and where.name.endswith((".tgz", ".tar.gz")):
-            with tarfile.open(where) as tar:
-                tar.extractall(scratch, filter="data")
-            root = Path(scratch)
+        if recording_archive.is_archive(where):
+            try:
+                root = recording_archive.unpack(where, Path(scratch))
+            except recording_archive.ArchiveError as exc:
+                print(f"evaluation_times: {exc}", file=sys.stderr)
+                return 2
         elif not where.is_dir():
-            print(f"evaluation_times: {where}: not a recording folder or a .tgz", file=sys.stderr)
+            print(f"evaluation_times: {where}: not a recording folder or its archive "
+                  f"({', '.join(recording_archive.SUFFIXES)})", file=sys.stderr)
             return 2
         lines = read_lines(root)
     if not lines:

@@ -24,9 +24,27 @@ import sys
 import tarfile
 from pathlib import Path
 
+# What the scripts that read a recording take as its archive: the device's .tgz and the kept .tar.xz.
+SUFFIXES = (".tgz", ".tar.gz", ".tar.xz")
+
 
 class ArchiveError(ValueError):
     pass
+
+
+def is_archive(path: Path) -> bool:
+    return path.is_file() and path.name.endswith(SUFFIXES)
+
+
+def unpack(path: Path, scratch: Path) -> Path:
+    """A recording's archive unpacked into `scratch` (returned); for the scripts that read one
+    (evaluation_times, tool_report_share, recording_provenance)."""
+    try:
+        with tarfile.open(path) as tar:
+            tar.extractall(scratch, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ArchiveError(f"{path}: not a readable tar archive ({exc})") from None
+    return scratch
 
 
 def folder_name(tar: tarfile.TarFile, where: str) -> str:

@@ -18,7 +18,6 @@ import argparse
 import json
 import re
 import sys
-import tarfile
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import evaluation_times  # noqa: E402
+import recording_archive  # noqa: E402
 import tool_report_share  # noqa: E402
 
 WALL = re.compile(r"pipeline wall time (\d+) s, exit (\d+)")
@@ -40,12 +40,11 @@ class InputError(ValueError):
 
 def recording_folder(where: Path, scratch: Path) -> Path:
     """The recording's folder (the one holding spec.json), unpacking a .tgz into `scratch`."""
-    if where.is_file() and where.name.endswith((".tgz", ".tar.gz")):
+    if recording_archive.is_archive(where):
         try:
-            with tarfile.open(where) as tar:
-                tar.extractall(scratch, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise InputError(f"{where}: not a readable .tgz ({exc})") from exc
+            recording_archive.unpack(where, scratch)
+        except recording_archive.ArchiveError as exc:
+            raise InputError(str(exc)) from None
         found = sorted(p.parent for p in scratch.rglob("spec.json"))
         if not found:
             raise InputError(f"{where}: no recording inside (no spec.json)")

@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import recording_archive  # noqa: E402
 
 TARGET = 0.95
 
@@ -33,9 +35,8 @@ def trajectory_uri(where: str, scratch: Path) -> str:
     if where.startswith("builtin://"):
         return where
     path = Path(where)
-    if path.is_file() and path.name.endswith((".tgz", ".tar.gz")):
-        with tarfile.open(path) as tar:
-            tar.extractall(scratch, filter="data")
+    if recording_archive.is_archive(path):
+        recording_archive.unpack(path, scratch)
         found = sorted(p.parent for p in scratch.rglob("programs.jsonl*") if p.parent.name == "trajectory")
         if not found:
             raise ValueError(f"{where}: no trajectory/programs.jsonl inside (was the recording imported?)")
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cudanalyst-shares-") as scratch:
         try:
             trajectory = load_trajectory(trajectory_uri(args.recording, Path(scratch)))
-        except (ValueError, OSError, TrajectoryError, tarfile.TarError) as exc:
+        except (ValueError, OSError, TrajectoryError) as exc:  # ArchiveError is a ValueError
             print(f"tool_report_share: {exc}", file=sys.stderr)
             return 2
     result = shares(trajectory.programs, args.target)

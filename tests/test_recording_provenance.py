@@ -85,6 +85,13 @@ def test_the_provenance_reads_states_tools_and_device_time_from_the_recording(tm
     res = _run(str(folder), "--out", str(tmp_path / "strict"), "--fast-tolerance", "0.01", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert json.loads((tmp_path / "strict" / "provenance.json").read_text())["states"]["total"]["fast"] == 2
+    # The archive kept in git between sessions (scripts/recording_archive.py keep) reads as the device's .tgz.
+    kept = subprocess.run([sys.executable, str(ROOT / "scripts" / "recording_archive.py"), "keep",
+                           str(tmp_path / "run-rec.tgz"), str(tmp_path / "kept")], capture_output=True, text=True)
+    assert kept.returncode == 0, kept.stderr
+    res = _run(str(tmp_path / "kept" / "rec.tar.xz"), "--out", str(tmp_path / "from-xz"), *calls, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "from-xz" / "provenance.json").read_text()) == p
 
 
 def test_bad_input_is_named_with_exit_2_and_nothing_written(tmp_path: Path) -> None:
