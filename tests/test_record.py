@@ -121,12 +121,30 @@ def test_a_folder_of_another_recording_is_refused(tmp_path: Path) -> None:
     from cudanalyst.recording import RecordInputError, prepare_store
 
     prepare_store(parse_recording(spec(tmp_path)))
-    with pytest.raises(RecordInputError, match=r"another spec \(differs in spec.iterations\)"):
-        prepare_store(parse_recording(spec(tmp_path, iterations=3)))
+    with pytest.raises(RecordInputError, match=r"another spec \(differs in spec.seed\)"):
+        prepare_store(parse_recording(spec(tmp_path, seed=7)))
+    with pytest.raises(RecordInputError, match=r"another spec \(differs in spec.maxTokens, spec.seed\)"):
+        prepare_store(parse_recording(spec(tmp_path, seed=7, maxTokens=99, iterations=5)))
     # resources may change between passes (a pod's size is not what is recorded), and so may how often it
     # checkpoints (the resume granularity)
     prepare_store(parse_recording(spec(tmp_path, resources={"gpusPerShard": 0})))
     prepare_store(parse_recording(spec(tmp_path, checkpointInterval=2)))
+
+
+def test_iterations_may_be_raised_and_the_folder_resumes_but_not_lowered(tmp_path: Path) -> None:
+    from cudanalyst.recording import RecordInputError, prepare_store, progress_key, unfinished_tasks
+
+    store = prepare_store(parse_recording(spec(tmp_path, iterations=2)))
+    store.put_json(progress_key("conv2d"), {"task": "conv2d", "checkpoint": 2, "iterations": 2})
+    assert unfinished_tasks(parse_recording(spec(tmp_path, iterations=2))) == []
+    more = parse_recording(spec(tmp_path, iterations=5))
+    prepare_store(more)
+    assert unfinished_tasks(more) == ["conv2d"]  # the task evolves on from its checkpoint at 2
+    saved = json.loads((tmp_path / "out" / "rec" / "spec.json").read_text())
+    assert saved["spec"]["iterations"] == 5 and saved["iterationsBefore"] == [2]
+    with pytest.raises(RecordInputError, match=r"spec.iterations: 3 is fewer than the 5 .* not lowered"):
+        prepare_store(parse_recording(spec(tmp_path, iterations=3)))
+    assert json.loads((tmp_path / "out" / "rec" / "spec.json").read_text()) == saved  # nothing written
 
 
 @needs_nvcc

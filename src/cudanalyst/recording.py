@@ -148,11 +148,24 @@ def prepare_store(rec: TrajectoryRecording) -> ObjectStore:
         if previous is not None:
             theirs = previous.get("spec", {})
             theirs = {k: v for k, v in theirs.items() if k not in CHANGEABLE.values()}
-            if theirs != ours:
-                changed = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+            # `iterations` may be raised: every task resumes from its last checkpoint and evolves on, as one longer
+            # recording would have (the prompts do not depend on the total). Lowered, it would leave checkpoints
+            # past the total that no spec describes.
+            before = theirs.get("iterations")
+            if isinstance(before, int) and rec.spec.iterations < before:
+                raise RecordInputError(
+                    f"spec.iterations: {rec.spec.iterations} is fewer than the {before} that {store.uri} was recorded "
+                    "with; iterations may be raised (the folder resumes), not lowered")
+            compared = {**theirs, "iterations": rec.spec.iterations} if isinstance(before, int) else theirs
+            if compared != ours:
+                changed = sorted(k for k in set(ours) | set(compared) if ours.get(k) != compared.get(k))
                 raise RecordInputError(
                     f"{store.uri} holds a recording of another spec (differs in spec.{', spec.'.join(changed)}); "
                     "use another metadata.name or output.uri, or remove that folder")
+            if before != rec.spec.iterations:
+                store.put_json("spec.json", {**previous, "spec": {**previous.get("spec", {}),
+                                                                  "iterations": rec.spec.iterations},
+                                             "iterationsBefore": [*previous.get("iterationsBefore", []), before]})
         else:
             store.put_json("spec.json", {"name": rec.name, "spec": ours})
     except StoreError as exc:
