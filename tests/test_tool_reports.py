@@ -759,3 +759,36 @@ def test_the_h200_recording_covers_the_new_families_with_the_15b_coder() -> None
             get_task(task)
     except UnknownTaskError as exc:
         pytest.skip(f"the new tasks are not in this checkout yet (issue 28 part 3, the tasks branch): {exc}")
+
+
+def test_a_programs_tools_report_side_by_side_in_the_registrys_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One after the other, an evaluation queued for Nsight Compute only once compute-sanitizer was done.
+    import threading
+    import time
+
+    from cudanalyst import players
+    from cudanalyst.runner.kernels.feedback import reports
+
+    barrier = threading.Barrier(len(players.TOOLS), timeout=10)  # passes only when every tool runs at once
+
+    def tool(name: str):
+        def run(facts: object) -> str:
+            barrier.wait()
+            time.sleep(0.01 * (len(players.TOOLS) - players.TOOLS.index(next(t for t in players.TOOLS
+                                                                            if t.name == name))))
+            return f"{name} on {facts}"
+        return run
+
+    monkeypatch.setattr(reports, "reporter", lambda t: tool(t.name))
+    got = reports.all_reports("p")  # type: ignore[arg-type]
+    assert list(got) == [t.name for t in players.TOOLS]  # the registry's order, whichever finished first
+    assert got == {t.name: f"{t.name} on p" for t in players.TOOLS}
+
+    def failing(t: players.FeedbackTool):
+        def run(facts: object) -> str:
+            raise RuntimeError(f"{t.name} broke")
+        return run if t.name == players.TOOLS[-1].name else (lambda facts: "fine")
+
+    monkeypatch.setattr(reports, "reporter", failing)
+    with pytest.raises(RuntimeError, match=f"{players.TOOLS[-1].name} broke"):
+        reports.all_reports("p")  # type: ignore[arg-type]

@@ -21,8 +21,7 @@ from typing import Any
 
 from openevolve.evaluation_result import EvaluationResult
 
-from cudanalyst import players
-from cudanalyst.runner.kernels.feedback.reports import program_facts, reporter
+from cudanalyst.runner.kernels.feedback.reports import all_reports, program_facts
 from cudanalyst.runner.kernels.timing.trials import speedup
 from cudanalyst.runner.kernels.workers.requests import EvalSettings
 from cudanalyst.runner.record import gate
@@ -103,7 +102,7 @@ def _evaluate(source: str, task: str, evaluation: dict[str, Any] | None, gpu: bo
     cfg = EvalSettings.of(evaluation)
     spec = get_task(task)
     facts = program_facts(spec, source, cfg, gpu=gpu, pool=_gpu_pool() if gpu else None)
-    reports = {t.name: reporter(t)(facts) for t in players.TOOLS}
+    reports = all_reports(facts)
     tools = {name: facts.tools.get(name, ToolRun(status="not-run")).model_dump(by_alias=True, mode="json",
                                                                                 exclude={"detail"})
              for name in TOOL_NAMES}
