@@ -13,6 +13,11 @@ and 0.18 MB as .tar.xz. Standard library only: `restore` runs on the GPU machine
         -> /tmp/runs/NAME from DIR/.device/runs/run-NAME.tgz (this session's copy) or else the newest
            DIR/docs/results/*/recordings/NAME.tar.xz; nothing to restore is not an error (a first pass)
 
+    python3 scripts/recording_archive.py snapshot NAME /tmp/runs $OUT/run-NAME.tgz
+        -> a .tgz of /tmp/runs/NAME while the recording still writes to it (scripts/device/detached.sh): its
+           progress/ first, so every checkpoint the snapshot's progress names was whole before the checkpoints
+           were read; files that vanish while it reads (a store's temporary files) are passed over
+
 Exit 2 on bad input: an archive that is not a tar, or holds anything but one folder NAME/.
 """
 
@@ -97,6 +102,30 @@ def restore(name: str, dest: Path, root: Path) -> Path | None:
     return None
 
 
+def snapshot(name: str, runs: Path, dest: Path) -> int:
+    """A .tgz of runs/NAME as it is now, progress first; returns the files it holds."""
+    folder = runs / name
+    if not (folder / "spec.json").is_file():
+        raise ArchiveError(f"{folder}: not a recording's folder (no spec.json)")
+    # The store writes a checkpoint whole, then the progress that names it: read in the other order, a snapshot's
+    # progress could name a checkpoint it holds only half of.
+    first = [folder / "spec.json", *sorted((folder / "progress").rglob("*"))]
+    rest = sorted(p for p in folder.rglob("*") if p not in set(first))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    count = 0
+    with tarfile.open(partial, "w:gz", compresslevel=6) as out:
+        for path in first + rest:
+            try:
+                if path.is_file():
+                    out.add(path, arcname=path.relative_to(runs).as_posix(), recursive=False)
+                    count += 1
+            except FileNotFoundError:  # replaced or removed while we read: the next snapshot has it
+                continue
+    partial.replace(dest)
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="recording_archive.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -107,10 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("name")
     r.add_argument("dest", type=Path)
     r.add_argument("--root", type=Path, default=Path("."), help="the checkout (default: here)")
+    n = sub.add_parser("snapshot", help="a .tgz of RUNS/NAME while the recording still writes to it")
+    n.add_argument("name")
+    n.add_argument("runs", type=Path)
+    n.add_argument("dest", type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "keep":
             print(f"kept {keep(args.source, args.dest_dir)}")
+        elif args.command == "snapshot":
+            print(f"snapshot of {args.name}: {snapshot(args.name, args.runs, args.dest)} files in {args.dest}")
         else:
             saved = restore(args.name, args.dest, args.root)
             print(f"resuming {args.name} from {saved}" if saved else f"{args.name}: no saved copy restored")

@@ -95,3 +95,38 @@ def test_an_archive_that_is_not_one_recording_folder_is_refused_with_exit_2_and_
     (root / "docs" / "results" / "s" / "recordings" / "rec-d.tar.xz").write_text("torn")
     torn = archive(["restore", "rec-d", str(tmp_path / "runs"), "--root", str(root)])
     assert torn.returncode == 2 and "rec-d.tar.xz" in torn.stderr
+
+
+def test_a_snapshot_of_a_live_recording_reads_its_progress_first_and_passes_over_vanished_files(
+        tmp_path: Path, monkeypatch) -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    import recording_archive
+
+    runs = tmp_path / "runs"
+    folder = runs / "rec-e"
+    for rel in ("spec.json", "progress/gemm.json", "openevolve/gemm/checkpoints/checkpoint_2/metadata.json",
+                "openevolve/gemm/checkpoints/checkpoint_2/programs/p.json", "openevolve/gemm/.tmp-vanishing"):
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(rel)
+    real_add = tarfile.TarFile.add
+
+    def add(self, name, arcname=None, recursive=True, **kw):  # the store's temporary file is renamed meanwhile
+        if str(name).endswith(".tmp-vanishing"):
+            raise FileNotFoundError(name)
+        return real_add(self, name, arcname=arcname, recursive=recursive, **kw)
+
+    monkeypatch.setattr(tarfile.TarFile, "add", add)
+    dest = tmp_path / "out" / "run-rec-e.tgz"
+    assert recording_archive.snapshot("rec-e", runs, dest) == 4
+    with tarfile.open(dest) as tar:
+        names = tar.getnames()
+    assert names[:2] == ["rec-e/spec.json", "rec-e/progress/gemm.json"]  # before any checkpoint is read
+    assert "rec-e/openevolve/gemm/.tmp-vanishing" not in names and not list(dest.parent.glob("*.partial"))
+    monkeypatch.undo()
+    root = tmp_path / "checkout"
+    (root / ".device" / "runs").mkdir(parents=True)
+    dest.rename(root / ".device" / "runs" / "run-rec-e.tgz")
+    out = archive(["restore", "rec-e", str(tmp_path / "again"), "--root", str(root)])
+    assert out.returncode == 0 and (tmp_path / "again" / "rec-e" / "progress" / "gemm.json").is_file()
+    bad = archive(["snapshot", "rec-none", str(runs), str(tmp_path / "x.tgz")])
+    assert bad.returncode == 2 and "rec-none" in bad.stderr and not (tmp_path / "x.tgz").exists()

@@ -1,0 +1,142 @@
+"""scripts/device/detached.sh: a job that outlives the device call that started it (a new session), stopped the way
+scripts/device/pipeline.sh needs: SIGTERM through its `timeout`, so that the script still packs the folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device" / "detached.sh"
+
+
+def detached(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "DETACHED_DIR": str(tmp_path)})
+
+
+def test_a_job_outlives_the_call_that_started_it_and_leaves_its_exit_status(tmp_path: Path) -> None:
+    marker = tmp_path / "finished"
+    # The call: a process group of its own, killed whole once it returns, as the device tool does.
+    call = subprocess.Popen(["bash", "-c", f"bash {SCRIPT} start job 'sleep 2; touch {marker}; echo done; exit 7'"],
+                            env={**os.environ, "DETACHED_DIR": str(tmp_path)}, start_new_session=True,
+                            stdout=subprocess.PIPE, text=True)
+    out, _ = call.communicate(timeout=30)
+    assert call.returncode == 0 and "job started" in out
+    os.killpg(call.pid, signal.SIGKILL) if _group_alive(call.pid) else None
+    pid = int((tmp_path / "job" / "pid").read_text())
+    assert os.getsid(pid) == pid  # the job leads a session of its own, not the call's
+    assert detached(tmp_path, "status", "job").returncode == 3
+    still = detached(tmp_path, "wait", "job", "0")
+    assert still.returncode == 3 and "still running" in still.stdout
+    ended = detached(tmp_path, "wait", "job", "30")
+    assert ended.returncode == 0 and "done" in ended.stdout and "job exited 7" in ended.stdout
+    assert marker.exists()
+    again = detached(tmp_path, "wait", "job", "1")
+    assert "done" not in again.stdout  # each wait prints only what is new
+    status = detached(tmp_path, "status", "job")
+    assert status.returncode == 0 and status.stdout.strip() == "exited 7"
+
+
+def test_stop_goes_through_timeout_so_the_script_after_it_still_runs(tmp_path: Path) -> None:
+    # As scripts/device/pipeline.sh runs `cudanalyst record` under timeout and packs the folder after it.
+    child = ("import signal, sys, time; "
+             "signal.signal(signal.SIGTERM, lambda *a: (print('child stops', flush=True), sys.exit(3))); "
+             "print('child runs', flush=True); [time.sleep(0.2) for _ in range(600)]")
+    job = f'timeout --signal=TERM --kill-after=30 0 python3 -c "{child}"; echo "packed after exit $?"'
+    assert detached(tmp_path, "start", "rec", job).returncode == 0
+    for _ in range(100):
+        if "child runs" in (tmp_path / "rec" / "console.log").read_text():
+            break
+        time.sleep(0.1)
+    stopped = detached(tmp_path, "stop", "rec", "20")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "child stops" in stopped.stdout and "packed after exit 3" in stopped.stdout
+    assert "rec stopped (exit 0)" in stopped.stdout
+
+
+def test_a_job_without_timeout_is_stopped_whole_and_killed_past_its_grace(tmp_path: Path) -> None:
+    assert detached(tmp_path, "start", "plain", "sleep 300 & sleep 300; wait").returncode == 0
+    pid = int((tmp_path / "plain" / "pid").read_text())
+    stopped = detached(tmp_path, "stop", "plain", "10")
+    assert stopped.returncode == 0 and "plain stopped" in stopped.stdout
+    assert not _group_alive(pid)
+    stubborn = "trap '' TERM; sleep 300"
+    assert detached(tmp_path, "start", "stubborn", stubborn).returncode == 0
+    pid = int((tmp_path / "stubborn" / "pid").read_text())
+    killed = detached(tmp_path, "stop", "stubborn", "1")
+    assert "SIGKILL" in killed.stdout and "stubborn stopped (killed)" in killed.stdout
+    time.sleep(0.5)
+    assert not _group_alive(pid)
+
+
+def test_bad_calls_exit_2(tmp_path: Path) -> None:
+    assert detached(tmp_path, "wait", "never", "1").returncode == 2
+    assert detached(tmp_path, "status", "never").returncode == 2
+    assert detached(tmp_path, "start", "../escape", "true").returncode == 2
+    assert detached(tmp_path, "wait", "x", "soon").returncode == 2
+    assert detached(tmp_path, "start", "twice", "sleep 30").returncode == 0
+    twice = detached(tmp_path, "start", "twice", "sleep 30")
+    assert twice.returncode == 2 and "already running" in twice.stderr
+    detached(tmp_path, "stop", "twice", "5")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still counts for killpg: the group is gone once no member is running.
+    out = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+    return any(not s.startswith("Z") for s in out)
+
+
+def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_files_at_its_end(
+        tmp_path: Path) -> None:
+    import tarfile
+
+    keep = SCRIPT.parent / "keep_running.sh"
+    runs = tmp_path / "runs"
+    env = {**os.environ, "DETACHED_DIR": str(tmp_path / "dt"), "RUNS_DIR": str(runs), "JOB": "rec",
+           "FOLDER": "rec-a rec-b"}
+    job = (f"mkdir -p {runs}/rec-a/progress && echo '{{}}' > {runs}/rec-a/spec.json && "
+           f"echo 2 > {runs}/rec-a/progress/gemm.json && echo started >> {tmp_path}/starts && sleep 4 && "
+           "echo packed > $OUT/run-rec-a.tgz.txt")
+
+    def call(n: int, seconds: int, *command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(keep), *command], capture_output=True, text=True, timeout=120,
+                              env={**env, "OUT": str(tmp_path / f"out{n}"), "CALL_SECONDS": str(seconds)})
+
+    first = call(1, 26, job)  # waits about 1 s: the job runs on after the call
+    assert first.returncode == 3, first.stdout + first.stderr
+    with tarfile.open(tmp_path / "out1" / "run-rec-a.tgz") as tar:
+        assert tar.getnames()[:2] == ["rec-a/spec.json", "rec-a/progress/gemm.json"]
+    second = call(2, 60, job)  # the same command again: it is not started twice
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (tmp_path / "starts").read_text().count("started") == 1
+    with tarfile.open(tmp_path / "out2" / "job.tgz") as tar:
+        assert "./out/run-rec-a.tgz.txt" in tar.getnames() and "./console.log" in tar.getnames()
+    assert (tmp_path / "out2" / "run-rec-a.tgz").is_file() and not (tmp_path / "out2" / "run-rec-b.tgz").exists()
+    assert call(3, 30).returncode == 0  # ended: no command needed to ask again
+    none = subprocess.run(["bash", str(keep)], capture_output=True, text=True, timeout=60,
+                          env={**env, "JOB": "other", "OUT": str(tmp_path / "out4")})
+    assert none.returncode == 2 and "name the command" in none.stderr
+
+
+def test_a_chain_gives_each_step_what_is_left_and_starts_none_without_enough(tmp_path: Path) -> None:
+    chain = SCRIPT.parent / "chain.sh"
+    steps = ['echo "first $RUN_TIMEOUT $STUDY_BUDGET"; sleep 2', "exit 5", 'echo "third $RUN_TIMEOUT"']
+    run = subprocess.run(["bash", str(chain), "100", *steps], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "MARGIN": "10", "MIN_STEP": "50"})
+    assert run.returncode == 5  # the failed step's status; the steps after it still ran
+    first = next(line for line in run.stdout.splitlines() if line.startswith("first"))
+    _, timeout, budget = first.split()
+    assert timeout == budget and 85 <= int(timeout) <= 90
+    third = next(line for line in run.stdout.splitlines() if line.startswith("third"))
+    assert int(third.split()[1]) <= 88  # the first step's seconds are gone
+    short = subprocess.run(["bash", str(chain), "100", "echo ran"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "MARGIN": "10", "MIN_STEP": "95"})
+    assert short.returncode == 0 and "not started: echo ran" in short.stdout and "\nran\n" not in short.stdout
+    assert subprocess.run(["bash", str(chain), "soon", "true"], capture_output=True).returncode == 2
