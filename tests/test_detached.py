@@ -103,10 +103,15 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
            "FOLDER": "rec-a rec-b"}
     job = (f"mkdir -p {runs}/rec-a/progress && echo '{{}}' > {runs}/rec-a/spec.json && "
            f"echo 2 > {runs}/rec-a/progress/gemm.json && echo started >> {tmp_path}/starts && sleep 4 && "
-           "echo packed > $OUT/run-rec-a.tgz.txt")
+           "echo packed > $OUT/run-rec-a.tgz.txt && pwd > $OUT/where && touch written-in-its-tree")
+
+    checkout = tmp_path / "checkout"  # the call's working tree
+    checkout.mkdir()
+    (checkout / "marker-of-the-tree").write_text("x")
 
     def call(n: int, seconds: int, *command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["bash", str(keep), *command], capture_output=True, text=True, timeout=120,
+                              cwd=checkout,
                               env={**env, "OUT": str(tmp_path / f"out{n}"), "CALL_SECONDS": str(seconds)})
 
     first = call(1, 26, job)  # waits about 1 s: the job runs on after the call
@@ -119,6 +124,10 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
     with tarfile.open(tmp_path / "out2" / "job.tgz") as tar:
         assert "./out/run-rec-a.tgz.txt" in tar.getnames() and "./console.log" in tar.getnames()
     assert (tmp_path / "out2" / "run-rec-a.tgz").is_file() and not (tmp_path / "out2" / "run-rec-b.tgz").exists()
+    # It ran in its own copy of the tree, which the next call's sync of the tree leaves alone.
+    tree = tmp_path / "dt" / "rec.tree"
+    assert (tmp_path / "dt" / "rec" / "out" / "where").read_text().strip() == str(tree)
+    assert (tree / "written-in-its-tree").exists() and (tree / "marker-of-the-tree").exists()
     assert call(3, 30).returncode == 0  # ended: no command needed to ask again
     none = subprocess.run(["bash", str(keep)], capture_output=True, text=True, timeout=60,
                           env={**env, "JOB": "other", "OUT": str(tmp_path / "out4")})

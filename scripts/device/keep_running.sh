@@ -3,15 +3,15 @@
 # calls (scripts/device/detached.sh), so that it runs through the session's back-to-back calls instead of stopping
 # at each call's limit and starting its model server again in the next.
 #   JOB=rec1 FOLDER="study-real-1-5b study-real-main" CALL_SECONDS=580 scripts/device/keep_running.sh COMMAND...
-# The first call starts COMMAND with OUT=/tmp/detached/JOB/out (where its own end-of-run files go: pipeline.sh's
-# run-FOLDER.tgz, evaluation times, logs). Every call waits for it until CALL_SECONDS (default 580, counted from this
-# script's start) are nearly spent, then brings back a snapshot of each run folder /tmp/runs/FOLDER there is
-# as $OUT/run-FOLDER.tgz (scripts/recording_archive.py snapshot: progress first, so it resumes), so a machine taken
-# away loses at most one call. Once the job has ended, its own files come back as $OUT/job.tgz. Bound the job
-# itself (RUN_TIMEOUT for pipeline.sh) to what the session has left, so it stops and packs before the last call.
-# While it runs, the calls run nothing else that sets the machine up (setup.sh copies cudanalyst's package afresh,
-# under the job's feet). Exit 0 once the job has ended, 3 while it runs (call again within the machine's 30 s),
-# 2 on bad input.
+# The first call starts COMMAND in a copy of the working tree (/tmp/detached/JOB.tree) with OUT=/tmp/detached/JOB/out
+# (where its own end-of-run files go: pipeline.sh's run-FOLDER.tgz, evaluation times, logs). Every call waits for it
+# until CALL_SECONDS (default 580, counted from this script's start) are nearly spent, then brings back a snapshot of
+# each run folder /tmp/runs/FOLDER there is as $OUT/run-FOLDER.tgz (scripts/recording_archive.py snapshot: progress
+# first, so it resumes), so a machine taken away loses at most one call. Once the job has ended, its own files come
+# back as $OUT/job.tgz. Bound the job itself (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to
+# what the session has left, so it stops and packs before the last call. While it runs, the calls run nothing else
+# that sets the machine up (setup.sh copies cudanalyst's package afresh, under the job's feet). Exit 0 once the job
+# has ended, 3 while it runs (call again within the machine's 30 s), 2 on bad input.
 set -uo pipefail
 job="${JOB:?JOB: a name for the job}"
 folder="${FOLDER:?FOLDER: the run folders under /tmp/runs, space-separated}"
@@ -23,7 +23,11 @@ runs="${RUNS_DIR:-/tmp/runs}"
 bash "$here/detached.sh" status "$job" >/dev/null
 if [ $? = 2 ]; then  # not started on this machine yet
   [ $# -ge 1 ] || { echo "keep_running.sh: $job is not running: name the command to start it" >&2; exit 2; }
-  bash "$here/detached.sh" start "$job" "mkdir -p $dir/out && export OUT=$dir/out && $*" || exit 2
+  # From a copy of the working tree: each call syncs the tree afresh, and would remove what the job writes in it
+  # (recordings/ for a study role) and replace the scripts it is running.
+  tree="$dir.tree"
+  rm -rf "$tree" && mkdir -p "$(dirname "$tree")" && cp -a "$PWD" "$tree" || exit 2
+  bash "$here/detached.sh" start "$job" "cd $tree && mkdir -p $dir/out && export OUT=$dir/out && $*" || exit 2
 fi
 # Leave the snapshot and the transfer a margin inside the call.
 bash "$here/detached.sh" wait "$job" "$(( ${CALL_SECONDS:-580} - SECONDS - 25 > 0 ? ${CALL_SECONDS:-580} - SECONDS - 25 : 0 ))"
