@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device" / "detached.sh"
 
 
@@ -17,15 +19,18 @@ def detached(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.Comp
                           env={**os.environ, "DETACHED_DIR": str(tmp_path)})
 
 
-def test_a_job_outlives_the_call_that_started_it_and_leaves_its_exit_status(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["setsid", "python"])  # python: where the machine has no setsid(1)
+def test_a_job_outlives_the_call_that_started_it_and_leaves_its_exit_status(tmp_path: Path, launcher: str) -> None:
     marker = tmp_path / "finished"
     # The call: a process group of its own, killed whole once it returns, as the device tool does.
     call = subprocess.Popen(["bash", "-c", f"bash {SCRIPT} start job 'sleep 2; touch {marker}; echo done; exit 7'"],
-                            env={**os.environ, "DETACHED_DIR": str(tmp_path)}, start_new_session=True,
+                            env={**os.environ, "DETACHED_DIR": str(tmp_path), "DETACHED_LAUNCHER": launcher},
+                            start_new_session=True,
                             stdout=subprocess.PIPE, text=True)
     out, _ = call.communicate(timeout=30)
     assert call.returncode == 0 and "job started" in out
-    os.killpg(call.pid, signal.SIGKILL) if _group_alive(call.pid) else None
+    if _group_alive(call.pid):
+        os.killpg(call.pid, signal.SIGKILL)
     pid = int((tmp_path / "job" / "pid").read_text())
     assert os.getsid(pid) == pid  # the job leads a session of its own, not the call's
     assert detached(tmp_path, "status", "job").returncode == 3

@@ -23,7 +23,16 @@ dir="$root/$name"
 shift 2
 
 alive() { [ -s "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null && [ ! -e "$dir/exit" ]; }
-session() { ps -e -o pid=,sid= | awk -v s="$(cat "$dir/pid")" '$2 == s { print $1 }'; }
+session() {  # the job's processes, from /proc (the GPU machine's image may have no ps)
+  local leader p stat rest sid
+  leader=$(cat "$dir/pid")
+  for p in /proc/[0-9]*; do
+    stat=$(cat "$p/stat" 2>/dev/null) || continue
+    rest=${stat##*) }  # past "pid (comm) ", whatever the command's name holds
+    read -r _ _ _ sid _ <<< "$rest"
+    [ "$sid" = "$leader" ] && echo "${p#/proc/}"
+  done
+}
 new_lines() {  # the console's lines since the last call printed them
   local seen=0 total
   [ -s "$dir/printed" ] && seen=$(cat "$dir/printed")
@@ -37,11 +46,14 @@ case "$action" in
     [ $# -ge 1 ] || usage
     if alive; then echo "detached.sh: $name is already running (pid $(cat "$dir/pid"))" >&2; exit 2; fi
     rm -rf "$dir" && mkdir -p "$dir"
-    # setsid --fork: a new session (and process group) whose leader is the inner bash, which names itself in DIR/pid
-    # and leaves the job's exit status in DIR/exit (written whole: another call may read it at any moment).
+    # A new session (and process group) whose leader is the inner bash, which names itself in DIR/pid and leaves the
+    # job's exit status in DIR/exit (written whole: another call may read it at any moment). setsid(1), or Python's
+    # os.setsid where the machine has no setsid (DETACHED_LAUNCHER=python chooses it).
+    if command -v setsid >/dev/null && [ "${DETACHED_LAUNCHER:-}" != python ]; then launcher=(setsid --fork)
+    else launcher=(python3 -c 'import os, sys; os.setsid(); os.execvp(sys.argv[1], sys.argv[1:])'); fi
     # shellcheck disable=SC2016
-    setsid --fork bash -c 'echo $$ > "$1/pid"; bash -c "$2"; echo $? > "$1/exit.partial"; mv "$1/exit.partial" "$1/exit"' \
-      detached "$dir" "$*" > "$dir/console.log" 2>&1 < /dev/null
+    "${launcher[@]}" bash -c 'echo $$ > "$1/pid"; bash -c "$2"; echo $? > "$1/exit.partial"; mv "$1/exit.partial" "$1/exit"' \
+      detached "$dir" "$*" > "$dir/console.log" 2>&1 < /dev/null &
     for _ in $(seq 50); do [ -s "$dir/pid" ] && break; sleep 0.1; done
     [ -s "$dir/pid" ] || { echo "detached.sh: $name did not start" >&2; exit 1; }
     echo "detached.sh: $name started (pid $(cat "$dir/pid")), console $dir/console.log"
@@ -60,8 +72,7 @@ case "$action" in
     grace=${1:-90}
     [[ "$grace" =~ ^[0-9]+$ ]] || usage
     alive || { echo "detached.sh: $name is not running"; exit 0; }
-    mapfile -t pids < <(session)
-    timers=$(ps -o pid=,comm= -p "$(IFS=,; echo "${pids[*]}")" 2>/dev/null | awk '$2 == "timeout" { print $1 }')
+    timers=$(for pid in $(session); do [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = timeout ] && echo "$pid"; done)
     if [ -n "$timers" ]; then kill -TERM $timers 2>/dev/null
     else kill -TERM -- "-$(cat "$dir/pid")" 2>/dev/null; fi
     end=$((SECONDS + grace))
