@@ -108,7 +108,7 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
            "FOLDER": "rec-a rec-b"}
     job = (f"mkdir -p {runs}/rec-a/progress && echo '{{}}' > {runs}/rec-a/spec.json && "
            f"echo 2 > {runs}/rec-a/progress/gemm.json && echo started >> {tmp_path}/starts && sleep 4 && "
-           "echo packed > $OUT/run-rec-a.tgz.txt && pwd > $OUT/where && touch written-in-its-tree")
+           f"tar czf $OUT/run-rec-a.tgz -C {runs} rec-a/spec.json && pwd > $OUT/where && touch written-in-its-tree")
 
     checkout = tmp_path / "checkout"  # the call's working tree
     checkout.mkdir()
@@ -126,9 +126,11 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
     second = call(2, 60, job)  # the same command again: it is not started twice
     assert second.returncode == 0, second.stdout + second.stderr
     assert (tmp_path / "starts").read_text().count("started") == 1
-    with tarfile.open(tmp_path / "out2" / "job.tgz") as tar:
-        assert "./out/run-rec-a.tgz.txt" in tar.getnames() and "./console.log" in tar.getnames()
-    assert (tmp_path / "out2" / "run-rec-a.tgz").is_file() and not (tmp_path / "out2" / "run-rec-b.tgz").exists()
+    with tarfile.open(tmp_path / "out2" / "job-rest.tgz") as tar:
+        assert {"./out/where", "./console.log"} <= set(tar.getnames()) and "./out/run-rec-a.tgz" not in tar.getnames()
+    with tarfile.open(tmp_path / "out2" / "run-rec-a.tgz") as tar:
+        assert tar.getnames() == ["rec-a/spec.json"]  # the job's own pack, over the call's snapshot
+    assert not (tmp_path / "out2" / "run-rec-b.tgz").exists()
     # It ran in its own copy of the tree, which the next call's sync of the tree leaves alone.
     tree = tmp_path / "dt" / "rec.tree"
     assert (tmp_path / "dt" / "rec" / "out" / "where").read_text().strip() == str(tree)

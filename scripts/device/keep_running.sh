@@ -8,7 +8,7 @@
 # until CALL_SECONDS (default 580, counted from this script's start) are nearly spent, then brings back a snapshot of
 # each run folder /tmp/runs/FOLDER there is as $OUT/run-FOLDER.tgz (scripts/recording_archive.py snapshot: progress
 # first, so it resumes), so a machine taken away loses at most one call. Once the job has ended, its own files come
-# back as $OUT/job.tgz. Bound the job itself (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to
+# back: its folders as it packed them ($OUT/run-NAME.tgz), the rest in $OUT/job-rest.tgz. Bound the job itself (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to
 # what the session has left, so it stops and packs before the last call. While it runs, the calls run nothing else
 # that sets the machine up (setup.sh copies cudanalyst's package afresh, under the job's feet). Exit 0 once the job
 # has ended, 3 while it runs (call again within the machine's 30 s), 2 on bad input.
@@ -36,7 +36,11 @@ for f in $folder; do  # each of the job's folders that exists yet
   [ -d "$runs/$f" ] && python3 "$here/../recording_archive.py" snapshot "$f" "$runs" "$out/run-$f.tgz"
 done
 if [ "$state" = 0 ]; then
-  tar czf "$out/job.tgz" -C "$dir" . && echo "keep_running.sh: $job has ended; its files are in job.tgz"
+  # Its folders as it packed them once stopped (over the snapshots: the same names), and the rest in one file: the
+  # device tool brings back at most 8 files, each under 16 MiB.
+  for f in "$dir"/out/run-*.tgz; do [ -e "$f" ] && cp "$f" "$out/"; done
+  (cd "$dir" && find . -type f ! -path './out/run-*.tgz' | tar czf "$out/job-rest.tgz" -T -) \
+    && echo "keep_running.sh: $job has ended; its folders are in run-*.tgz, its other files in job-rest.tgz"
   exit 0
 fi
 exit 3
