@@ -109,3 +109,21 @@ def test_marks_never_go_back_when_the_system_clock_steps_back(monkeypatch: pytes
     clock.mark("end")
     assert clock.marks["kernelsOver"] <= clock.marks["report"] <= clock.marks["reportOver"] <= clock.marks["end"]
     assert abs(clock.marks["end"] - real()) < 1.0  # still epoch seconds, comparable with other processes' marks
+
+
+def test_the_start_is_the_process_start_to_a_clock_tick() -> None:
+    # psutil's create_time rests on the boot time in whole seconds: on this kind of machine it put the start up to
+    # a second early, and the command's wall came out longer than the bench's clock around it.
+    import os
+    import subprocess
+    import sys
+    import time
+
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c", "import time; from cudanalyst.runner.local.clock import "
+                          "process_started; print(process_started(), time.time())"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    after = time.time()
+    started, then = map(float, out.split())
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert before - tick <= started <= then <= after

@@ -16,13 +16,24 @@ Units per hour are given from the command (the whole wall) and after the start (
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
 def process_started() -> float:
-    """When this process started (epoch seconds), as the kernel recorded it."""
+    """When this process started (epoch seconds). On Linux from /proc/self/stat (its start in clock ticks since boot)
+    against the boot-time clock now: psutil's create_time adds those ticks to the boot time in whole seconds, so it
+    put the start up to a second early, and the command's wall came out longer than the bench's clock around it
+    (0.33 s and 0.44 s on 2026-12-02). Elsewhere psutil's, or the earliest moment we know of."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
     try:
         import psutil
 
@@ -52,9 +63,8 @@ class WallClock:
 
     def now(self) -> float:
         """Epoch seconds that never go back: the monotonic clock, anchored to the epoch when this clock was made.
-        In one test run (2026-12-02) the spans summed to 0.34 s more than the wall, which marks taken in order can
-        only do when the system clock stepped back between two of them. The other processes' marks (the LLM
-        timelines) stay epoch seconds."""
+        A step of the system clock between two marks would make one span overlap the next. The other processes'
+        marks (the LLM timelines) stay epoch seconds."""
         return self._epoch + (time.monotonic() - self._monotonic)
 
     def spans(self) -> list[tuple[str, str, float]]:
