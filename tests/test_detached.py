@@ -119,11 +119,11 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
                               cwd=checkout,
                               env={**env, "OUT": str(tmp_path / f"out{n}"), "CALL_SECONDS": str(seconds)})
 
-    first = call(1, 26, job)  # waits about 1 s: the job runs on after the call
+    first = call(1, 26, "bash", "-c", job)  # waits about 1 s: the job runs on after the call
     assert first.returncode == 3, first.stdout + first.stderr
     with tarfile.open(tmp_path / "out1" / "run-rec-a.tgz") as tar:
         assert tar.getnames()[:2] == ["rec-a/spec.json", "rec-a/progress/gemm.json"]
-    second = call(2, 60, job)  # the same command again: it is not started twice
+    second = call(2, 60, "bash", "-c", job)  # the same command again: it is not started twice
     assert second.returncode == 0, second.stdout + second.stderr
     assert (tmp_path / "starts").read_text().count("started") == 1
     with tarfile.open(tmp_path / "out2" / "job-rest.tgz") as tar:
@@ -156,3 +156,17 @@ def test_a_chain_gives_each_step_what_is_left_and_starts_none_without_enough(tmp
                            env={**os.environ, "MARGIN": "10", "MIN_STEP": "95"})
     assert short.returncode == 0 and "not started: echo ran" in short.stdout and "\nran\n" not in short.stdout
     assert subprocess.run(["bash", str(chain), "soon", "true"], capture_output=True).returncode == 2
+
+
+def test_keep_running_passes_each_word_of_its_command_as_given(tmp_path: Path) -> None:
+    # As the README's call passes chain.sh its steps: words with spaces and quotes in them.
+    keep = SCRIPT.parent / "keep_running.sh"
+    chain = SCRIPT.parent / "chain.sh"
+    env = {**os.environ, "DETACHED_DIR": str(tmp_path / "dt"), "RUNS_DIR": str(tmp_path / "runs"), "JOB": "steps",
+           "FOLDER": "none", "OUT": str(tmp_path / "out"), "CALL_SECONDS": "60", "MIN_STEP": "1", "MARGIN": "5"}
+    steps = ["echo \"one step\" > " + str(tmp_path / "a"), "X='two words' bash -c 'echo $X' > " + str(tmp_path / "b")]
+    (tmp_path / "checkout").mkdir()
+    run = subprocess.run(["bash", str(keep), "bash", str(chain), "50", *steps], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=tmp_path / "checkout")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "a").read_text() == "one step\n" and (tmp_path / "b").read_text() == "two words\n"

@@ -27,7 +27,10 @@ if [ $? = 2 ]; then  # not started on this machine yet
   # (recordings/ for a study role) and replace the scripts it is running.
   tree="$dir.tree"
   rm -rf "$tree" && mkdir -p "$(dirname "$tree")" && cp -a "$PWD" "$tree" || exit 2
-  bash "$here/detached.sh" start "$job" "cd $tree && mkdir -p $dir/out && export OUT=$dir/out && $*" || exit 2
+  # Each word of COMMAND quoted as given (chain.sh's steps are words with spaces in them).
+  bash "$here/detached.sh" start "$job" \
+    "cd $(printf %q "$tree") && mkdir -p $(printf %q "$dir/out") && export OUT=$(printf %q "$dir/out") && $(printf '%q ' "$@")" \
+    || exit 2
 fi
 # Leave the snapshot and the transfer a margin inside the call.
 bash "$here/detached.sh" wait "$job" "$(( ${CALL_SECONDS:-580} - SECONDS - 25 > 0 ? ${CALL_SECONDS:-580} - SECONDS - 25 : 0 ))"
