@@ -170,3 +170,51 @@ def test_keep_running_passes_each_word_of_its_command_as_given(tmp_path: Path) -
                          timeout=120, env=env, cwd=tmp_path / "checkout")
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "a").read_text() == "one step\n" and (tmp_path / "b").read_text() == "two words\n"
+
+
+def test_the_readmes_session_call_runs_its_steps_in_order(tmp_path: Path) -> None:
+    # examples/study-real/README.md's call 1, as written there, on a checkout whose GPU scripts are stand-ins that
+    # say what they were given: the steps run in order, in the job's own tree, and their folders come back.
+    import re
+    import shutil
+    import tarfile
+
+    readme = (SCRIPT.parents[2] / "examples" / "study-real" / "README.md").read_text()
+    call = re.search(r"\n( +)PREPARE_TESTS=none PREPARE_TIMING=0 .*?islands-diff\.yaml\"\n", readme, re.S)
+    assert call, "the README's call 1 is not where this test looks for it"
+    runs = tmp_path / "runs"
+    command = "\n".join(line[len(call.group(1)):] for line in call.group(0).strip("\n").splitlines())
+    command = command.replace("/tmp/runs", str(runs))
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts" / "device").mkdir(parents=True)
+    for name in ("detached.sh", "keep_running.sh", "chain.sh"):
+        shutil.copy(SCRIPT.parent / name, checkout / "scripts" / "device" / name)
+    shutil.copy(SCRIPT.parents[1] / "recording_archive.py", checkout / "scripts" / "recording_archive.py")
+    log = tmp_path / "steps.log"
+    folder = f"{runs}/$n"
+    stand_ins = {
+        "pipeline.sh": f'[ "${{2:-}}" = --prepare ] && exit 0; n=study-real-$(basename "$1" .yaml | tr . -); '
+                       f'echo "record $n $RUN_TIMEOUT" >> {log}; mkdir -p {folder}/progress {folder}/trajectory; '
+                       f'echo "{{}}" > {folder}/spec.json; tar czf "$OUT/run-$n.tgz" -C {runs} "$n"',
+        "gpu_tests.sh": f'echo "tests $PREPARE_TESTS" >> {log}; echo "36 passed" > "$OUT/gpu-tests.log"',
+        "study.sh": f'[ -d recordings/study-real-1-5b/trajectory ] || exit 9; echo "study $1 $STUDY_BUDGET" >> {log}; '
+                    f'mkdir -p {runs}/study-real-main; echo "{{}}" > {runs}/study-real-main/spec.json',
+    }
+    for name, body in stand_ins.items():
+        (checkout / "scripts" / "device" / name).write_text("set -u\n" + body + "\n")
+    env = {**os.environ, "DETACHED_DIR": str(tmp_path / "dt"), "RUNS_DIR": str(runs), "MARGIN": "5", "MIN_STEP": "1"}
+
+    first = subprocess.run(["bash", "-c", f"B=300\n{command}"], capture_output=True, text=True, timeout=120,
+                           cwd=checkout, env={**env, "OUT": str(tmp_path / "out1")})
+    assert first.returncode in (0, 3), first.stdout + first.stderr
+    steps = [line.split()[:2] for line in log.read_text().splitlines()]
+    assert steps == [["tests", "tests/gpu"], ["record", "study-real-1-5b"], ["study", "examples/study-real/main.yaml"],
+                     ["record", "study-real-1-5b-islands-diff"]]
+    assert all(int(line.split()[-1]) > 0 for line in log.read_text().splitlines()[1:])  # each step bounded
+    assert (tmp_path / "dt" / "session.tree" / "recordings" / "study-real-1-5b" / "trajectory").is_dir()
+    assert not (checkout / "recordings").exists()  # written in the job's own tree, not the call's
+    out = tmp_path / "out1"
+    assert {p.name for p in out.glob("run-*.tgz")} == {"run-study-real-1-5b.tgz", "run-study-real-main.tgz",
+                                                       "run-study-real-1-5b-islands-diff.tgz"}
+    with tarfile.open(out / "job-rest.tgz") as tar:
+        assert "./out/gpu-tests.log" in tar.getnames()
