@@ -24,6 +24,7 @@ Exit 2 on bad input: an archive that is not a tar, or holds anything but one fol
 from __future__ import annotations
 
 import argparse
+import io
 import lzma
 import sys
 import tarfile
@@ -65,13 +66,16 @@ def keep(source: Path, dest_dir: Path) -> Path:
     try:
         with tarfile.open(source) as tar:
             name = folder_name(tar, str(source))
-            members = sorted(tar.getmembers(), key=lambda m: m.name.lstrip("./"))
-            dest_dir.mkdir(parents=True, exist_ok=True)
-            dest = dest_dir / f"{name}.tar.xz"
-            partial = dest.with_name(dest.name + ".partial")
-            with tarfile.open(partial, "w:xz", preset=9 | lzma.PRESET_EXTREME) as out:
-                for m in members:
-                    out.addfile(m, tar.extractfile(m) if m.isfile() else None)
+            # Read in the archive's order: a gzip stream read out of order is decompressed again from its start
+            # for every step back (54 s for the 2026-12-02 recording, against under a second in order).
+            members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar]  # type: ignore[union-attr]
+        members.sort(key=lambda entry: entry[0].name.lstrip("./"))
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / f"{name}.tar.xz"
+        partial = dest.with_name(dest.name + ".partial")
+        with tarfile.open(partial, "w:xz", preset=9 | lzma.PRESET_EXTREME) as out:
+            for m, data in members:
+                out.addfile(m, io.BytesIO(data) if data is not None else None)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ArchiveError(f"{source}: not a readable tar archive ({exc})") from None
     partial.replace(dest)  # a kept archive is whole or absent
@@ -110,7 +114,8 @@ def snapshot(name: str, runs: Path, dest: Path) -> int:
     # The store writes a checkpoint whole, then the progress that names it: read in the other order, a snapshot's
     # progress could name a checkpoint it holds only half of.
     first = [folder / "spec.json", *sorted((folder / "progress").rglob("*"))]
-    rest = sorted(p for p in folder.rglob("*") if p not in set(first))
+    taken = set(first)
+    rest = sorted(p for p in folder.rglob("*") if p not in taken)
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     count = 0
