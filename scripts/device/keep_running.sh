@@ -8,10 +8,11 @@
 # until CALL_SECONDS (default 580, counted from this script's start) are nearly spent, then brings back a snapshot of
 # each run folder /tmp/runs/FOLDER there is as $OUT/run-FOLDER.tgz (scripts/recording_archive.py snapshot: progress
 # first, so it resumes), so a machine taken away loses at most one call. Once the job has ended, its own files come
-# back: its folders as it packed them ($OUT/run-NAME.tgz), the rest in $OUT/job-rest.tgz. Bound the job itself (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to
-# what the session has left, so it stops and packs before the last call. While it runs, the calls run nothing else
-# that sets the machine up (setup.sh copies cudanalyst's package afresh, under the job's feet). Exit 0 once the job
-# has ended, 3 while it runs (call again within the machine's 30 s), 2 on bad input.
+# back: its folders as it packed them ($OUT/run-NAME.tgz), the rest in $OUT/job-rest.tgz. Bound the job itself
+# (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to what the session has left, so it stops and
+# packs before the last call. While it runs, the calls run nothing else that sets the machine up (setup.sh copies
+# cudanalyst's package afresh, under the job's feet). Exit 0 once the job has ended, 3 while it runs (call again
+# within the machine's 30 s), 2 on bad input.
 set -uo pipefail
 job="${JOB:?JOB: a name for the job}"
 folder="${FOLDER:?FOLDER: the run folders under /tmp/runs, space-separated}"

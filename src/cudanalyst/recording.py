@@ -162,7 +162,7 @@ def prepare_store(rec: TrajectoryRecording) -> ObjectStore:
                 raise RecordInputError(
                     f"{store.uri} holds a recording of another spec (differs in spec.{', spec.'.join(changed)}); "
                     "use another metadata.name or output.uri, or remove that folder")
-            if before != rec.spec.iterations:
+            if isinstance(before, int) and before != rec.spec.iterations:
                 store.put_json("spec.json", {**previous, "spec": {**previous.get("spec", {}),
                                                                   "iterations": rec.spec.iterations},
                                              "iterationsBefore": [*previous.get("iterationsBefore", []), before]})
