@@ -196,25 +196,30 @@ def test_the_readmes_session_call_runs_its_steps_in_order(tmp_path: Path) -> Non
         "pipeline.sh": f'[ "${{2:-}}" = --prepare ] && exit 0; n=study-real-$(basename "$1" .yaml | tr . -); '
                        f'echo "record $n $RUN_TIMEOUT" >> {log}; mkdir -p {folder}/progress {folder}/trajectory; '
                        f'echo "{{}}" > {folder}/spec.json; tar czf "$OUT/run-$n.tgz" -C {runs} "$n"',
-        "gpu_tests.sh": f'echo "tests $PREPARE_TESTS" >> {log}; echo "36 passed" > "$OUT/gpu-tests.log"',
         "study.sh": f'[ -d recordings/study-real-1-5b/trajectory ] || exit 9; echo "study $1 $STUDY_BUDGET" >> {log}; '
                     f'mkdir -p {runs}/study-real-main; echo "{{}}" > {runs}/study-real-main/spec.json',
     }
     for name, body in stand_ins.items():
         (checkout / "scripts" / "device" / name).write_text("set -u\n" + body + "\n")
+    # The first recording as a session kept it (scripts/recording_archive.py keep): the pilot's step restores it.
+    kept = tmp_path / "kept" / "study-real-1-5b"
+    (kept / "trajectory").mkdir(parents=True)
+    (kept / "trajectory" / "trajectory.json").write_text("{}")
+    (checkout / "docs" / "results" / "study-x" / "recordings").mkdir(parents=True)
+    with tarfile.open(checkout / "docs" / "results" / "study-x" / "recordings" / "study-real-1-5b.tar.xz", "w:xz") as tar:
+        tar.add(kept, arcname="study-real-1-5b")
     env = {**os.environ, "DETACHED_DIR": str(tmp_path / "dt"), "RUNS_DIR": str(runs), "MARGIN": "5", "MIN_STEP": "1"}
 
     first = subprocess.run(["bash", "-c", f"B=300\n{command}"], capture_output=True, text=True, timeout=120,
                            cwd=checkout, env={**env, "OUT": str(tmp_path / "out1")})
     assert first.returncode in (0, 3), first.stdout + first.stderr
     steps = [line.split()[:2] for line in log.read_text().splitlines()]
-    assert steps == [["tests", "tests/gpu"], ["record", "study-real-1-5b"], ["study", "examples/study-real/main.yaml"],
-                     ["record", "study-real-1-5b-islands-diff"]]
-    assert all(int(line.split()[-1]) > 0 for line in log.read_text().splitlines()[1:])  # each step bounded
-    assert (tmp_path / "dt" / "session.tree" / "recordings" / "study-real-1-5b" / "trajectory").is_dir()
+    assert steps == [["study", "examples/study-real/main.yaml"], ["record", "study-real-1-5b-islands-diff"]]
+    assert all(int(line.split()[-1]) > 0 for line in log.read_text().splitlines())  # each step bounded
+    tree = tmp_path / "dt" / "session.tree"
+    assert (tree / "recordings" / "study-real-1-5b" / "trajectory" / "trajectory.json").read_text() == "{}"
     assert not (checkout / "recordings").exists()  # written in the job's own tree, not the call's
     out = tmp_path / "out1"
-    assert {p.name for p in out.glob("run-*.tgz")} == {"run-study-real-1-5b.tgz", "run-study-real-main.tgz",
-                                                       "run-study-real-1-5b-islands-diff.tgz"}
+    assert {p.name for p in out.glob("run-*.tgz")} == {"run-study-real-main.tgz", "run-study-real-1-5b-islands-diff.tgz"}
     with tarfile.open(out / "job-rest.tgz") as tar:
-        assert "./out/gpu-tests.log" in tar.getnames()
+        assert "./console.log" in tar.getnames()
