@@ -2,7 +2,7 @@
 # Runs ON the GPU machine: the whole pipeline of issue 7 on real parts. vLLM serves the spec's local
 # model on the GPU, the runner plans, generates, compiles, verifies and times the kernels, and the
 # report is built. Needs, stashed in /tmp by earlier calls (scripts/device/stash.sh): the vLLM
-# wheelhouse parts (.wheelhouse/p0..pN, from ../shared/gpu-wheelhouse/build.sh OUTDIR 38) and the model's GGUF
+# wheelhouse parts (.wheelhouse/p0..pN, from ../shared/gpu-wheelhouse/build.sh OUTDIR "$(python3 scripts/device/part_size.py)") and the model's GGUF
 # parts (.models/NAME/p00.., from scripts/device/pack_model.sh NAME); and .device carried in this call
 # (scripts/device/prepare.sh).
 #   scripts/device/pipeline.sh [SPEC] [--prepare|--bench|--bench-only] [bench/pipeline.py options]
