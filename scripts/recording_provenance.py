@@ -77,6 +77,25 @@ def states(programs: list[Any], fast_tolerance: float) -> dict[str, dict[str, in
     return dict(sorted(out.items()))
 
 
+def baseline_copies(programs: list[Any], fast_tolerance: float) -> dict[str, int]:
+    """Per recorded state, the programs whose source is their task's baseline up to whitespace and comments: the
+    baseline itself and the agent's unchanged resubmissions of it (pure). A frozen copy gives `pass` and
+    `fastVsFrozen` nothing to gain that the baseline would not."""
+    from cudanalyst.tasks import UnknownTaskError, get_task
+    from cudanalyst.tasks.source_text import same_code
+    from cudanalyst.trajectory.states import STATES, program_state
+
+    out = {s: 0 for s in (*STATES, "unknown")}
+    for p in programs:
+        try:
+            baseline = get_task(p.task).baseline_source
+        except UnknownTaskError:
+            continue
+        if same_code(baseline, p.source):
+            out[program_state(p, fast_tolerance) or "unknown"] += 1
+    return out
+
+
 def device_calls(logs: list[Path]) -> dict[str, Any]:
     """The device calls' figures from their console logs (pure in the files' text)."""
     calls = []
@@ -121,7 +140,8 @@ def provenance(folder: Path, consoles: list[Path], fast_tolerance: float) -> dic
         "generations": dict(sorted(Counter(str(p.generation) for p in trajectory.programs).items(),
                                    key=lambda kv: int(kv[0]))),
         "fastTolerance": fast_tolerance,
-        "states": {"total": dict(totals), "byTask": by_state},
+        "states": {"total": dict(totals), "byTask": by_state,
+                   "baselineCopies": baseline_copies(trajectory.programs, fast_tolerance)},
         "progress": progress,
         "passesPerTask": dict(sorted(passes.items())),
         "evaluations": evaluation_times.summary(lines) if lines else None,
@@ -145,7 +165,10 @@ def markdown(p: dict[str, Any]) -> str:
            + ", ".join(f"{g} ({n})" for g, n in p["generations"].items()),
            f"- **States** (`fast`: speedup over the baseline > 1 + {p['fastTolerance']:g}):", "",
            "| task | " + " | ".join(head) + " | all |", "|---|" + "---|" * (len(head) + 1), *rows,
-           "| all | " + " | ".join(str(s["total"].get(h, 0)) for h in head) + f" | {p['programs']} |", ""]
+           "| all | " + " | ".join(str(s["total"].get(h, 0)) for h in head) + f" | {p['programs']} |",
+           "| of them, the baseline's source (up to whitespace and comments) | "
+           + " | ".join(str(s["baselineCopies"].get(h, 0)) for h in head)
+           + f" | {sum(s['baselineCopies'].values())} |", ""]
     out += ["## The GPU tools (over programs labelled `compile` or better)", ""]
     for t in p["tools"]["tools"].values():
         failed = ", ".join(f"{k} {v}" for k, v in sorted(t["failed"].items())) or "none"

@@ -8,6 +8,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from cudanalyst.tasks import get_task
 from cudanalyst.trajectory.format import FrozenProgram, dump_programs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,9 +21,10 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
-def _program(pid: str, task: str, generation: int, metrics: dict[str, float]) -> FrozenProgram:
+def _program(pid: str, task: str, generation: int, metrics: dict[str, float], source: str = "") -> FrozenProgram:
     built = metrics.get("compiled") == 1
-    return FrozenProgram(task=task, generation=generation, program_id=pid, source=f"// {pid}", metrics=metrics,
+    return FrozenProgram(task=task, generation=generation, program_id=pid, source=source or f"int {pid};",
+                         metrics=metrics,
                          feedback={"debugger": LAUNCHED if built else "Status: FAILED to compile",
                                    "profiler": COUNTERS if built else ""})
 
@@ -35,7 +37,8 @@ def _recording(root: Path) -> Path:
     ok = {"compiled": 1, "contract": 1, "correct": 1}
     programs = [_program("b1", "gemm", 0, {"compiled": 0}),
                 _program("w1", "gemm", 0, {"compiled": 1, "contract": 1, "correct": 0}),
-                _program("c1", "gemm", 10, {**ok, "speedup": 1.05}),      # within the tolerance: correct
+                _program("c1", "gemm", 10, {**ok, "speedup": 1.05},       # within the tolerance: correct;
+                         "// resubmitted\n" + get_task("gemm").baseline_source),  # the baseline unchanged
                 _program("f1", "gemm", 10, {**ok, "speedup": 1.5}),       # fast
                 _program("x1", "atax", 0, {"compiled": 1, "contract": 0, "correct": 1}),  # a main(): broken
                 _program("u1", "atax", 0, {"compiled": 1})]               # no GPU verdict: unknown
@@ -70,6 +73,7 @@ def test_the_provenance_reads_states_tools_and_device_time_from_the_recording(tm
     assert p["recording"] == "rec" and p["programs"] == 6 and p["generations"] == {"0": 4, "10": 2}
     assert p["states"]["byTask"]["gemm"] == {"broken": 1, "wrong": 1, "correct": 1, "fast": 1, "unknown": 0}
     assert p["states"]["byTask"]["atax"] == {"broken": 1, "wrong": 0, "correct": 0, "fast": 0, "unknown": 1}
+    assert p["states"]["baselineCopies"] == {"broken": 0, "wrong": 0, "correct": 1, "fast": 0, "unknown": 0}
     assert p["fastTolerance"] == 0.12  # the spec's default, the rule of fastVsBaseline
     assert p["model"]["sha256"].startswith("cc324af0") and p["model"]["gguf"].endswith("q4_k_m.gguf")
     assert p["passesPerTask"] == {"gemm": 2} and p["progress"]["gemm"]["checkpoint"] == 10
@@ -80,6 +84,7 @@ def test_the_provenance_reads_states_tools_and_device_time_from_the_recording(tm
     assert (san["usable"], san["compiled"], p["tools"]["compiledButContractBroken"]) == (4, 4, 1)
     page = (out / "provenance.md").read_text()
     assert "| gemm | 1 | 1 | 1 | 1 | 0 | 4 |" in page and "| all | 2 | 1 | 1 | 1 | 1 | 6 |" in page
+    assert "| of them, the baseline's source (up to whitespace and comments) | 0 | 0 | 1 | 0 | 0 | 1 |" in page
     assert "Device calls: 2, 752 s" in page and "vLLM 0.22.0" in page
     # A stricter tolerance moves the 1.05x program to fast.
     res = _run(str(folder), "--out", str(tmp_path / "strict"), "--fast-tolerance", "0.01", cwd=tmp_path)
