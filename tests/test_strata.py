@@ -22,8 +22,11 @@ from cudanalyst.trajectory.states import program_state
 RECORDED = "builtin://recorded-h200-2026-11-30"
 
 
-def program(pid: str, task: str = "gemm", generation: int = 0, **metrics: object) -> FrozenProgram:
-    return FrozenProgram(task=task, generation=generation, program_id=pid, source="//", metrics=metrics)
+def program(pid: str, task: str = "gemm", generation: int = 0, source: str | None = None,
+            **metrics: object) -> FrozenProgram:
+    # Each program its own source unless given one: the draw keeps one program per source.
+    return FrozenProgram(task=task, generation=generation, program_id=pid, source=source or f'char id[] = "{pid}";',
+                         metrics=metrics)
 
 
 def pool() -> list[FrozenProgram]:
@@ -114,6 +117,29 @@ def test_a_spec_without_strata_freezes_exactly_as_before(tmp_path: Path) -> None
     assert plan.draws == [] and "strata" not in plan.overview()
 
 
+def test_a_stratum_draws_distinct_sources_keeping_the_first_found_of_each() -> None:
+    # The baseline, and the agent's unchanged resubmissions of it in later generations (spaced and commented
+    # differently), are one program: drawn twice it would count as two replications.
+    base = "__global__ void k(float* a) { a[0] = 1.0f; }"
+    correct = dict(compiled=1.0, correct=1.0, speedup=1.0)
+    programs = [program("z-baseline", generation=0, source=base, **correct),
+                program("a-resubmitted", generation=20, source="// unchanged\n" + base.replace(" ", "  "), **correct),
+                program("m-resubmitted", generation=10, source=base, **correct),
+                program("b-changed", generation=10, source=base.replace("1.0f", "2.0f"), **correct),
+                *(program(f"broken{i}", compiled=0.0) for i in range(3))]
+    frozen, draws = freeze_strata(programs, [0, 10, 20], {"correct": 3, "broken": 3}, seed=0)
+    assert sorted(p.program_id for p in frozen if p.program_id.endswith(("baseline", "resubmitted", "changed"))) \
+        == ["b-changed", "z-baseline"]  # the generation-0 copy stands for its repeats
+    correct_draw = next(d for d in draws if d.state == "correct")
+    assert (correct_draw.available, correct_draw.drawn, correct_draw.repeats, correct_draw.short) == (2, 2, 2, True)
+    assert correct_draw.to_dict()["repeats"] == 2
+    broken_draw = next(d for d in draws if d.state == "broken")
+    assert (broken_draw.drawn, broken_draw.repeats) == (3, 0)
+    # the same pool without the repeats draws the same programs
+    unique = [p for p in programs if not p.program_id.endswith("resubmitted")]
+    assert freeze_strata(unique, [0, 10], {"correct": 3, "broken": 3}, seed=0)[0] == frozen
+
+
 def test_a_stratified_spec_plans_its_draw_and_an_empty_one_is_refused(tmp_path: Path) -> None:
     data = spec(tmp_path, {"uri": RECORDED, "generations": [0, 10, 20],
                            "strata": {"broken": 2, "wrong": 1, "correct": 1, "fast": 1}})
@@ -144,12 +170,16 @@ def test_plan_prints_the_counts_per_task_and_warns_about_short_strata(tmp_path: 
     assert "frozen programs by recorded state" in shown.stdout
     row = next(line for line in shown.stdout.splitlines() if "│ syrk" in line)
     assert [c.strip() for c in row.split("│")[2:7]] == ["2", "2", "2", "1", "7"]
-    assert "warning: spec.trajectory.strata.wrong: gemm has 0 wrong program(s), 2 asked; drew 0" in \
+    assert "warning: spec.trajectory.strata.wrong: gemm has 0 distinct wrong program(s), 2 asked; drew 0" in \
         " ".join(shown.stdout.split())
     as_json = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300, env=_env())
     out = json.loads(as_json.stdout)
     assert out["strata"]["drawn"]["gemm"]["wrong"] == 0 and out["strata"]["drawn"]["syrk"]["fast"] == 1
-    assert {(s["task"], s["state"]) for s in out["strata"]["short"]} == {("gemm", "wrong"), ("gemm", "fast")}
+    # gemm's 6 correct programs in that recording are one source, its baseline resubmitted
+    assert {(s["task"], s["state"]) for s in out["strata"]["short"]} == {("gemm", "wrong"), ("gemm", "correct"),
+                                                                        ("gemm", "fast")}
+    assert "warning: spec.trajectory.strata.correct: gemm has 1 distinct correct program(s) (5 more repeat a " \
+           "source), 2 asked; drew 1" in out["warnings"]
     assert any(w.startswith("warning: spec.trajectory.strata.fast: gemm") for w in out["warnings"])
 
 

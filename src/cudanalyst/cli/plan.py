@@ -190,8 +190,9 @@ def strata_warnings(plan: Plan) -> list[str]:
     for d in plan.draws:
         if d.short:
             where = d.task if d.generation is None else f"{d.task}, generation {d.generation}"
-            lines.append(f"warning: spec.trajectory.strata.{d.state}: {where} has {d.available} {d.state} "
-                         f"program(s), {d.asked} asked; drew {d.drawn}")
+            repeats = f" ({d.repeats} more repeat a source)" if d.repeats else ""
+            lines.append(f"warning: spec.trajectory.strata.{d.state}: {where} has {d.available} distinct {d.state} "
+                         f"program(s){repeats}, {d.asked} asked; drew {d.drawn}")
     return lines
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cudanalyst.tasks.source_text import code_text
 from cudanalyst.trajectory.format import FrozenProgram, TrajectoryError
 from cudanalyst.trajectory.states import STATES, program_state
 
@@ -69,8 +70,9 @@ class StratumDraw:
     generation: int | None  # None: drawn over all the listed generations
     state: str
     asked: int
-    available: int
+    available: int  # distinct sources in the stratum
     drawn: int
+    repeats: int = 0  # programs left out as repeats of a source the stratum has already
 
     @property
     def short(self) -> bool:
@@ -78,7 +80,7 @@ class StratumDraw:
 
     def to_dict(self) -> dict[str, object]:
         return {"task": self.task, "generation": self.generation, "state": self.state, "asked": self.asked,
-                "available": self.available, "drawn": self.drawn}
+                "available": self.available, "drawn": self.drawn, "repeats": self.repeats}
 
 
 def freeze_strata(
@@ -92,7 +94,8 @@ def freeze_strata(
 ) -> tuple[list[FrozenProgram], list[StratumDraw]]:
     """Draw `counts[state]` programs of each recorded state per task (per task and generation with per =
     "generation") from the listed generations, seeded by (seed, task, generation or all, state), so that
-    adding a task or changing one stratum's count never changes another's draw.
+    adding a task or changing one stratum's count never changes another's draw. A stratum holds distinct sources:
+    programs that repeat one (up to whitespace and comments) are left out, the first found kept (`_distinct`).
 
     Returns the programs (ordered by generation, task, programId) and what each stratum gave. A stratum with
     fewer programs than asked gives them all (the caller warns); a draw with no program at all, a listed
@@ -122,18 +125,29 @@ def freeze_strata(
                 asked = int(counts.get(state, 0))
                 if asked <= 0:
                     continue
-                pool = sorted(pools.get((task, scope, state), []), key=lambda p: p.program_id)
+                every = pools.get((task, scope, state), [])
+                pool = _distinct(every)
                 k = min(asked, len(pool))
                 where = f"strata/{state}/{'all' if scope is None else scope}"
                 picks = sorted(_rng(seed, task, where).choice(len(pool), size=k, replace=False)) if k else []
                 frozen += [pool[i] for i in picks]
-                draws.append(StratumDraw(task, scope, state, asked, len(pool), k))
+                draws.append(StratumDraw(task, scope, state, asked, len(pool), k, len(every) - len(pool)))
     if not frozen:
         raise TrajectoryError("spec.trajectory.strata: no program of the listed generations is in an asked "
                               "stratum (a program's state comes from its recorded metrics: compiled, contract, "
                               "correct, speedup; docs/trajectory-format.md)")
     frozen.sort(key=lambda p: (p.generation, p.task, p.program_id))
     return frozen, draws
+
+
+def _distinct(pool: Sequence[FrozenProgram]) -> list[FrozenProgram]:
+    """One program per source, up to whitespace and comments: the first found (generation, then programId), ordered
+    by programId. An agent resubmits its baseline unchanged again and again (38 times in the 1.5B's 480 iterations
+    of 2026-12-02): drawn twice, one program would count as two replications."""
+    first: dict[str, FrozenProgram] = {}
+    for p in sorted(pool, key=lambda p: (p.generation, p.program_id)):
+        first.setdefault(code_text(p.source), p)
+    return sorted(first.values(), key=lambda p: p.program_id)
 
 
 def _selected_tasks(programs: Sequence[FrozenProgram], tasks: Sequence[str]) -> list[str]:
