@@ -18,6 +18,8 @@
 # and a later machine resumes it instead of starting again.
 set -uo pipefail
 spec="${1:-examples/h200-pipeline.yaml}"
+# --prepare builds pycuda beside vLLM's install and the models' conversion, which do not need it.
+[ "${2:-}" = "--prepare" ] && PYCUDA_BACKGROUND=1
 # shellcheck source=scripts/device/setup.sh
 source scripts/device/setup.sh || exit 1
 
@@ -30,6 +32,7 @@ models="$(spec_models "$spec") ${PREPARE_MODELS:-}" || exit 1
 command=run; [ "$(sed -n 's/^kind: *//p' "$spec")" = TrajectoryRecording ] && command=record
 # shellcheck disable=SC2086
 prepare_models $models || exit 1
+pycuda_ready || exit 1
 
 if [ "${2:-}" = "--prepare" ]; then
   # PREPARE_TESTS=none leaves the GPU tests to a lane of a later call (scripts/device/gpu_tests.sh), beside other work.

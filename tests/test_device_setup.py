@@ -1,0 +1,96 @@
+"""scripts/device/setup.sh's pycuda build, with stand-ins for python3 and nvidia-smi (the real build runs on the H200):
+built in line by default, beside the caller's next steps with PYCUDA_BACKGROUND=1 (pipeline.sh --prepare, where the
+models' conversion needs no pycuda), and pycuda_ready waits for it and fails when it failed."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# python3 as setup.sh calls it: pip installs succeed (pycuda's after a pause, writing SITE/pycuda), `import pycuda`
+# works once that folder exists, configure.py fails when FAIL_CONFIGURE is set.
+PYTHON = """#!/usr/bin/env bash
+echo "python3 $*" >> "$LOG"
+case "$*" in
+  *configure.py*) [ -z "${FAIL_CONFIGURE:-}" ] ;;
+  *"pip install"*"--target $SETUP_SITE .") sleep 2; mkdir -p "$SITE_DIR/pycuda" "$SITE_DIR/pycuda-1.dist-info"; echo "pycuda installed" >> "$LOG" ;;
+  *"pip install"*) exit 0 ;;
+  *"import pycuda.driver"*) [ -d "$SITE_DIR/pycuda" ] && echo "pycuda sees the GPU" ;;
+  *"import pycuda"*) [ -d "$SITE_DIR/pycuda" ] ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = tmp_path / "checkout"
+    (root / "scripts" / "device").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "device" / "setup.sh", root / "scripts" / "device" / "setup.sh")
+    for folder in ("src/cudanalyst", "operator/cudanalyst/operator", "runner/cudanalyst/runner"):
+        (root / folder).mkdir(parents=True)
+    (root / ".device" / "wheels").mkdir(parents=True)
+    (root / ".device" / "wheels" / "a.whl").write_text("")
+    (root / ".device" / "src").mkdir()
+    (tmp_path / "pycuda-1").mkdir()
+    with tarfile.open(root / ".device" / "src" / "pycuda-1.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "pycuda-1", arcname="pycuda-1")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(PYTHON)
+    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'NVIDIA H200 (stand-in)'\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(tmp_path / "log"),
+           "SETUP_SITE": str(tmp_path / "site"), "SITE_DIR": str(tmp_path / "site"),
+           "SETUP_PKGS": str(tmp_path / "pkgs"), "OUT": str(tmp_path / "out")}
+    return root, env
+
+
+def source_setup(root: Path, env: dict[str, str], after: str) -> subprocess.CompletedProcess:
+    script = f"source scripts/device/setup.sh || exit 7\n{after}"
+    return subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_in_line_by_default_the_build_is_done_when_setup_returns(tmp_path: Path) -> None:
+    root, env = checkout(tmp_path)
+    run = source_setup(root, env, 'echo "next step" >> "$LOG"')
+    assert run.returncode == 0, run.stdout + run.stderr
+    log = (tmp_path / "log").read_text().splitlines()
+    assert log.index("pycuda installed") < log.index("next step")
+    assert "pycuda sees the GPU" in run.stdout
+    assert (tmp_path / "out" / "pycuda-built.tgz").is_file()  # for the next machine (carried in .device)
+
+
+def test_in_the_background_the_caller_goes_on_and_pycuda_ready_waits(tmp_path: Path) -> None:
+    root, env = checkout(tmp_path)
+    run = source_setup(root, {**env, "PYCUDA_BACKGROUND": "1"},
+                       'echo "next step" >> "$LOG"; pycuda_ready || exit 8; echo "ready" >> "$LOG"')
+    assert run.returncode == 0, run.stdout + run.stderr
+    log = (tmp_path / "log").read_text().splitlines()
+    assert log.index("next step") < log.index("pycuda installed") < log.index("ready")
+    assert "in the background" in run.stdout and "pycuda sees the GPU" in run.stdout
+    assert (tmp_path / "pkgs" / "cudanalyst" / "runner").is_dir()  # cudanalyst copied before the build
+
+
+def test_a_failed_background_build_fails_pycuda_ready(tmp_path: Path) -> None:
+    root, env = checkout(tmp_path)
+    run = source_setup(root, {**env, "PYCUDA_BACKGROUND": "1", "FAIL_CONFIGURE": "1"},
+                       'pycuda_ready || exit 8; echo "ready" >> "$LOG"')
+    assert run.returncode == 8, run.stdout + run.stderr
+    assert "pycuda build failed" in run.stdout
+    assert "ready" not in (tmp_path / "log").read_text().splitlines()
+
+
+def test_lanes_that_skip_the_set_up_still_have_pycuda_ready(tmp_path: Path) -> None:
+    # scripts/device/lanes.sh sets CUDANALYST_DEVICE_READY for its lanes, whose pipeline.sh calls pycuda_ready.
+    root, env = checkout(tmp_path)
+    (tmp_path / "site" / "pycuda").mkdir(parents=True)  # built by lanes.sh's own set-up
+    script = 'source scripts/device/setup.sh || exit 7\npycuda_ready || exit 8'
+    run = subprocess.run(["bash", "-c", script], cwd=root, env={**env, "CUDANALYST_DEVICE_READY": "1"},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "pycuda sees the GPU" in run.stdout
