@@ -389,3 +389,48 @@ def test_the_page_gives_each_findings_verdict_at_both_levels(main_only: dict, tm
         line = next(x for x in section.splitlines() if x.startswith(f"| {v['finding']}. "))
         assert f"| {v['program']['verdict']} (" in line and f"| {v['task']['verdict']} (" in line
     assert "over programs: value [interval]" in text and "(4 tasks, 48 programs)" in text
+
+
+def test_the_page_shows_the_frozen_draw_as_the_runs_recorded_it(tmp_path: Path) -> None:
+    # SYNTHETIC plan.json strata (the runner writes the plan's overview there at a run's start) beside real outcomes.
+    records = pilot_records()
+    main = write_run(tmp_path / "runs", STUDY / "main.yaml", records, name="h200-outcomes")
+    drawn = {"gemm": {"broken": 2, "wrong": 0, "correct": 1, "fast": 0},
+             "atax": {"broken": 2, "wrong": 1, "correct": 2, "fast": 1}}
+    short = [{"task": "gemm", "state": "wrong"}, {"task": "gemm", "state": "correct"}, {"task": "gemm", "state": "fast"}]
+    (main / "plan.json").write_text(json.dumps({"units": len(records), "strata": {"drawn": drawn, "short": short}}))
+    other = write_run(tmp_path / "runs", STUDY / "implicit-1.5b.yaml", records)
+    (other / "plan.json").write_text(json.dumps({"units": len(records), "strata": {"drawn": {**drawn, "atax": {}},
+                                                                                  "short": short}}))
+    specs = load_specs(STUDY)
+    result = study(specs, {"main": open_store(str(main)), "implicit-1.5b": open_store(str(other))}, attribution)
+    assert result["frozen"] == {"role": "main", "drawn": drawn, "short": 3, "differ": ["implicit-1.5b"]}
+    text = readme(result, specs, "2026-12-02")
+    section = text.split("## The frozen programs", 1)[1].split("## Finding 1", 1)[0]
+    assert "9 programs on 2 tasks, 3 strata short" in section
+    assert "| gemm | 2 | 0 | 1 | 0 | 3 |" in section and "| all | 4 | 1 | 3 | 1 | 9 |" in section
+    assert "The runs of implicit-1.5b drew otherwise" in section
+    # A draw by generation records no strata: no section (the first study's page is unchanged).
+    assert "## The frozen programs" not in readme(study(specs, {"main": open_store(str(main.parent / "none"))},
+                                                        attribution), specs, "2026-12-02")
+
+
+def test_the_sizing_section_takes_the_main_run_as_pilot_and_the_pages_holm_family(pilot_folder: Path,
+                                                                                  tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    specs = load_specs(STUDY)
+    result = study(specs, {"main": open_store(str(pilot_folder))}, attribution, effect=0.1)
+    sized = result["sizing"]
+    assert sized["comparisons"] == result["holmFamily"] > 1 and sized["effect"] == 0.1
+    text = readme(result, specs, "2026-12-02")
+    assert "### Sizing: the smallest effect to see" in text and f"Holm over {result['holmFamily']} comparisons" in text
+    # The same calculation as `cudanalyst plan --pilot` on that run with the same family.
+    plan = subprocess.run([sys.executable, "-m", "cudanalyst", "plan", str(STUDY / "main.yaml"), "--json", "--pilot",
+                           str(pilot_folder), "--effect", "0.1", "--comparisons", str(result["holmFamily"])],
+                          capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["sizing"]["metrics"] == json.loads(json.dumps(sized["metrics"]))
+    bad = cli(["study", str(STUDY), "--runs", str(pilot_folder.parent), "--out", str(tmp_path / "o"), "--effect", "0"])
+    assert bad == 2 and not (tmp_path / "o").exists()

@@ -45,6 +45,7 @@ from cudanalyst.outcomes import UnitOutcome, with_fast_vs_baseline
 from cudanalyst.report.compute import interaction_order
 from cudanalyst.report.load import ReportError, load_outcomes, load_spec
 from cudanalyst.runfolder import PLAN, REPORT_HTML, outcome_spec
+from cudanalyst.sizing import Design, pilot_levels, sizing, sizing_markdown
 from cudanalyst.store import ObjectStore, StoreError
 
 # The metrics of the comparisons and the tables. Specs that name only the older `fast` (ours, against the frozen
@@ -213,6 +214,7 @@ class StudyRun:
     missing: str = ""  # why the run cannot be used ("" when it can)
     notes: list[str] = field(default_factory=list)
     report: str = ""
+    strata: dict[str, Any] | None = None  # what a stratified freeze drew, as plan.json recorded it at the run's start
     metrics: tuple[str, ...] = METRICS  # what the study tabulates (study_metrics: shown)
     _tables: dict[str, OutcomeTables] = field(default_factory=dict)
 
@@ -299,7 +301,9 @@ def attach_run(sr: StudyRun, store: ObjectStore) -> None:
     except StoreError as exc:
         sr.missing = f"{store.uri}: {exc}"
         return
-    planned = _planned_units(store)
+    summary = _plan_summary(store)
+    planned = summary.get("units") if isinstance(summary.get("units"), int) else None
+    sr.strata = summary.get("strata") if isinstance(summary.get("strata"), dict) else None
     if planned is not None and len(sr.records) < planned:
         # A stopped run's outcomes are not a sample of it: correct candidates wait for timing, so the ones stored
         # first are mostly failures. Its rows wait for the run to be resumed and finished.
@@ -314,15 +318,16 @@ def attach_run(sr: StudyRun, store: ObjectStore) -> None:
         pass
 
 
-def _planned_units(store: ObjectStore) -> int | None:
-    """The run's unit count from plan.json (written when it started), or None where the folder has none."""
+def _plan_summary(store: ObjectStore) -> dict[str, Any]:
+    """plan.json (written when the run started: its units, and a stratified freeze's draw), or {} where the folder
+    has none."""
     try:
         if not store.exists(PLAN):
-            return None
-        units = store.get_json(PLAN).get("units")
-    except (StoreError, ValueError, AttributeError):
-        return None
-    return units if isinstance(units, int) else None
+            return {}
+        summary = store.get_json(PLAN)
+    except (StoreError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 # ---------------------------------------------------------------------------------------- comparisons
@@ -694,9 +699,38 @@ def finding_verdicts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # -------------------------------------------------------------------------------------------- the study
 
 
+def frozen_draw(runs: Mapping[str, StudyRun]) -> dict[str, Any] | None:
+    """What the stratified freeze drew, per task and state, as the runs recorded it at their start (plan.json): the
+    first role's that has one (main first), and the roles whose draw differs from it. None without strata."""
+    drawn = sorted(((role, sr.strata) for role, sr in runs.items() if sr.strata and sr.run is not None),
+                   key=lambda rs: rs[0] != "main")
+    if not drawn:
+        return None
+    role, strata = drawn[0]
+    return {"role": role, "drawn": strata.get("drawn", {}), "short": len(strata.get("short", [])),
+            "differ": [other for other, s in drawn[1:] if s.get("drawn") != strata.get("drawn")]}
+
+
+def pilot_sizing(sr: StudyRun | None, effect: float, power: float, comparisons: int) -> dict[str, Any] | None:
+    """docs/sizing.md's calculation with the main run as the pilot (its own spreads and rates, its programs and tasks
+    as the design) and the page's Holm family as the comparisons; None where the main run cannot be used."""
+    if sr is None or sr.run is None or not sr.records:
+        return None
+    spec = sr.run.spec
+    levels = pilot_levels(tabulate(sr.records, spec.players, spec.attribution.metrics))
+    if not levels:
+        return None
+    design = Design(players=len(spec.players), rollouts=spec.sampling.rollouts,
+                    programs=len({r.program_id for r in sr.records}), tasks=len({r.task for r in sr.records}))
+    sized = sizing(levels, design, effect, spec.attribution.confidence, power, max(1, comparisons))
+    return sized | {"markdown": sizing_markdown(sized, sr.uri)}
+
+
 def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, ObjectStore | None],
-          attribute: Callable[[list[UnitOutcome], AttributionRun], Any]) -> dict[str, Any]:
-    """Every finding's rows from the runs that exist; a role without a store (folder absent) is 'not run'."""
+          attribute: Callable[[list[UnitOutcome], AttributionRun], Any], effect: float | None = None,
+          power: float = 0.8) -> dict[str, Any]:
+    """Every finding's rows from the runs that exist; a role without a store (folder absent) is 'not run'. With
+    `effect`, the sizing of docs/sizing.md from the main run as the pilot, over the page's Holm family."""
     compared, shown = study_metrics(specs)
     runs: dict[str, StudyRun] = {}
     for role, (file, spec) in specs.items():
@@ -739,6 +773,8 @@ def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, 
         "rows": rows,
         "arms": arm_table(runs, ["main", "implicit-1.5b"], confidence, shown),
         "finding2": f2,
+        "frozen": frozen_draw(runs),
+        "sizing": pilot_sizing(runs.get("main"), effect, power, family) if effect is not None else None,
     }
 
 
@@ -780,6 +816,9 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
     notes = [n for r in result["runs"].values() for n in r["notes"]]
     out += [f"- {n}" for n in notes] + ([""] if notes else [])
     out += _verdicts_md(result.get("verdicts", []))
+    out += _frozen_md(result.get("frozen"))
+    if result.get("sizing"):
+        out += [result["sizing"]["markdown"].rstrip(), ""]
     for finding, title in FINDINGS.items():
         out += [f"## Finding {finding}: {title}", ""]
         if finding == 2:
@@ -797,6 +836,29 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
     for file, _ in specs.values():
         out += [f"`{file}`:", "", "```yaml", Path(file).read_text().rstrip(), "```", ""]
     return "\n".join(out) + "\n"
+
+
+def _frozen_md(frozen: Mapping[str, Any] | None) -> list[str]:
+    """The frozen programs per task and recorded state (spec.trajectory.strata), from the runs' own plan.json."""
+    if not frozen:
+        return []
+    states = ("broken", "wrong", "correct", "fast")
+    rows = frozen["drawn"]
+    totals = {s: sum(int(r.get(s, 0)) for r in rows.values()) for s in states}
+    out = ["## The frozen programs", "",
+           f"Drawn by recorded state (`spec.trajectory.strata`; docs/trajectory-format.md), one program per distinct "
+           f"source, as the {frozen['role']} run recorded its draw at its start (plan.json): "
+           f"{sum(totals.values())} programs on {len(rows)} tasks, {frozen['short']} strata short of what was asked. "
+           "A frozen program already correct leaves `pass` nothing to gain (a copy passes); one already fast does the "
+           "same for `fastVsBaseline`.",
+           "", "| task | " + " | ".join(states) + " | all |", "|---|" + "---|" * (len(states) + 1)]
+    for task, r in sorted(rows.items()):
+        out.append(f"| {task} | " + " | ".join(str(r.get(s, 0)) for s in states) + f" | {sum(r.values())} |")
+    out.append("| all | " + " | ".join(str(totals[s]) for s in states) + f" | {sum(totals.values())} |")
+    if frozen["differ"]:
+        out += ["", f"The runs of {', '.join(frozen['differ'])} drew otherwise: their rows pair only the programs "
+                "they share with the others."]
+    return out + [""]
 
 
 def _holm_md(result: Mapping[str, Any]) -> str:

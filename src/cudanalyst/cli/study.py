@@ -31,6 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preface", default=None, metavar="FILE",
                    help="markdown put under the README's title (what was run, where, what is missing), kept verbatim")
     p.add_argument("--s3-endpoint", default="", help="S3 endpoint URL for MinIO/Ceph")
+    p.add_argument("--effect", type=float, default=None, metavar="DELTA",
+                   help="add the sizing section: the programs and tasks a Banzhaf value of DELTA needs, with the main "
+                        "run as the pilot and the page's Holm family as the comparisons (docs/sizing.md)")
+    p.add_argument("--power", type=float, default=0.8, help="with --effect: the chance of seeing it (default 0.8)")
     p.set_defaults(handler=run)
 
 
@@ -46,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {message}", file=sys.stderr)
         return EXIT_INVALID
 
+    if args.effect is not None and not 0 < args.effect <= 1:
+        return bad(f"--effect {args.effect}: the smallest Banzhaf value to see, between 0 (excluded) and 1")
+    if not 0.5 <= args.power < 1:
+        return bad(f"--power {args.power}: between 0.5 and 1 (excluded)")
     settings = S3Settings(endpoint=args.s3_endpoint) if args.s3_endpoint else None
     try:
         specs = load_specs(args.study)
@@ -72,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 stores[role] = None  # not run yet: its rows say so
                 continue
             stores[role] = open_store(uri, settings)
-        result = study(specs, stores, attribution)
+        result = study(specs, stores, attribution, args.effect, args.power)
     except StudyError as exc:
         return bad(str(exc))
     except StoreError as exc:
@@ -88,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
         path = uri.removeprefix("file://")
         return os.path.relpath(path, out.resolve()) if _is_local(uri) and os.path.isabs(path) else uri
 
+    if args.effect is not None and result["sizing"] is None:
+        print("warning: --effect: no sizing section: the main run is not there, not finished, or has no pooled game "
+              "with every coalition and two programs", file=sys.stderr)
     text = readme(result, specs, args.date, link, preface)
     data = to_json(result)
     out.mkdir(parents=True, exist_ok=True)
