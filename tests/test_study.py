@@ -434,3 +434,33 @@ def test_the_sizing_section_takes_the_main_run_as_pilot_and_the_pages_holm_famil
     assert json.loads(plan.stdout)["sizing"]["metrics"] == json.loads(json.dumps(sized["metrics"]))
     bad = cli(["study", str(STUDY), "--runs", str(pilot_folder.parent), "--out", str(tmp_path / "o"), "--effect", "0"])
     assert bad == 2 and not (tmp_path / "o").exists()
+
+
+def test_the_page_says_what_the_runs_replay_in_the_trajectorys_own_words(tmp_path: Path) -> None:
+    from cudanalyst.trajectory import load_trajectory
+
+    records = pilot_records()
+    main = write_run(tmp_path / "runs", STUDY / "main.yaml", records, name="h200-outcomes")
+    (main / "report").mkdir()
+    tools = {"nsight-compute": {"compiled": 30, "ok": 12, "failed": {"tool-error": 18}, "notRun": 0,
+                                "mostlyFailed": True}}
+    (main / "report" / "report.json").write_text(json.dumps({"toolReports": tools}))  # SYNTHETIC report
+    specs = load_specs(STUDY)
+    result = study(specs, {"main": open_store(str(main))}, attribution)
+    uri = specs["main"][1].spec.trajectory.uri
+    trajectory = load_trajectory(uri)
+    assert result["replayed"]["description"] == trajectory.manifest.description != ""
+    assert result["replayed"]["programs"] == len(trajectory.programs)
+    section = readme(result, specs, "2026-12-02").split("## What the runs replay", 1)[1].split("\n## ", 1)[0]
+    assert f"`{uri}`: {len(trajectory.programs)} programs" in section and trajectory.manifest.description in section
+    assert "nsight-compute reports on 30 compiled frozen programs: ok 12, failed 18 (tool-error 18)" in section
+    assert "mostly failed" in section
+    # A trajectory that cannot be read from here is said, not guessed.
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    spec = (STUDY / "main.yaml").read_text().replace(f"uri: {uri}", "uri: ./no-such-recording/trajectory/")
+    assert "no-such-recording" in spec
+    (folder / "main.yaml").write_text(spec)
+    gone = study(load_specs(folder), {}, attribution)
+    assert "no-such-recording" in gone["replayed"]["unreadable"]
+    assert "could not be read where this page was built" in readme(gone, load_specs(folder), "2026-12-02")

@@ -42,9 +42,9 @@ from cudanalyst.attribution.intervals import holm
 from cudanalyst.attribution.result import attribute_tables, game_units
 from cudanalyst.attribution.values import GAME_ARM, OutcomeError, OutcomeTables, tabulate
 from cudanalyst.outcomes import UnitOutcome, with_fast_vs_baseline
-from cudanalyst.report.compute import interaction_order
+from cudanalyst.report.compute import interaction_order, tool_report_lines
 from cudanalyst.report.load import ReportError, load_outcomes, load_spec
-from cudanalyst.runfolder import PLAN, REPORT_HTML, outcome_spec
+from cudanalyst.runfolder import PLAN, REPORT_HTML, REPORT_JSON, outcome_spec
 from cudanalyst.sizing import Design, pilot_levels, sizing, sizing_markdown
 from cudanalyst.store import ObjectStore, StoreError
 
@@ -215,6 +215,7 @@ class StudyRun:
     notes: list[str] = field(default_factory=list)
     report: str = ""
     strata: dict[str, Any] | None = None  # what a stratified freeze drew, as plan.json recorded it at the run's start
+    tool_reports: dict[str, Any] | None = None  # report.json's: whether the GPU tools behind the reports ran
     metrics: tuple[str, ...] = METRICS  # what the study tabulates (study_metrics: shown)
     _tables: dict[str, OutcomeTables] = field(default_factory=dict)
 
@@ -314,7 +315,9 @@ def attach_run(sr: StudyRun, store: ObjectStore) -> None:
     try:
         if store.exists(REPORT_HTML):
             sr.report = store.uri_of(REPORT_HTML)
-    except StoreError:
+        if store.exists(REPORT_JSON):
+            sr.tool_reports = store.get_json(REPORT_JSON).get("toolReports")
+    except (StoreError, ValueError, AttributeError):
         pass
 
 
@@ -699,6 +702,25 @@ def finding_verdicts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # -------------------------------------------------------------------------------------------- the study
 
 
+def replayed(runs: Mapping[str, StudyRun]) -> dict[str, Any] | None:
+    """What the runs replay: the main role's trajectory (its own description: recorded by which agent, or written by
+    hand), read from here where its URI resolves, and whether the GPU tools behind its reports ran (the main run's
+    report.json). The first study's critique: a page must say what its programs and reports are."""
+    from cudanalyst.trajectory import TrajectoryError, load_trajectory
+
+    sr = runs.get("main") or next(iter(runs.values()), None)
+    if sr is None:
+        return None
+    uri = sr.spec.spec.trajectory.uri
+    out: dict[str, Any] = {"role": sr.role, "uri": uri, "toolReports": sr.tool_reports}
+    try:
+        t = load_trajectory(uri)
+    except (TrajectoryError, ValueError, OSError, StoreError) as exc:
+        return out | {"unreadable": str(exc)}
+    return out | {"description": t.manifest.description, "tasks": len({p.task for p in t.programs}),
+                  "programs": len(t.programs)}
+
+
 def frozen_draw(runs: Mapping[str, StudyRun]) -> dict[str, Any] | None:
     """What the stratified freeze drew, per task and state, as the runs recorded it at their start (plan.json): the
     first role's that has one (main first), and the roles whose draw differs from it. None without strata."""
@@ -773,6 +795,7 @@ def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, 
         "rows": rows,
         "arms": arm_table(runs, ["main", "implicit-1.5b"], confidence, shown),
         "finding2": f2,
+        "replayed": replayed(runs),
         "frozen": frozen_draw(runs),
         "sizing": pilot_sizing(runs.get("main"), effect, power, family) if effect is not None else None,
     }
@@ -816,6 +839,7 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
     notes = [n for r in result["runs"].values() for n in r["notes"]]
     out += [f"- {n}" for n in notes] + ([""] if notes else [])
     out += _verdicts_md(result.get("verdicts", []))
+    out += _replayed_md(result.get("replayed"))
     out += _frozen_md(result.get("frozen"))
     if result.get("sizing"):
         out += [result["sizing"]["markdown"].rstrip(), ""]
@@ -836,6 +860,24 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
     for file, _ in specs.values():
         out += [f"`{file}`:", "", "```yaml", Path(file).read_text().rstrip(), "```", ""]
     return "\n".join(out) + "\n"
+
+
+def _replayed_md(r: Mapping[str, Any] | None) -> list[str]:
+    """What the runs replay, in the trajectory's own words, and what its GPU tools said."""
+    if not r:
+        return []
+    out = ["## What the runs replay", ""]
+    if "unreadable" in r:
+        out.append(f"The trajectory `{r['uri']}` (role {r['role']}) could not be read where this page was built: "
+                   f"{r['unreadable']}")
+    else:
+        out.append(f"`{r['uri']}`: {r['programs']} programs on {r['tasks']} tasks. "
+                   + (r["description"] or "The trajectory does not describe itself."))
+    lines = tool_report_lines({"toolReports": r.get("toolReports")})
+    if lines:
+        out += ["", "The GPU tools behind the frozen programs' reports (the main run's report):", ""]
+        out += [f"- {line}" for line in lines]
+    return out + [""]
 
 
 def _frozen_md(frozen: Mapping[str, Any] | None) -> list[str]:
