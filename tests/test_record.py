@@ -147,6 +147,28 @@ def test_iterations_may_be_raised_and_the_folder_resumes_but_not_lowered(tmp_pat
     assert json.loads((tmp_path / "out" / "rec" / "spec.json").read_text()) == saved  # nothing written
 
 
+def test_tasks_may_be_added_and_the_folder_resumes_them_but_not_removed(tmp_path: Path) -> None:
+    # More tasks for the study's task level: each task evolves alone with the recording's seed, so the ones recorded
+    # stay as a recording of every task would have made them.
+    from cudanalyst.recording import RecordInputError, prepare_store, progress_key, unfinished_tasks
+
+    store = prepare_store(parse_recording(spec(tmp_path, tasks=["conv2d", "gemm"])))
+    for task in ("conv2d", "gemm"):
+        store.put_json(progress_key(task), {"task": task, "checkpoint": 2, "iterations": 2})
+    more = parse_recording(spec(tmp_path, tasks=["conv2d", "gemm", "atax"]))
+    prepare_store(more)
+    assert unfinished_tasks(more) == ["atax"]  # only the new task evolves; the others stay as recorded
+    saved = json.loads((tmp_path / "out" / "rec" / "spec.json").read_text())
+    assert saved["spec"]["tasks"] == ["conv2d", "gemm", "atax"] and saved["tasksBefore"] == [["conv2d", "gemm"]]
+    assert "iterationsBefore" not in saved
+    with pytest.raises(RecordInputError, match=r"spec.tasks: gemm is recorded in .* not removed"):
+        prepare_store(parse_recording(spec(tmp_path, tasks=["conv2d", "atax"])))
+    assert json.loads((tmp_path / "out" / "rec" / "spec.json").read_text()) == saved  # nothing written
+    # Another change beside the tasks is still another recording.
+    with pytest.raises(RecordInputError, match=r"another spec \(differs in spec.seed\)"):
+        prepare_store(parse_recording(spec(tmp_path, tasks=["conv2d", "gemm", "atax", "mvt"], seed=7)))
+
+
 @needs_nvcc
 def test_the_evaluator_returns_metrics_and_the_three_reports(tmp_path: Path) -> None:
     from cudanalyst.runner.record.evaluator import evaluate

@@ -157,15 +157,30 @@ def prepare_store(rec: TrajectoryRecording) -> ObjectStore:
                     f"spec.iterations: {rec.spec.iterations} is fewer than the {before} that {store.uri} was recorded "
                     "with; iterations may be raised (the folder resumes), not lowered")
             compared = {**theirs, "iterations": rec.spec.iterations} if isinstance(before, int) else theirs
+            # Tasks may be added, for the same reason: each task evolves alone from its own baseline with the
+            # recording's seed, so the others' programs are the ones a recording of every task would have made.
+            # Removed, a task's folder would stay with no spec describing it.
+            had = theirs.get("tasks")
+            if isinstance(had, list):
+                dropped = [t for t in had if t not in rec.spec.tasks]
+                if dropped:
+                    raise RecordInputError(
+                        f"spec.tasks: {', '.join(dropped)} {'is' if len(dropped) == 1 else 'are'} recorded in "
+                        f"{store.uri} but not listed; tasks may be added (the folder resumes), not removed")
+                compared = {**compared, "tasks": list(rec.spec.tasks)}
             if compared != ours:
                 changed = sorted(k for k in set(ours) | set(compared) if ours.get(k) != compared.get(k))
                 raise RecordInputError(
                     f"{store.uri} holds a recording of another spec (differs in spec.{', spec.'.join(changed)}); "
                     "use another metadata.name or output.uri, or remove that folder")
+            grown: dict[str, Any] = {}
             if isinstance(before, int) and before != rec.spec.iterations:
-                store.put_json("spec.json", {**previous, "spec": {**previous.get("spec", {}),
-                                                                  "iterations": rec.spec.iterations},
-                                             "iterationsBefore": [*previous.get("iterationsBefore", []), before]})
+                grown |= {"iterationsBefore": [*previous.get("iterationsBefore", []), before]}
+            if isinstance(had, list) and had != list(rec.spec.tasks):
+                grown |= {"tasksBefore": [*previous.get("tasksBefore", []), had]}
+            if grown:
+                store.put_json("spec.json", {**previous, **grown, "spec": {
+                    **previous.get("spec", {}), "iterations": rec.spec.iterations, "tasks": list(rec.spec.tasks)}})
         else:
             store.put_json("spec.json", {"name": rec.name, "spec": ours})
     except StoreError as exc:
