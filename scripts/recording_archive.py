@@ -61,25 +61,44 @@ def folder_name(tar: tarfile.TarFile, where: str) -> str:
     return tops.pop()
 
 
-def keep(source: Path, dest_dir: Path) -> Path:
-    """Repack a device run-NAME.tgz as dest_dir/NAME.tar.xz; returns its path."""
+def keep(source: Path, dest_dir: Path) -> list[Path]:
+    """Repack a device archive as dest_dir/NAME.tar.xz, one per top-level folder (run-NAME.tgz holds one;
+    scripts/device/policy.sh's policy-runs-GLOB.tgz one per recording), with its top-level files (the policy
+    recordings' times-NAME.tsv) copied beside them; returns what it wrote."""
     try:
         with tarfile.open(source) as tar:
-            name = folder_name(tar, str(source))
             # Read in the archive's order: a gzip stream read out of order is decompressed again from its start
             # for every step back (54 s for the 2026-12-02 recording, against under a second in order).
             members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar]  # type: ignore[union-attr]
-        members.sort(key=lambda entry: entry[0].name.lstrip("./"))
-        dest_dir.mkdir(parents=True, exist_ok=True)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ArchiveError(f"{source}: not a readable tar archive ({exc})") from None
+    folders: dict[str, list[tuple[tarfile.TarInfo, bytes | None]]] = {}
+    loose: list[tuple[str, bytes]] = []
+    for m, data in members:
+        path = m.name.lstrip("./")
+        if not path:
+            continue
+        if "/" not in path and m.isfile():
+            loose.append((path, data or b""))
+        else:
+            folders.setdefault(path.split("/", 1)[0], []).append((m, data))
+    if not folders:
+        raise ArchiveError(f"{source}: holds no folder (a recording's archive holds NAME/)")
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, entries in sorted(folders.items()):
+        entries.sort(key=lambda entry: entry[0].name.lstrip("./"))
         dest = dest_dir / f"{name}.tar.xz"
         partial = dest.with_name(dest.name + ".partial")
         with tarfile.open(partial, "w:xz", preset=9 | lzma.PRESET_EXTREME) as out:
-            for m, data in members:
+            for m, data in entries:
                 out.addfile(m, io.BytesIO(data) if data is not None else None)
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise ArchiveError(f"{source}: not a readable tar archive ({exc})") from None
-    partial.replace(dest)  # a kept archive is whole or absent
-    return dest
+        partial.replace(dest)  # a kept archive is whole or absent
+        written.append(dest)
+    for name, data in loose:
+        (dest_dir / name).write_bytes(data)
+        written.append(dest_dir / name)
+    return written
 
 
 def saved_copies(name: str, root: Path) -> list[Path]:
@@ -134,7 +153,7 @@ def snapshot(name: str, runs: Path, dest: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="recording_archive.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    k = sub.add_parser("keep", help="repack a device run-NAME.tgz as DIR/NAME.tar.xz")
+    k = sub.add_parser("keep", help="repack a device archive as DIR/NAME.tar.xz, one per folder in it")
     k.add_argument("source", type=Path)
     k.add_argument("dest_dir", type=Path)
     r = sub.add_parser("restore", help="unpack the saved copy of NAME into DEST")
@@ -148,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "keep":
-            print(f"kept {keep(args.source, args.dest_dir)}")
+            for path in keep(args.source, args.dest_dir):
+                print(f"kept {path}")
         elif args.command == "snapshot":
             print(f"snapshot of {args.name}: {snapshot(args.name, args.runs, args.dest)} files in {args.dest}")
         else:

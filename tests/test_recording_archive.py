@@ -73,19 +73,39 @@ def test_this_sessions_copy_wins_and_a_warm_machines_own_folder_is_left_alone(tm
     assert nothing.returncode == 0 and not (tmp_path / "empty").exists()  # a first pass: nothing saved yet
 
 
-def test_an_archive_that_is_not_one_recording_folder_is_refused_with_exit_2_and_nothing_written(tmp_path: Path) -> None:
-    two = tmp_path / "run-two.tgz"
+def test_an_archive_of_several_recordings_is_kept_one_per_folder_and_each_restores(tmp_path: Path) -> None:
+    # scripts/device/policy.sh brings the policy comparison's recordings back in one policy-runs-GLOB.tgz, with
+    # each recording's times-NAME.tsv at its top: kept one .tar.xz a recording, the times beside them.
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "x").write_text("x")
     (tmp_path / "b" / "y").write_text("y")
+    (tmp_path / "times-a.tsv").write_text("a\t120\n")
+    two = tmp_path / "policy-runs-pc-all-_.tgz"
     with tarfile.open(two, "w:gz") as tar:
         tar.add(tmp_path / "a", arcname="a")
         tar.add(tmp_path / "b", arcname="b")
-    kept = tmp_path / "kept"
+        tar.add(tmp_path / "times-a.tsv", arcname="times-a.tsv")
+    root = tmp_path / "checkout"
+    kept = root / "docs" / "results" / "policy-x" / "recordings"
     out = archive(["keep", str(two), str(kept)])
-    assert out.returncode == 2 and "run-two.tgz" in out.stderr and "not one folder" in out.stderr
-    assert not kept.exists() or not any(kept.iterdir())
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in kept.iterdir()) == ["a.tar.xz", "b.tar.xz", "times-a.tsv"]
+    assert (kept / "times-a.tsv").read_text() == "a\t120\n"
+    for name, file in (("a", "x"), ("b", "y")):
+        assert archive(["restore", name, str(tmp_path / "runs"), "--root", str(root)]).returncode == 0
+        assert (tmp_path / "runs" / name / file).read_text() == file
+
+
+def test_an_archive_that_holds_no_recording_is_refused_with_exit_2_and_nothing_written(tmp_path: Path) -> None:
+    kept = tmp_path / "kept"
+    flat = tmp_path / "run-flat.tgz"
+    (tmp_path / "only.txt").write_text("x")
+    with tarfile.open(flat, "w:gz") as tar:
+        tar.add(tmp_path / "only.txt", arcname="only.txt")
+    out = archive(["keep", str(flat), str(kept)])
+    assert out.returncode == 2 and "run-flat.tgz" in out.stderr and "holds no folder" in out.stderr
+    assert not kept.exists()
     junk = tmp_path / "run-junk.tgz"
     junk.write_text("not a tar")
     bad = archive(["keep", str(junk), str(kept)])

@@ -7,7 +7,8 @@
 # seeds over GPUs). Needs what pipeline.sh needs (.device carried; the wheelhouse and both models' GGUF parts
 # stashed by earlier calls: scripts/device/stash.sh).
 # 1. Restores $POLICY_RESTORE/policy-runs*.tgz (default .device/policy-runs: what earlier calls brought back) into
-#    /tmp/runs, unless this warm machine still has the folder.
+#    /tmp/runs, unless this warm machine still has the folder; then, for a recording still absent, the copy an
+#    earlier session kept in git (docs/results/*/recordings/NAME.tar.xz: scripts/recording_archive.py keep).
 # 2. Per picked recording not yet imported: `cudanalyst record SPEC --output /tmp/runs`, SIGTERM (taken as Ctrl-C)
 #    when POLICY_BUDGET seconds (from this script's start) are nearly spent; its wall seconds are added to
 #    /tmp/runs/times.tsv (the recording's GPU time: the GPU is held by it alone).
@@ -39,6 +40,18 @@ for t in "$restore"/policy-runs*.tgz; do
     else tar xzf "$t" -C "$runs" "$name" && echo "restore: $name from $t"; fi
   done
   tar xzf "$t" -C "$runs" --skip-old-files --wildcards 'times-*.tsv' 2>/dev/null || true  # a warm machine's own win
+done
+
+# Then what earlier sessions kept in git (.device/ does not outlive a session): scripts/recording_archive.py keep
+# splits a policy-runs-GLOB.tgz into docs/results/<page>/recordings/NAME.tar.xz and times-NAME.tsv.
+for spec in "$specs"/$pick.yaml; do
+  [ -e "$spec" ] || continue
+  name=$(basename "$spec" .yaml)
+  [ -d "$runs/$name" ] && continue
+  $py scripts/recording_archive.py restore "$name" "$runs" || exit 2
+  for t in docs/results/*/recordings/"times-$name.tsv"; do
+    [ -e "$t" ] && [ -d "$runs/$name" ] && [ ! -e "$runs/times-$name.tsv" ] && cp "$t" "$runs/"
+  done
 done
 
 picked=() all_done=1
