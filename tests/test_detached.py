@@ -143,13 +143,13 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
 
 def test_a_chain_gives_each_step_what_is_left_and_starts_none_without_enough(tmp_path: Path) -> None:
     chain = SCRIPT.parent / "chain.sh"
-    steps = ['echo "first $RUN_TIMEOUT $STUDY_BUDGET"; sleep 2', "exit 5", 'echo "third $RUN_TIMEOUT"']
+    steps = ['echo "first $RUN_TIMEOUT $STUDY_BUDGET $BENCH_TIMEOUT"; sleep 2', "exit 5", 'echo "third $RUN_TIMEOUT"']
     run = subprocess.run(["bash", str(chain), "100", *steps], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "MARGIN": "10", "MIN_STEP": "50"})
     assert run.returncode == 5  # the failed step's status; the steps after it still ran
     first = next(line for line in run.stdout.splitlines() if line.startswith("first"))
-    _, timeout, budget = first.split()
-    assert timeout == budget and 85 <= int(timeout) <= 90
+    _, timeout, budget, bench = first.split()
+    assert timeout == budget == bench and 85 <= int(timeout) <= 90
     third = next(line for line in run.stdout.splitlines() if line.startswith("third"))
     assert int(third.split()[1]) <= 88  # the first step's seconds are gone
     short = subprocess.run(["bash", str(chain), "100", "echo ran"], capture_output=True, text=True, timeout=60,
