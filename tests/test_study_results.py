@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "study-2026-11-30"
 # The functions that write the page's text (study.readme and what it calls).
 PAGE_WRITERS = {"readme", "_holm_md", "_units_md", "_verdicts_md", "_pairs_md", "_arms_md", "_finding2_md",
-                "_metrics_md", "_interval", "_fmt", "_programs_md"}
+                "_metrics_md", "_interval", "_fmt", "_programs_md", "_frozen_md", "_replayed_md"}
 # Digits a template may hold, none of them data: the null value an interval is read against, and the paper's finding
 # numbers (labels of its structure).
 NOT_DATA = (
