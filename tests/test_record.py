@@ -191,6 +191,41 @@ def test_the_evaluator_returns_metrics_and_the_three_reports(tmp_path: Path) -> 
     assert "FAILED to compile" in bad.artifacts["debugger"]
 
 
+@needs_nvcc
+def test_a_program_that_builds_the_baselines_cubin_is_measured_as_the_baseline_not_timed_apart() -> None:
+    # The first study recording's one `fast` program was linear_bias_gelu's baseline with `erf` for `erff` and the
+    # sizes defined again: the same cubin, recorded 1.135x. A stand-in pool (the real one runs in tests/gpu) says
+    # what it was asked to time.
+    from cudanalyst.runner.kernels.feedback.reports import program_facts
+    from cudanalyst.runner.kernels.workers.requests import EvalSettings
+    from cudanalyst.tasks import get_task
+
+    class Pool:
+        def __init__(self) -> None:
+            self.timed: list[list[str]] = []
+
+        def verify(self, request: object, timeout: float) -> dict:
+            return {"ok": True, "stage": "done"}
+
+        def compare(self, request: object, timeout: float) -> dict:
+            names = [p.name for p in request.programs]  # type: ignore[attr-defined]
+            self.timed.append(names)
+            return {"ok": True, "programs": {n: {"ok": True, "stats": {"median_ms": 1.0 + i}}
+                                             for i, n in enumerate(names)}}
+
+    task = get_task("linear_bias_gelu")
+    rewrite = ("#define BATCH 1024\n#define IN_FEATURES 1024\n#define OUT_FEATURES 2048\n"
+               + task.baseline_source.replace("erff(", "erf(") + "\n")
+    assert rewrite != task.baseline_source and "erf(z" in rewrite
+    pool = Pool()
+    facts = program_facts(task, rewrite, EvalSettings(), gpu=True, pool=pool)
+    assert pool.timed == [["baseline"]]  # one binary, one measurement
+    assert facts.program_stats == facts.baseline_stats == {"median_ms": 1.0}
+    changed = program_facts(task, task.baseline_source.replace("1.0f + erff", "1.0f - erff"), EvalSettings(), gpu=True,
+                            pool=pool)
+    assert pool.timed[-1] == ["program", "baseline"] and changed.program_stats != changed.baseline_stats
+
+
 def test_each_evaluation_is_logged_with_its_time_and_nothing_of_it_reaches_the_agent(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The recorder names a log per task and pass (evolve.py); the evaluator appends a line per evaluation: its wall
