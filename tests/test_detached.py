@@ -196,6 +196,7 @@ def test_the_readmes_session_call_runs_its_steps_in_order(tmp_path: Path) -> Non
         "pipeline.sh": f'[ "${{2:-}}" = --prepare ] && exit 0; n=study-real-$(basename "$1" .yaml | tr . -); '
                        f'echo "record $n $RUN_TIMEOUT" >> {log}; mkdir -p {folder}/progress {folder}/trajectory; '
                        f'echo "{{}}" > {folder}/spec.json; tar czf "$OUT/run-$n.tgz" -C {runs} "$n"',
+        "gpu_tests.sh": f'echo "tests $PREPARE_TESTS" >> {log}; echo "9 passed" > "$OUT/gpu-tests.log"',
         "study.sh": f'[ -d recordings/study-real-1-5b/trajectory ] || exit 9; echo "study $1 $STUDY_BUDGET" >> {log}; '
                     f'mkdir -p {runs}/study-real-main; echo "{{}}" > {runs}/study-real-main/spec.json',
     }
@@ -214,12 +215,13 @@ def test_the_readmes_session_call_runs_its_steps_in_order(tmp_path: Path) -> Non
                            cwd=checkout, env={**env, "OUT": str(tmp_path / "out1")})
     assert first.returncode in (0, 3), first.stdout + first.stderr
     steps = [line.split()[:2] for line in log.read_text().splitlines()]
-    assert steps == [["study", "examples/study-real/main.yaml"], ["record", "study-real-1-5b-islands-diff"]]
-    assert all(int(line.split()[-1]) > 0 for line in log.read_text().splitlines())  # each step bounded
+    assert steps == [["tests", "tests/gpu/test_record_evaluator.py"], ["study", "examples/study-real/main.yaml"],
+                     ["record", "study-real-1-5b-islands-diff"]]
+    assert all(int(line.split()[-1]) > 0 for line in log.read_text().splitlines()[1:])  # each step bounded
     tree = tmp_path / "dt" / "session.tree"
     assert (tree / "recordings" / "study-real-1-5b" / "trajectory" / "trajectory.json").read_text() == "{}"
     assert not (checkout / "recordings").exists()  # written in the job's own tree, not the call's
     out = tmp_path / "out1"
     assert {p.name for p in out.glob("run-*.tgz")} == {"run-study-real-main.tgz", "run-study-real-1-5b-islands-diff.tgz"}
     with tarfile.open(out / "job-rest.tgz") as tar:
-        assert "./console.log" in tar.getnames()
+        assert {"./console.log", "./out/gpu-tests.log"} <= set(tar.getnames())
