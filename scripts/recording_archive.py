@@ -8,7 +8,9 @@ holds every program so far): the 2026-12-02 recording at 347 of 480 iterations w
 and 0.18 MB as .tar.xz. Standard library only: `restore` runs on the GPU machine, which may have no xz.
 
     python3 scripts/recording_archive.py keep .device/runs/run-NAME.tgz docs/results/study-2026-12-02/recordings
-        -> docs/results/study-2026-12-02/recordings/NAME.tar.xz (members sorted, so the same folder packs the same)
+        -> docs/results/study-2026-12-02/recordings/NAME.tar.xz (members sorted, so the same folder packs the same);
+           an archive of several folders (scripts/device/policy.sh's) gives one NAME.tar.xz each, its top-level
+           files (times-NAME.tsv) copied beside them
     python3 scripts/recording_archive.py restore NAME /tmp/runs [--root DIR]
         -> /tmp/runs/NAME from DIR/.device/runs/run-NAME.tgz (this session's copy) or else the newest
            DIR/docs/results/*/recordings/NAME.tar.xz; nothing to restore is not an error (a first pass)
@@ -18,7 +20,8 @@ and 0.18 MB as .tar.xz. Standard library only: `restore` runs on the GPU machine
            progress/ first, so every checkpoint the snapshot's progress names was whole before the checkpoints
            were read; files that vanish while it reads (a store's temporary files) are passed over
 
-Exit 2 on bad input: an archive that is not a tar, or holds anything but one folder NAME/.
+Exit 2 on bad input: an archive that is not a tar, one to keep that holds no folder, or one to restore that holds
+anything but the one folder NAME/.
 """
 
 from __future__ import annotations

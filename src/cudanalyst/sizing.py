@@ -145,6 +145,17 @@ class Design:
         return max(1, round(self.programs / max(1, self.tasks)))
 
 
+def input_problem(effect: float, power: float, comparisons: int = 1) -> str | None:
+    """What is wrong with a sizing's inputs, named by option (`cudanalyst plan`, `cudanalyst study`), or None."""
+    if not 0 < effect <= 1:
+        return f"--effect {effect}: the smallest Banzhaf value to see, between 0 (excluded) and 1"
+    if not 0.5 <= power < 1:
+        return f"--power {power}: between 0.5 and 1 (excluded)"
+    if comparisons < 1:
+        return f"--comparisons {comparisons}: at least 1"
+    return None
+
+
 def sizing(levels: Sequence[Levels], design: Design, effect: float, confidence: float, power: float,
            comparisons: int) -> dict[str, object]:
     """Per metric: the units each level needs to see `effect`, and what this plan's own units see."""

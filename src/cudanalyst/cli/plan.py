@@ -29,7 +29,7 @@ from cudanalyst.cli.common import EXIT_INVALID, die, load_or_die
 from cudanalyst.plan import Plan, estimate
 from cudanalyst.planned_run import PlanError, plan_run
 from cudanalyst.report.load import ReportError, load_outcomes
-from cudanalyst.sizing import Design, default_levels, pilot_levels, sizing, sizing_markdown
+from cudanalyst.sizing import Design, default_levels, input_problem, pilot_levels, sizing, sizing_markdown
 from cudanalyst.store import S3Settings, StoreError, open_store
 from cudanalyst.trajectory.states import STATES
 from cudanalyst.trajectory.toolruns import count_tools, failed_report_warnings, report_lines
@@ -122,12 +122,9 @@ def _sizing(ar: AttributionRun, plan: Plan, args: argparse.Namespace) -> dict[st
     """With --effect: the programs and tasks the smallest effect needs (cudanalyst.sizing)."""
     if args.effect is None:
         return None
-    if not 0 < args.effect <= 1:
-        die(f"--effect {args.effect}: the smallest Banzhaf value to see, between 0 (excluded) and 1", EXIT_INVALID)
-    if not 0.5 <= args.power < 1:
-        die(f"--power {args.power}: between 0.5 and 1 (excluded)", EXIT_INVALID)
-    if args.comparisons < 1:
-        die(f"--comparisons {args.comparisons}: at least 1", EXIT_INVALID)
+    problem = input_problem(args.effect, args.power, args.comparisons)
+    if problem:
+        die(problem, EXIT_INVALID)
     spec = ar.spec
     if args.pilot:
         try:

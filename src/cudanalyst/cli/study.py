@@ -45,15 +45,15 @@ def _is_local(uri: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     from cudanalyst.analysis.study import StudyError, load_specs, readme, study, to_json
     from cudanalyst.report.compute import attribution
+    from cudanalyst.sizing import input_problem
 
     def bad(message: str) -> int:
         print(f"error: {message}", file=sys.stderr)
         return EXIT_INVALID
 
-    if args.effect is not None and not 0 < args.effect <= 1:
-        return bad(f"--effect {args.effect}: the smallest Banzhaf value to see, between 0 (excluded) and 1")
-    if not 0.5 <= args.power < 1:
-        return bad(f"--power {args.power}: between 0.5 and 1 (excluded)")
+    problem = input_problem(args.effect, args.power) if args.effect is not None else None
+    if problem:
+        return bad(problem)
     settings = S3Settings(endpoint=args.s3_endpoint) if args.s3_endpoint else None
     try:
         specs = load_specs(args.study)
