@@ -94,6 +94,9 @@ def test_plan_prints_the_calculation_and_its_json(tmp_path: Path, capsys: pytest
     assert sized["alpha"] == pytest.approx(0.05 / 6, abs=1e-6) and sized["power"] == 0.8
     rows = {r["metric"]: r for r in sized["metrics"]}
     assert rows["pass"]["source"] == "pilot" and rows["pass"]["tasks"]["needed"] >= 2
+    # The pilot's own counts (4 tasks of 4 programs) stay apart from the levels' answers of the same name.
+    assert (rows["pass"]["pilotPrograms"], rows["pass"]["pilotTasks"]) == (16, 4)
+    assert "| 16 / 4 |" in sized["markdown"]
     assert "### Sizing" in sized["markdown"] and "Holm over 6 comparisons" in sized["markdown"]
     assert cli_main(args) == 0
     shown = capsys.readouterr().out

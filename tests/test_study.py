@@ -424,8 +424,10 @@ def test_the_sizing_section_takes_the_main_run_as_pilot_and_the_pages_holm_famil
     result = study(specs, {"main": open_store(str(pilot_folder))}, attribution, effect=0.1)
     sized = result["sizing"]
     assert sized["comparisons"] == result["holmFamily"] > 1 and sized["effect"] == 0.1
-    text = readme(result, specs, "2026-12-02")
+    text = readme(result, specs, "2026-12-02", link=lambda uri: f"<{uri.rsplit('/', 2)[-2]}>")
     assert "### Sizing: the smallest effect to see" in text and f"Holm over {result['holmFamily']} comparisons" in text
+    # The pilot is named as the page links its runs (relative where the page travels with them), not as a URI.
+    assert f"the pilot run `<{pilot_folder.name}>`" in text and "file://" not in text.split("### Sizing")[1][:400]
     # The same calculation as `cudanalyst plan --pilot` on that run with the same family.
     plan = subprocess.run([sys.executable, "-m", "cudanalyst", "plan", str(STUDY / "main.yaml"), "--json", "--pilot",
                            str(pilot_folder), "--effect", "0.1", "--comparisons", str(result["holmFamily"])],

@@ -37,7 +37,7 @@ class Levels:
     """One metric's spreads at both levels, from a pilot (or assumed), with what they rest on."""
 
     metric: str
-    player: str  # the player with the largest spread between programs (the hardest to size)
+    player: str  # the player with the largest spread between programs and tasks (the hardest to size)
     sigma_program: float  # between programs, all tasks together, noise removed
     sigma_task: float  # between task means, within-task spread and noise removed
     sigma_within: float  # between programs of one task, noise removed
@@ -71,6 +71,7 @@ def pilot_levels(tables: OutcomeTables) -> list[Levels]:
         rollouts = max(1, po.rollouts.size)
         noise = _noise(mean_rate, rollouts, n)
         best: Levels | None = None
+        best_key = (-1.0, -1.0)
         for i, player in enumerate(tables.players):
             b = values[:, i]
             sigma_p2 = max(float(b.var(ddof=1)) - noise, 0.0)
@@ -90,8 +91,11 @@ def pilot_levels(tables: OutcomeTables) -> list[Levels]:
                         "programs (the most tasks it could need)")
             level = Levels(metric, player, math.sqrt(sigma_p2), math.sqrt(sigma_t2), math.sqrt(sigma_w2),
                            mean_rate, rollouts, int(ok.sum()), tasks, "pilot", note)
-            if best is None or level.sigma_program > best.sigma_program:
-                best = level
+            # The hardest player to size at either level; where the noise hides every player's spread (sigmas 0),
+            # the one whose values spread most as observed, not simply the first.
+            key = (level.sigma_program**2 + level.sigma_task**2, float(b.var(ddof=1)))
+            if key > best_key:
+                best, best_key = level, key
         if best is not None:
             out.append(best)
     return out
@@ -168,8 +172,11 @@ def sizing(levels: Sequence[Levels], design: Design, effect: float, confidence: 
         sd_t = math.sqrt(lv.sigma_task**2 + (lv.sigma_within**2 + noise) / m)
         seen_p = detectable(design.programs, sd_p, alpha, power)
         seen_t = detectable(design.tasks, sd_t, alpha, power)
+        # The pilot's own counts are named apart from the two levels' answers ("programs", "tasks") below.
+        pilot = {("pilotPrograms" if k == "programs" else "pilotTasks" if k == "tasks" else _camel(k)):
+                 (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(lv).items()}
         rows.append({
-            **{_camel(k): (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(lv).items()},
+            **pilot,
             "noisePerProgram": round(math.sqrt(noise), 4),
             "programs": {"unit": "program", "sd": round(sd_p, 4), "needed": units_for(effect, sd_p, alpha, power),
                          "planned": design.programs, "detectable": None if seen_p is None else round(seen_p, 3)},
@@ -213,7 +220,7 @@ def sizing_markdown(result: dict[str, object], pilot: str | None) -> str:
     ]
     for r in rows:
         p, t = r["programs"], r["tasks"]
-        pilot_units = f"{r['programs']} / {r['tasks']}" if r["source"] == "pilot" else "assumed"
+        pilot_units = f"{r['pilotPrograms']} / {r['pilotTasks']}" if r["source"] == "pilot" else "assumed"
         lines.append(
             f"| {r['metric']} | {r['player']} | {r['sigmaProgram']} | {r['sigmaTask']} | {r['sigmaWithin']} | "
             f"{r['rate']} | {pilot_units} | {_n(p['needed'])} | {p['planned']}, {_n(p['detectable'])} | "

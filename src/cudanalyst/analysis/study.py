@@ -745,7 +745,7 @@ def pilot_sizing(sr: StudyRun | None, effect: float, power: float, comparisons: 
     design = Design(players=len(spec.players), rollouts=spec.sampling.rollouts,
                     programs=len({r.program_id for r in sr.records}), tasks=len({r.task for r in sr.records}))
     sized = sizing(levels, design, effect, spec.attribution.confidence, power, max(1, comparisons))
-    return sized | {"markdown": sizing_markdown(sized, sr.uri)}
+    return sized | {"pilot": sr.uri}
 
 
 def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, ObjectStore | None],
@@ -842,7 +842,7 @@ def readme(result: Mapping[str, Any], specs: Mapping[str, tuple[str, Attribution
     out += _replayed_md(result.get("replayed"))
     out += _frozen_md(result.get("frozen"))
     if result.get("sizing"):
-        out += [result["sizing"]["markdown"].rstrip(), ""]
+        out += [sizing_markdown(result["sizing"], link(result["sizing"]["pilot"])).rstrip(), ""]
     for finding, title in FINDINGS.items():
         out += [f"## Finding {finding}: {title}", ""]
         if finding == 2:
