@@ -99,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
     if args.effect is not None and result["sizing"] is None:
         print("warning: --effect: no sizing section: the main run is not there, not finished, or has no pooled game "
               "with every coalition and two programs", file=sys.stderr)
+    # study.json names local folders as the README does, relative to OUT: the page and its numbers travel together.
+    for r in result["runs"].values():
+        r["folder"], r["report"] = (link(r[k]) if r[k] else r[k] for k in ("folder", "report"))
+    if result.get("sizing"):
+        result["sizing"]["pilot"] = link(result["sizing"]["pilot"])
     text = readme(result, specs, args.date, link, preface)
     data = to_json(result)
     out.mkdir(parents=True, exist_ok=True)
