@@ -95,3 +95,30 @@ def test_a_model_servers_capacity_may_change_between_passes_and_nothing_else_of_
         other = run_with(**change)
         with pytest.raises(RunInputError, match=r"different spec \(spec\.models differ\)"):
             prepare_folder(PlannedRun.resolve(other))
+
+
+def test_a_run_may_add_rollouts_to_its_folder_and_not_drop_them(tmp_path):
+    # The study's pilot (one rollout) becomes main's first rollout when main asks for two (docs/decisions.md, "The
+    # study's design, from its pilot"): a unit's key does not depend on the number of rollouts.
+    import pytest
+
+    from cudanalyst.api import load_run
+    from cudanalyst.planned_run import PlannedRun, plan_run
+    from cudanalyst.runner.local.executor import RunInputError, prepare_folder
+
+    def run_with(rollouts: int, temperature: float = 0.8):
+        data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+        data["spec"]["output"] = {"uri": str(tmp_path / "runs")}
+        data["spec"]["sampling"].update(rollouts=rollouts, temperature=temperature)
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return load_run(str(path))
+
+    one, two = run_with(1), run_with(2)
+    assert {u.key for u in plan_run(one).units} < {u.key for u in plan_run(two).units}  # the first rollout's keys kept
+    prepare_folder(PlannedRun.resolve(one))
+    prepare_folder(PlannedRun.resolve(two))  # accepted: the folder grows a rollout
+    with pytest.raises(RunInputError, match=r"spec\.sampling\.rollouts differ: the folder holds 2 rollouts"):
+        prepare_folder(PlannedRun.resolve(one))
+    with pytest.raises(RunInputError, match=r"different spec \(spec\.sampling differ\)"):
+        prepare_folder(PlannedRun.resolve(run_with(3, temperature=0.5)))

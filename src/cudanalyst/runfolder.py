@@ -79,6 +79,20 @@ def outcome_spec(spec: AttributionRunSpec) -> dict[str, Any]:
             "attribution": attribution}
 
 
+def resume_problem(ours: AttributionRunSpec, theirs: AttributionRunSpec) -> str | None:
+    """Why a folder made by `theirs` cannot be resumed by `ours` (None when it can). A unit's key does not depend on
+    how many rollouts a run has, so a run may add rollouts to its folder (a pilot's units become the first rollout of
+    the study it sized: docs/decisions.md), never drop them: the folder would hold outcomes its plan does not have."""
+    a, b = outcome_spec(ours), outcome_spec(theirs)
+    r_ours, r_theirs = (d.get("sampling", {}).pop("rollouts", None) for d in (a, b))
+    if a != b:
+        return f"spec.{', spec.'.join(sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))} differ"
+    if (r_ours or 0) < (r_theirs or 0):
+        return (f"spec.sampling.rollouts differ: the folder holds {r_theirs} rollouts and this spec asks for {r_ours}; "
+                "a run may add rollouts to its folder, not drop them")
+    return None
+
+
 def candidate_key(unit_key: str) -> str:
     return f"{CANDIDATES}{unit_key}.json"
 

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.plan import plan_digest
 from cudanalyst.planned_run import PlannedRun
-from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, outcome_spec, read_shard_progress, write_start
+from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, read_shard_progress, resume_problem, write_start
 from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.compile_cache import SWITCH_ENV as COMPILE_CACHE_SWITCH
@@ -90,16 +90,14 @@ def prepare_folder(planned: PlannedRun) -> None:
         except ObjectNotFound:
             previous = None
         if previous is not None:
-            ours = outcome_spec(run.spec)
             try:
-                theirs = outcome_spec(AttributionRunSpec.model_validate(previous.get("spec", {})))
+                problem = resume_problem(run.spec, AttributionRunSpec.model_validate(previous.get("spec", {})))
             except ValidationError:
-                theirs = {}
-            if ours != theirs:
-                changed = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+                problem = "spec.json is not an AttributionRun's spec"
+            if problem:
                 raise RunInputError(
-                    f"{store.uri}: this run folder was made by a different spec (spec.{', spec.'.join(changed)} "
-                    "differ); give the run another metadata.name or spec.output.uri, or delete the folder"
+                    f"{store.uri}: this run folder was made by a different spec ({problem}); give the run another "
+                    "metadata.name or spec.output.uri, or delete the folder"
                 )
         write_start(store, run, planned.plan.overview())
     except StoreError as exc:
