@@ -13,7 +13,8 @@ and 0.18 MB as .tar.xz. Standard library only: `restore` runs on the GPU machine
            files (times-NAME.tsv) copied beside them
     python3 scripts/recording_archive.py restore NAME /tmp/runs [--root DIR]
         -> /tmp/runs/NAME from DIR/.device/runs/run-NAME.tgz (this session's copy) or else the newest
-           DIR/docs/results/*/recordings/NAME.tar.xz; nothing to restore is not an error (a first pass)
+           DIR/docs/results/*/recordings/NAME.tar.xz (or .../in-progress/NAME.tar.xz: a study's run folder kept
+           between sessions, the same way); nothing to restore is not an error (a first pass)
 
     python3 scripts/recording_archive.py snapshot NAME /tmp/runs $OUT/run-NAME.tgz
         -> a .tgz of /tmp/runs/NAME while the recording still writes to it (scripts/device/detached.sh): its
@@ -104,9 +105,16 @@ def keep(source: Path, dest_dir: Path) -> list[Path]:
     return written
 
 
+# Where committed copies lie: recordings, and run folders that have to outlive a session (a study's role resumed in
+# a later session: scripts/device/study.sh).
+KEPT_UNDER = ("recordings", "in-progress")
+
+
 def saved_copies(name: str, root: Path) -> list[Path]:
-    """Where a recording may be, first choice first: this session's device copy, then the newest committed one."""
-    committed = sorted(root.glob(f"docs/results/*/recordings/{name}.tar.xz"), reverse=True)
+    """Where a recording (or a run folder) may be, first choice first: this session's device copy, then the newest
+    committed one."""
+    committed = sorted((p for under in KEPT_UNDER for p in root.glob(f"docs/results/*/{under}/{name}.tar.xz")),
+                       key=lambda p: p.parts[-3], reverse=True)
     return [p for p in [root / ".device" / "runs" / f"run-{name}.tgz", *committed] if p.is_file() and p.stat().st_size]
 
 

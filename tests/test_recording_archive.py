@@ -150,3 +150,15 @@ def test_a_snapshot_of_a_live_recording_reads_its_progress_first_and_passes_over
     assert out.returncode == 0 and (tmp_path / "again" / "rec-e" / "progress" / "gemm.json").is_file()
     bad = archive(["snapshot", "rec-none", str(runs), str(tmp_path / "x.tgz")])
     assert bad.returncode == 2 and "rec-none" in bad.stderr and not (tmp_path / "x.tgz").exists()
+
+
+def test_a_run_folder_kept_in_progress_restores_and_the_newest_study_wins(tmp_path: Path) -> None:
+    # A study's role resumed in a later session (scripts/device/study.sh) is kept under in-progress/, not recordings/.
+    root = tmp_path / "checkout"
+    for study, marker in (("study-2026-11-30", "older"), ("study-2026-12-02", "newer")):
+        kept = root / "docs" / "results" / study / ("recordings" if marker == "older" else "in-progress")
+        assert archive(["keep", str(device_tgz(tmp_path, "role-a", marker)), str(kept)]).returncode == 0
+    out = archive(["restore", "role-a", str(tmp_path / "runs"), "--root", str(root)])
+    assert out.returncode == 0 and "study-2026-12-02/in-progress/role-a.tar.xz" in out.stdout
+    program = tmp_path / "runs" / "role-a" / "openevolve/gemm/checkpoints/checkpoint_2/programs/p0.json"
+    assert program.read_text().endswith("newer0")

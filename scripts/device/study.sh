@@ -4,7 +4,8 @@
 # model's GGUF parts stashed in /tmp by earlier calls: scripts/device/stash.sh).
 #   STUDY_BUDGET=540 scripts/device/study.sh examples/study/implicit-1.5b.yaml examples/study/raw-0.5b.yaml ...
 # 1. Restores each run-NAME.tgz of $STUDY_RESTORE (default .device/study-runs: put there what earlier calls brought
-#    back, it travels with .device) into /tmp/runs, unless this (warm) machine still has that folder: its copy is newer.
+#    back, it travels with .device) into /tmp/runs, unless this (warm) machine still has that folder: its copy is newer;
+#    then, for a spec's folder still absent, the copy kept in git (docs/results/*/in-progress/NAME.tar.xz).
 # 2. Per spec, in the order given: skipped when its folder holds an outcome for every planned unit and a report (a
 #    missing report is built, no GPU needed), or when its models' parts are not stashed (said, the others go on);
 #    else `python -m cudanalyst run SPEC --output /tmp/runs`, sent SIGTERM (taken as Ctrl-C; SIGINT is
@@ -35,6 +36,14 @@ for t in "$restore"/run-*.tgz; do
   name=$(basename "$t" .tgz); name=${name#run-}
   if [ -d "$runs/$name" ]; then echo "restore: $name kept from this machine"
   else tar xzf "$t" -C "$runs" && echo "restore: $name from $t" || echo "restore: $t is torn, not restored"; fi
+done
+
+# Then, per spec, a copy an earlier session kept in git (docs/results/*/in-progress/NAME.tar.xz:
+# scripts/recording_archive.py keep), where neither this machine nor .device/study-runs has the folder: a role that
+# spans sessions (main at two rollouts resumes from its pilot's folder, secret.json included).
+for spec in "$@"; do
+  name=$($py -c 'import sys; from cudanalyst.api import load_run; print(load_run(sys.argv[1]).metadata.name)' "$spec" 2>/dev/null) || continue
+  $py scripts/recording_archive.py restore "$name" "$runs" | grep -v "no saved copy restored" || true
 done
 
 state_of() {  # NAME OUTCOMES UNITS report|noreport, from the spec's plan and the run folder
