@@ -81,8 +81,8 @@ def test_the_study_recordings_differ_only_in_their_search(tmp_path: Path) -> Non
     # The second agent records the first one's original 16 tasks; the first gained 7 more for the study's task level
     # (docs/decisions.md, "The study's design, from its pilot"). On the tasks both have, only the search differs.
     assert len(second.spec.tasks) >= 16 and first.spec.tasks[: len(second.spec.tasks)] == second.spec.tasks
-    for spec in (first.spec, second.spec):
-        families = {get_task(t).family for t in spec.tasks}
+    for recorded in (first.spec, second.spec):
+        families = {get_task(t).family for t in recorded.tasks}
         assert len(families) >= 4, families
     same = {k: v for k, v in first.spec.model_dump().items() if k not in ("search", "islands", "tasks")}
     assert same == {k: v for k, v in second.spec.model_dump().items() if k not in ("search", "islands", "tasks")}
