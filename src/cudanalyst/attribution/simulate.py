@@ -42,12 +42,16 @@ class Design:
     # The share of units that can succeed at all; the others never do, under any coalition (a weak model's
     # `fast`, copies of a slow frozen program). 1: every unit as the grid's.
     active: float = 1.0
+    # The baseline logit where a design needs a rate other than the grid's two (bench/sizing_power.py); None: the
+    # grid's for `rate`.
+    baseline: float | None = None
 
     def label(self) -> str:
         return (f"P={self.units} R={self.rollouts} rate~{self.rate} best-of-{self.samples}"
                 f"{' pooled (unit: task of 3 generations)' if self.pooled else ''}"
                 f"{'' if self.effects == EFFECTS else ' effects ' + '/'.join(f'{e:+g}' for e in self.effects)}"
-                f"{'' if self.active == 1 else f' active {self.active:.0%}'}")
+                f"{'' if self.active == 1 else f' active {self.active:.0%}'}"
+                f"{'' if self.baseline is None else f' baseline logit {self.baseline:+g}'}")
 
 
 # Issue 13's grid: P = 4, 12, 48 units; R = 1, 3; rates near 0.05 and 0.5; one generation or three pooled.
@@ -75,7 +79,8 @@ def program_rates(design: Design, count: int, rng: np.random.Generator) -> Float
     if design.pooled:
         base = base + rng.normal(0, SPREAD_IN_TASK[0], (count, gens, 1))
         effect = effect + rng.normal(0, SPREAD_IN_TASK[1], (count, gens, n))
-    logit = BASELINE[design.rate] + base + np.einsum("cn,ugn->ugc", _members(n), np.array(design.effects) + effect)
+    baseline = BASELINE[design.rate] if design.baseline is None else design.baseline
+    logit = baseline + base + np.einsum("cn,ugn->ugc", _members(n), np.array(design.effects) + effect)
     q = 1 / (1 + np.exp(-logit))  # one sample's chance
     rates = 1 - (1 - q) ** design.samples
     if design.active < 1:  # drawn only then, so the grid's designs keep their random streams
