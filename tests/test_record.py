@@ -137,9 +137,11 @@ def test_iterations_may_be_raised_and_the_folder_resumes_but_not_lowered(tmp_pat
     store = prepare_store(parse_recording(spec(tmp_path, iterations=2)))
     store.put_json(progress_key("conv2d"), {"task": "conv2d", "checkpoint": 2, "iterations": 2})
     assert unfinished_tasks(parse_recording(spec(tmp_path, iterations=2))) == []
+    store.put_json("done.json", {"trajectoryUri": "of 2 iterations", "programs": 2, "gpu": False})
     more = parse_recording(spec(tmp_path, iterations=5))
     prepare_store(more)
     assert unfinished_tasks(more) == ["conv2d"]  # the task evolves on from its checkpoint at 2
+    assert not store.exists("done.json")
     saved = json.loads((tmp_path / "out" / "rec" / "spec.json").read_text())
     assert saved["spec"]["iterations"] == 5 and saved["iterationsBefore"] == [2]
     with pytest.raises(RecordInputError, match=r"spec.iterations: 3 is fewer than the 5 .* not lowered"):
@@ -155,9 +157,11 @@ def test_tasks_may_be_added_and_the_folder_resumes_them_but_not_removed(tmp_path
     store = prepare_store(parse_recording(spec(tmp_path, tasks=["conv2d", "gemm"])))
     for task in ("conv2d", "gemm"):
         store.put_json(progress_key(task), {"task": task, "checkpoint": 2, "iterations": 2})
+    store.put_json("done.json", {"trajectoryUri": "of two tasks", "programs": 4, "gpu": False})  # it had finished
     more = parse_recording(spec(tmp_path, tasks=["conv2d", "gemm", "atax"]))
     prepare_store(more)
     assert unfinished_tasks(more) == ["atax"]  # only the new task evolves; the others stay as recorded
+    assert not store.exists("done.json")  # no longer finished: nothing may take the old trajectory for the new one
     saved = json.loads((tmp_path / "out" / "rec" / "spec.json").read_text())
     assert saved["spec"]["tasks"] == ["conv2d", "gemm", "atax"] and saved["tasksBefore"] == [["conv2d", "gemm"]]
     assert "iterationsBefore" not in saved

@@ -179,6 +179,10 @@ def prepare_store(rec: TrajectoryRecording) -> ObjectStore:
             if isinstance(had, list) and had != list(rec.spec.tasks):
                 grown |= {"tasksBefore": [*previous.get("tasksBefore", []), had]}
             if grown:
+                # A grown recording is no longer finished: its done.json (the trajectory of fewer tasks or iterations)
+                # would tell the operator, and a run waiting on the recording, that it is. Gone before the spec
+                # grows, so no crash between the two leaves a finished marker on a grown spec.
+                store.delete(DONE)
                 store.put_json("spec.json", {**previous, **grown, "spec": {
                     **previous.get("spec", {}), "iterations": rec.spec.iterations, "tasks": list(rec.spec.tasks)}})
         else:
