@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Archive a finished run folder compactly, e.g. to keep it in git under docs/results/ or to bring it back
-from a GPU machine: spec.json, plan.json, report/ and the outcome records as one outcomes.jsonl.gz (sorted by
-unit key, so an archive is reproducible). `cudanalyst report` and `cudanalyst study` read an archived folder
+from a GPU machine: spec.json, plan.json, report/ (report.json and the self-contained report.html; not the figures,
+which report.html holds inline) and the outcome records as one outcomes.jsonl.gz (sorted by unit key, so an archive
+is reproducible). `cudanalyst report` and `cudanalyst study` read an archived folder
 as they read the run folder (src/cudanalyst/runfolder.py). Candidates, plans and feedback are left out.
 
     python3 scripts/archive_run.py runs/study-implicit-1-5b docs/results/study-2026-11-30/runs/study-implicit-1-5b
@@ -33,7 +34,9 @@ def archive(src: Path, dest: Path) -> int:
         if (src / name).is_file():
             shutil.copy2(src / name, tmp / name)
     if (src / "report").is_dir():
-        shutil.copytree(src / "report", tmp / "report")
+        # Not the figures: report.html holds each of them inline, and an archive in git travels with every device
+        # call (its bytes come off each model part's size). `cudanalyst report` on the archive writes them again.
+        shutil.copytree(src / "report", tmp / "report", ignore=shutil.ignore_patterns("*.png"))
     lines = [json.dumps(json.loads(f.read_text()), sort_keys=True) for f in records]
     # mtime=0: the same records give the same bytes.
     with open(tmp / "outcomes.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:

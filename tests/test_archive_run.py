@@ -50,6 +50,18 @@ def test_an_archived_folder_reads_as_the_run_folder(tmp_path: Path) -> None:
     assert (again / "outcomes.jsonl.gz").read_bytes() == (dest / "outcomes.jsonl.gz").read_bytes()
 
 
+def test_an_archive_keeps_the_report_but_not_the_figures_its_page_holds_inline(tmp_path: Path) -> None:
+    # An archive in git travels with every device call: the figures are in report.html already.
+    src = run_folder(tmp_path)
+    (src / "report").mkdir()
+    for name, data in (("report.json", "{}"), ("report.html", "<img src='data:image/png;base64,AA'>"),
+                       ("attribution.png", "png")):
+        (src / "report" / name).write_text(data)
+    dest = tmp_path / "archive" / "h200-outcomes"
+    assert archive(src, dest).returncode == 0
+    assert sorted(p.name for p in (dest / "report").iterdir()) == ["report.html", "report.json"]
+
+
 def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
