@@ -145,7 +145,12 @@ def snapshot(name: str, runs: Path, dest: Path) -> int:
     # progress could name a checkpoint it holds only half of.
     first = [folder / "spec.json", *sorted((folder / "progress").rglob("*"))]
     taken = set(first)
-    rest = sorted(p for p in folder.rglob("*") if p not in taken)
+    # A study run's candidates of units that have their outcome: resuming does not read them, and with them a
+    # finished run of 5,610 units went over the 16 MiB a file the device tool brings back (scripts/device/study.sh
+    # leaves them out the same way).
+    done = {p.stem for p in (folder / "outcomes").glob("*.json")}
+    rest = sorted(p for p in folder.rglob("*")
+                  if p not in taken and not (p.parent == folder / "candidates" and p.stem in done))
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     count = 0

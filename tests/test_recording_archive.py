@@ -162,3 +162,19 @@ def test_a_run_folder_kept_in_progress_restores_and_the_newest_study_wins(tmp_pa
     assert out.returncode == 0 and "study-2026-12-02/in-progress/role-a.tar.xz" in out.stdout
     program = tmp_path / "runs" / "role-a" / "openevolve/gemm/checkpoints/checkpoint_2/programs/p0.json"
     assert program.read_text().endswith("newer0")
+
+
+def test_a_snapshot_of_a_study_run_leaves_out_the_candidates_of_units_with_an_outcome(tmp_path: Path) -> None:
+    # As scripts/device/study.sh packs: resuming reads no candidate whose unit has its outcome, and a finished run's
+    # candidates took its snapshot over the 16 MiB a file that the device tool brings back.
+    folder = tmp_path / "runs" / "study-x"
+    for rel in ("spec.json", "secret.json", "outcomes/u1.json", "candidates/u1.json", "candidates/u2.json"):
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(rel)
+    dest = tmp_path / "run-study-x.tgz"
+    out = archive(["snapshot", "study-x", str(tmp_path / "runs"), str(dest)])
+    assert out.returncode == 0, out.stderr
+    with tarfile.open(dest) as tar:
+        names = set(tar.getnames())
+    assert "study-x/candidates/u2.json" in names and "study-x/outcomes/u1.json" in names
+    assert "study-x/candidates/u1.json" not in names and "study-x/secret.json" in names
