@@ -183,25 +183,35 @@ def test_the_readmes_session_call_runs_its_steps_in_order(tmp_path: Path) -> Non
     import tarfile
 
     readme = (SCRIPT.parents[2] / "examples" / "study-real" / "README.md").read_text()
-    call = re.search(r"\n( +)PREPARE_TESTS=none PREPARE_TIMING=0 .*?islands-diff\.yaml\"\n", readme, re.S)
+    call = re.search(r"\n( +)PREPARE_TESTS=none PREPARE_TIMING=0 .*?keep_running\.sh.*?\.yaml\"\n", readme, re.S)
     assert call, "the README's call 1 is not where this test looks for it"
     runs = tmp_path / "runs"
     command = "\n".join(line[len(call.group(1)):] for line in call.group(0).strip("\n").splitlines())
     command = command.replace("/tmp/runs", str(runs))
+    folders = re.search(r'FOLDER="([^"]+)"', command)
+    assert folders, "the README's call names no FOLDER"
+    specs = re.findall(r"examples/study-real/[\w.-]+\.yaml", command.split("study.sh", 1)[1])
+    assert specs, "the README's call runs no study role"
     checkout = tmp_path / "checkout"
     (checkout / "scripts" / "device").mkdir(parents=True)
     for name in ("detached.sh", "keep_running.sh", "chain.sh"):
         shutil.copy(SCRIPT.parent / name, checkout / "scripts" / "device" / name)
     shutil.copy(SCRIPT.parents[1] / "recording_archive.py", checkout / "scripts" / "recording_archive.py")
+    # The kept recording the call unpacks, as a one-file stand-in with the layout of the real archive.
+    kept = re.search(r"tar xJf (\S+)", command)
+    assert kept, "the README's call unpacks no kept recording"
+    (tmp_path / "rec" / "study-real-1-5b" / "trajectory").mkdir(parents=True)
+    (tmp_path / "rec" / "study-real-1-5b" / "trajectory" / "index.json").write_text("{}")
+    (checkout / kept.group(1)).parent.mkdir(parents=True)
+    with tarfile.open(checkout / kept.group(1), "w:xz") as tar:
+        tar.add(tmp_path / "rec" / "study-real-1-5b", arcname="study-real-1-5b")
     log = tmp_path / "steps.log"
-    folder = f"{runs}/$n"
     stand_ins = {
-        "pipeline.sh": f'[ "${{2:-}}" = --prepare ] && exit 0; n=study-real-$(basename "$1" .yaml | tr . -); '
-                       f'echo "record $n $RUN_TIMEOUT" >> {log}; mkdir -p {folder}/progress {folder}/trajectory; '
-                       f'echo "{{}}" > {folder}/spec.json; tar czf "$OUT/run-$n.tgz" -C {runs} "$n"',
-        "gpu_tests.sh": f'echo "tests $PREPARE_TESTS" >> {log}; echo "9 passed" > "$OUT/gpu-tests.log"',
-        "study.sh": f'[ -d recordings/study-real-1-5b/trajectory ] || exit 9; echo "study $1 $STUDY_BUDGET" >> {log}; '
-                    f'mkdir -p {runs}/study-real-main; echo "{{}}" > {runs}/study-real-main/spec.json',
+        "pipeline.sh": f'[ "${{2:-}}" = --prepare ] && exit 0; echo "record $1" >> {log}; exit 9',
+        "study.sh": f'[ -f recordings/study-real-1-5b/trajectory/index.json ] || exit 9; '
+                    f'echo "study $* $STUDY_BUDGET" >> {log}; for s in "$@"; do '
+                    f'n=study-real-$(basename "$s" .yaml | tr . -); mkdir -p {runs}/$n; '
+                    f'echo "{{}}" > {runs}/$n/spec.json; done',
     }
     for name, body in stand_ins.items():
         (checkout / "scripts" / "device" / name).write_text("set -u\n" + body + "\n")
@@ -211,19 +221,15 @@ def test_the_readmes_session_call_runs_its_steps_in_order(tmp_path: Path) -> Non
                            cwd=checkout, env={**env, "OUT": str(tmp_path / "out1")})
     assert first.returncode in (0, 3), first.stdout + first.stderr
     steps = [line.split() for line in log.read_text().splitlines()]
-    assert [step[:2] for step in steps] == [["record", "study-real-1-5b"], ["study", "examples/study-real/main.yaml"],
-                                            ["record", "study-real-1-5b-islands-diff"]]
-    assert all(int(step[-1]) > 0 for step in steps)  # each step bounded
-    assert int(steps[0][-1]) <= 600  # the first recording's step capped inside its own (single-quoted) command
+    assert [step[:-1] for step in steps] == [["study", *specs]]  # the study's roles in one step, in the README's order
+    assert 0 < int(steps[0][-1]) <= 300  # bounded by what the call's B leaves
     tree = tmp_path / "dt" / "session.tree"
-    # The recording's step (pipeline.sh restores the kept copy; its stand-in here makes the folder) gives main its
-    # trajectory, copied into the job's own tree, not the call's.
+    # The kept recording is unpacked into the job's own tree, not the call's.
     assert (tree / "recordings" / "study-real-1-5b" / "trajectory").is_dir()
     assert not (checkout / "recordings").exists()
     out = tmp_path / "out1"
-    assert {p.name for p in out.glob("run-*.tgz")} == {"run-study-real-1-5b.tgz", "run-study-real-main.tgz",
-                                                      "run-study-real-1-5b-islands-diff.tgz"}
+    assert {p.name for p in out.glob("run-*.tgz")} == {f"run-{name}.tgz" for name in folders.group(1).split()}
     with tarfile.open(out / "job-rest.tgz") as tar:
         assert "./console.log" in tar.getnames()
         console = tar.extractfile("./console.log").read().decode()  # type: ignore[union-attr]
-    assert console.count("== chain ") == 6 and "exit 0: mkdir -p recordings/study-real-1-5b" in console
+    assert console.count("== chain ") == 2 and "exit 0: mkdir -p recordings" in console
