@@ -122,3 +122,39 @@ def test_a_run_may_add_rollouts_to_its_folder_and_not_drop_them(tmp_path):
         prepare_folder(PlannedRun.resolve(one))
     with pytest.raises(RunInputError, match=r"different spec \(spec\.sampling differ\)"):
         prepare_folder(PlannedRun.resolve(run_with(3, temperature=0.5)))
+
+
+def test_a_pass_with_every_candidate_written_needs_no_model(tmp_path):
+    # A folder packed to travel keeps the candidates of the units without an outcome; resumed, the LLM stage has
+    # nothing to write, so the pass is the kernel stage alone and the models need not be on this machine. One unit
+    # with neither brings the model check back.
+    import pytest
+
+    from cudanalyst.api import load_run
+    from cudanalyst.planned_run import PlanError, PlannedRun
+    from cudanalyst.runner.local.executor import llm_units_left, prepare, prepare_folder, stage_to_run
+
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    data["spec"]["output"] = {"uri": str(tmp_path / "runs")}
+    data["spec"]["models"]["planner"] = {"model": str(tmp_path / "no-such-model"), "serve": "local"}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run = load_run(str(path))
+    planned = PlannedRun.resolve(run)
+    keys = sorted(u.key for u in planned.plan.units)
+    assert llm_units_left(planned) == len(keys) and stage_to_run(planned, "all") == "all"  # no folder yet
+    with pytest.raises(PlanError, match="no-such-model"):
+        prepare(run)
+    prepare_folder(planned)
+    folder = tmp_path / "runs" / run.metadata.name
+    (folder / "candidates").mkdir()
+    (folder / "outcomes").mkdir()
+    for i, key in enumerate(keys):  # half with an outcome only, half with a candidate only
+        (folder / ("outcomes" if i % 2 else "candidates") / f"{key}.json").write_text("{}")
+    assert llm_units_left(planned) == 0
+    assert stage_to_run(planned, "all") == "kernels" and stage_to_run(planned, "llm") == "llm"
+    assert prepare(run).name == run.metadata.name  # no model needed
+    (folder / "candidates" / f"{keys[0]}.json").unlink()
+    assert llm_units_left(planned) == 1 and stage_to_run(planned, "all") == "all"
+    with pytest.raises(PlanError, match="no-such-model"):
+        prepare(run)

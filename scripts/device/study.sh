@@ -7,7 +7,8 @@
 #    back, it travels with .device) into /tmp/runs, unless this (warm) machine still has that folder: its copy is newer;
 #    then, for a spec's folder still absent, the copy kept in git (docs/results/*/in-progress/NAME.tar.xz).
 # 2. Per spec, in the order given: skipped when its folder holds an outcome for every planned unit and a report (a
-#    missing report is built, no GPU needed), or when its models' parts are not stashed (said, the others go on);
+#    missing report is built, no GPU needed), or when its models' parts are not stashed and the LLM stage has units
+#    left (said, the others go on; with every unit left holding its candidate, the pass needs no model);
 #    else `python -m cudanalyst run SPEC --output /tmp/runs`, sent SIGTERM (taken as Ctrl-C; SIGINT is
 #    ignored by a script's background job) when STUDY_BUDGET seconds (counted from this
 #    script's start, set-up included) are nearly spent. Finished units stay in the folder; the next call resumes.
@@ -46,7 +47,7 @@ for spec in "$@"; do
   $py scripts/recording_archive.py restore "$name" "$runs" | grep -v "no saved copy restored" || true
 done
 
-state_of() {  # NAME OUTCOMES UNITS report|noreport, from the spec's plan and the run folder
+state_of() {  # NAME OUTCOMES UNITS report|noreport LLM_LEFT, from the spec's plan and the run folder
   $py - "$1" "$runs" <<'PY'
 import pathlib, sys
 from cudanalyst.api import load_run
@@ -55,7 +56,9 @@ run = load_run(sys.argv[1])
 folder = pathlib.Path(sys.argv[2]) / run.metadata.name
 units = {u.key for u in plan_run(run).units}
 have = {p.stem for p in (folder / "outcomes").glob("*.json")}
-print(run.metadata.name, len(units & have), len(units), "report" if (folder / "report/report.json").is_file() else "noreport")
+written = {p.stem for p in (folder / "candidates").glob("*.json")}
+print(run.metadata.name, len(units & have), len(units), "report" if (folder / "report/report.json").is_file() else "noreport",
+      len(units - have - written))  # units the LLM stage has left: none, and the pass needs no model (cudanalyst run)
 PY
 }
 
@@ -75,7 +78,7 @@ pack() {  # the run folder as $OUT/run-NAME.tgz, under the device tool's 16 MiB 
 }
 
 for spec in "$@"; do
-  if ! read -r name done_units planned report < <(state_of "$spec"); then
+  if ! read -r name done_units planned report llm_left < <(state_of "$spec"); then
     printf '%s\t\t\t%s\n' "$spec" "not a valid spec (above)" >> "$out/study.tsv"; continue
   fi
   state=""
@@ -90,7 +93,7 @@ for spec in "$@"; do
     # shellcheck disable=SC2046
     if [ "$left" -lt "$min_run" ]; then
       state="not started: ${left} s left of the budget"
-    elif ! prepare_models $(spec_models "$spec"); then
+    elif [ "$llm_left" != 0 ] && ! prepare_models $(spec_models "$spec"); then
       state="skipped: a model's parts are not stashed"
     else
       left=$((budget - SECONDS - reserve))
@@ -106,7 +109,7 @@ for spec in "$@"; do
         mkdir -p "$logs/$name-$(basename "$d")"
         for f in "$d"*.log "$d"*/*.log; do [ -f "$f" ] && tail -n 300 "$f" > "$logs/$name-$(basename "$d")/$(basename "$f")"; done
       done
-      read -r _ done_units planned report < <(state_of "$spec")
+      read -r _ done_units planned report _ < <(state_of "$spec")
       state="exit $rc$([ "$rc" = 124 ] && echo ' (stopped at the budget; the next call resumes)')"
       pack "$name"
     fi

@@ -73,6 +73,30 @@ def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     assert "nothing to run" in again.stderr and "starting the model server" not in again.stderr
     assert "What you saw:" in again.stdout
 
+    # A folder packed to travel (scripts/recording_archive.py snapshot) keeps the candidates of the units without an
+    # outcome only. Resumed, the LLM stage has nothing to write: the kernel stage alone, no model server.
+    keys = sorted(p.stem for p in outcomes)
+    open_keys, done_keys = keys[:2], keys[2:]
+    for key in open_keys:
+        (folder / "outcomes" / f"{key}.json").unlink()
+    for key in done_keys:
+        (folder / "candidates" / f"{key}.json").unlink()
+    packed = cudanalyst("run", str(spec), "--output", str(out))
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    assert "no model server started" in packed.stderr and "starting the model server" not in packed.stderr
+    assert sorted(p.stem for p in (folder / "outcomes").glob("*.json")) == keys
+    assert sorted(p.stem for p in (folder / "candidates").glob("*.json")) == open_keys
+    assert "What you saw:" in packed.stdout
+
+    # One unit with neither: the model server starts for it alone, and the units with an outcome get no candidate.
+    (folder / "outcomes" / f"{open_keys[0]}.json").unlink()
+    (folder / "candidates" / f"{open_keys[0]}.json").unlink()
+    one = cudanalyst("run", str(spec), "--output", str(out))
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "starting the model server" in one.stderr
+    assert sorted(p.stem for p in (folder / "candidates").glob("*.json")) == open_keys
+    assert sorted(p.stem for p in (folder / "outcomes").glob("*.json")) == keys
+
 
 def ours(work: Path, *patterns: str) -> list[tuple[str, str]]:
     """(pattern, pid) of the running processes matching a pattern whose environment has TMPDIR=work."""

@@ -310,7 +310,8 @@ def run_shard(args: argparse.Namespace) -> int:
 
     if "llm" in stages:  # one shard (parse_args allows several only for the kernel stage)
         units, progress = units_of[args.shard], progresses[args.shard]
-        pending = [u for u in units if u.key not in candidates]
+        # A unit with an outcome is done even when its candidate is gone (a packed folder leaves those out).
+        pending = [u for u in units if u.key not in candidates and u.key not in outcomes]
         log.info("shard %d/%d: %d units, %d pending for the LLM stage", args.shard, args.of, len(units), len(pending))
         # Donors of randomized feedback may be any program of the run; otherwise only the shard's own.
         needed = ({p.program_id for p in plan.programs} if "randomizedFeedback" in run.spec.controls

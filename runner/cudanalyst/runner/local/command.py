@@ -40,12 +40,14 @@ from cudanalyst.runner.local.executor import (
     llm_stage_in_lanes,
     prepare,
     run_lanes,
+    stage_to_run,
     start_stage,
     wait_stage,
     work_dir,
     write_spec_file,
 )
 from cudanalyst.runner.local.gpus import Lane
+from cudanalyst.store import StoreError
 
 # The model server is ours and on this machine: a slow request is slow, not lost, and a retry would start it
 # again from nothing (on two loaded CPU cores 16 answers took longer than the runner's default 600 s).
@@ -72,13 +74,17 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def resolve(run: AttributionRun, args: argparse.Namespace) -> tuple[PlannedRun, list[Lane]]:
+def resolve(run: AttributionRun, args: argparse.Namespace) -> tuple[PlannedRun, list[Lane], str]:
     """The run as this machine executes it (its shards spread over the lanes), planned once and its folder
-    prepared; bad input exits 2 before any work."""
+    prepared, and the stages this pass runs (stage_to_run); bad input exits 2 before any work."""
     try:
-        check_set_up(run, args.stage)
         local, lanes = lanes_for(run, args.gpus)
-        return prepare(local), lanes
+        planned = PlannedRun.resolve(local)
+        stage = stage_to_run(planned, args.stage)
+        check_set_up(run, stage)
+        return prepare(local, stage), lanes, stage
+    except StoreError as exc:  # the output folder's URI (the trajectory's errors are PlanErrors)
+        die(f"output folder {run.spec.output.uri!r} is not usable: {exc}", EXIT_INVALID)
     except (PlanError, RunInputError) as exc:
         die(str(exc), EXIT_INVALID)
 
@@ -162,7 +168,7 @@ def main(run: AttributionRun, args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     clock = WallClock()
     timings = getattr(args, "timings", None)
-    planned, lanes = resolve(run, args)
+    planned, lanes, stage = resolve(run, args)
     clock.units = len(planned.plan.units)
     show_start(console, planned, [str(lane.gpu) for lane in lanes])
     if args.stage == "all" and {u.key for u in planned.plan.units} <= keys_under(planned.store, OUTCOMES):
@@ -170,10 +176,13 @@ def main(run: AttributionRun, args: argparse.Namespace) -> int:
         # start the model servers (a minute or more) only to find that out; the report is built again.
         console.print(f"every unit already has its outcome: nothing to run ({len(planned.plan.units)} units)")
         return 0 if args.no_report else show_report(planned.store, console)
+    if stage != args.stage:
+        console.print("every unit left already has its candidate: the kernel stage alone, no model server started",
+                      soft_wrap=True)
     folder = work_dir(planned.run)
     try:
-        with RunDisplay(console, planned, args.stage) as display:
-            codes = run_stages(planned, lanes, args.stage, folder, display, args.health_timeout, clock)
+        with RunDisplay(console, planned, stage) as display:
+            codes = run_stages(planned, lanes, stage, folder, display, args.health_timeout, clock)
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a missing model
         return ended_early(exc, console, folder, "finished units are kept")
     if failed := show_failed_stages(console, codes, folder, planned):

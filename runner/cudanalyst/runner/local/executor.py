@@ -33,7 +33,16 @@ from pydantic import ValidationError
 from cudanalyst.api import AttributionRun, AttributionRunSpec
 from cudanalyst.plan import plan_digest
 from cudanalyst.planned_run import PlannedRun
-from cudanalyst.runfolder import PLANNER_TEXTS, SPEC, read_shard_progress, resume_problem, write_start
+from cudanalyst.runfolder import (
+    CANDIDATES,
+    OUTCOMES,
+    PLANNER_TEXTS,
+    SPEC,
+    keys_under,
+    read_shard_progress,
+    resume_problem,
+    write_start,
+)
 from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.client import warm_up
 from cudanalyst.runner.llm.compile_cache import SWITCH_ENV as COMPILE_CACHE_SWITCH
@@ -429,16 +438,33 @@ def check_set_up(run: AttributionRun, stage: str) -> None:
             raise RunInputError(str(exc)) from None
 
 
-def prepare(run: AttributionRun) -> PlannedRun:
-    """The run resolved once (PlanError when it cannot be planned or its models are missing), its folder checked
-    and started (RunInputError when it is not usable, or another spec's)."""
+def prepare(run: AttributionRun, stage: str = "all") -> PlannedRun:
+    """The run resolved once (PlanError when it cannot be planned, or when its models are missing and the LLM stage
+    has units to write), its folder checked and started (RunInputError when it is not usable, or another spec's)."""
     try:
         planned = PlannedRun.resolve(run)
     except StoreError as exc:  # the output folder's URI (the trajectory's errors are PlanErrors)
         raise RunInputError(f"output folder {run.spec.output.uri!r} is not usable: {exc}") from None
-    planned.check_models(local_paths=True)
+    if stage_to_run(planned, stage) != "kernels":
+        planned.check_models(local_paths=True)
     prepare_folder(planned)
     return planned
+
+
+def llm_units_left(planned: PlannedRun) -> int:
+    """Units the LLM stage still has to write: those with neither a candidate nor an outcome in the run folder."""
+    keys = {u.key for u in planned.plan.units}
+    try:
+        written = keys_under(planned.store, CANDIDATES) | keys_under(planned.store, OUTCOMES)
+    except StoreError:  # a folder not made yet: everything is left
+        return len(keys)
+    return len(keys - written)
+
+
+def stage_to_run(planned: PlannedRun, stage: str) -> str:
+    """The stages a pass runs: "all" becomes "kernels" when the LLM stage has nothing left to write (a pass resumed
+    after the LLM stage finished), so that no model server starts (a minute or two) and no model is needed."""
+    return "kernels" if stage == "all" and llm_units_left(planned) == 0 else stage
 
 
 def plans_expected(planned: PlannedRun) -> int:
@@ -463,6 +489,6 @@ def work_dir(run: AttributionRun) -> str:
 
 
 __all__ = ["KernelStages", "LaneServers", "RunInputError", "Snapshot", "check_set_up", "kernel_stage_alongside",
-           "lanes_for", "llm_stage_in_lanes", "plan_digest", "plans_expected", "plans_written", "prepare",
-           "read_snapshot", "run_lanes", "run_stage", "shared_servers", "start_stage", "wait_stage",
-           "write_spec_file", "work_dir"]
+           "lanes_for", "llm_stage_in_lanes", "llm_units_left", "plan_digest", "plans_expected", "plans_written",
+           "prepare", "read_snapshot", "run_lanes", "run_stage", "shared_servers", "stage_to_run", "start_stage",
+           "wait_stage", "write_spec_file", "work_dir"]
