@@ -127,3 +127,14 @@ def test_the_start_is_the_process_start_to_a_clock_tick() -> None:
     started, then = map(float, out.split())
     tick = 1 / os.sysconf("SC_CLK_TCK")
     assert before - tick <= started <= then <= after
+
+
+def test_a_pass_without_an_llm_stage_shows_its_kernel_stage() -> None:
+    # A resumed pass whose candidates are all written runs the kernel stage alone (executor.stage_to_run): its table
+    # says so, instead of a wall with nothing under it but the report.
+    clock = WallClock(started=0.0, units=498)
+    for name, at in (("kernelsOver", 130.0), ("report", 130.0), ("reportOver", 138.0), ("end", 143.0)):
+        clock.mark(name, at)
+    assert [(key, seconds) for key, _, seconds in clock.spans()] == [("kernelStage", 130.0), ("report", 8.0)]
+    text = "\n".join(clock.lines())
+    assert "kernel stage (no LLM stage in this pass)" in text and "498 units" in text

@@ -84,6 +84,8 @@ def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     packed = cudanalyst("run", str(spec), "--output", str(out))
     assert packed.returncode == 0, packed.stderr[-3000:]
     assert "no model server started" in packed.stderr and "starting the model server" not in packed.stderr
+    # ... and its clock counts the pass's own units, under a kernel stage of its own
+    assert "kernel stage (no LLM stage in this pass)" in packed.stderr and "2 units:" in packed.stderr
     assert sorted(p.stem for p in (folder / "outcomes").glob("*.json")) == keys
     assert sorted(p.stem for p in (folder / "candidates").glob("*.json")) == open_keys
     assert "What you saw:" in packed.stdout

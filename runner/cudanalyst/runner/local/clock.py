@@ -8,10 +8,12 @@ ends when the last line is printed. Marks are epoch seconds (time.time()), since
   plans   LLM stage begins -> the last plan back (explicit planning; kernels already flow beside them)
   kernels the last plan back -> the LLM stage over (every shard exited)
   tail    the LLM stage over -> the kernel stage over
+  kernelStage  process start -> the kernel stage over, in a pass without an LLM stage
   report  building and printing the report
   wall    process start -> the end
 
-Units per hour are given from the command (the whole wall) and after the start (wall less the start).
+Units per hour are given from the command (the whole wall) and after the start (wall less the start), over the
+units the pass ran (a resumed pass's, not the plan's).
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class WallClock:
                 out.append(("kernels", "LLM stage: kernels", over - llm))
         if over is not None and "kernelsOver" in m:
             out.append(("tail", "kernel stage's tail after it", m["kernelsOver"] - over))
+        elif llm is None and "kernelsOver" in m:  # a pass without an LLM stage (--stage kernels, or none left)
+            out.append(("kernelStage", "kernel stage (no LLM stage in this pass)", m["kernelsOver"] - self.started))
         if "report" in m and "reportOver" in m:
             out.append(("report", "report", m["reportOver"] - m["report"]))
         return out

@@ -150,6 +150,7 @@ def run_stages(planned: PlannedRun, lanes: list[Lane], stage: str, folder: str, 
         procs = {g: p for lane in lanes
                  for g, p in start_stage(spec_path, lane.shards, of, "kernels", folder, False, env=lane.env()).items()}
         codes["kernels"] = wait_stage(procs, watcher.tick)
+        timed.clock.mark("kernelsOver")
     return codes
 
 
@@ -169,9 +170,10 @@ def main(run: AttributionRun, args: argparse.Namespace) -> int:
     clock = WallClock()
     timings = getattr(args, "timings", None)
     planned, lanes, stage = resolve(run, args)
-    clock.units = len(planned.plan.units)
+    done = keys_under(planned.store, OUTCOMES)
+    clock.units = len({u.key for u in planned.plan.units} - done)  # this pass's: a resumed one's rate is of its own
     show_start(console, planned, [str(lane.gpu) for lane in lanes])
-    if args.stage == "all" and {u.key for u in planned.plan.units} <= keys_under(planned.store, OUTCOMES):
+    if args.stage == "all" and not clock.units:
         # Every unit has its outcome (the kernel stage's final word): a rerun has nothing to do, so it does not
         # start the model servers (a minute or more) only to find that out; the report is built again.
         console.print(f"every unit already has its outcome: nothing to run ({len(planned.plan.units)} units)")
