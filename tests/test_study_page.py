@@ -1,0 +1,61 @@
+"""The study's page (docs/results/study-2026-12-02/README.md) is what its shipped outcomes give.
+
+Issue 29: "The page's tables can be recomputed from the shipped outcomes, with a test that rebuilds them." The page
+is rebuilt here with the command its preface gives, in a copy of the checkout's layout (the specs' trajectory URI is
+relative: the recording's trajectory is unpacked from its kept archive, as a user would), and must come out byte for
+byte, study.json too. A change to the generator, a spec of examples/study-real/ or a run shows here as a diff to look
+at; the page is then regenerated with that command. The policy beside it is checked the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from cudanalyst.cli import main as cli
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = Path("docs/results/study-2026-12-02")
+SPECS = Path("examples/study-real")
+
+
+@pytest.fixture(scope="module")
+def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("checkout")
+    shutil.copytree(ROOT / STUDY / "runs", root / STUDY / "runs")
+    shutil.copy(ROOT / STUDY / "preface.md", root / STUDY / "preface.md")
+    shutil.copytree(ROOT / SPECS, root / SPECS, ignore=shutil.ignore_patterns("recordings", "second-agent"))
+    with tarfile.open(ROOT / STUDY / "recordings" / "study-real-1-5b.tar.xz") as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith("study-real-1-5b/trajectory")]
+        tar.extractall(root / "recordings", members=members, filter="data")
+    preface = (ROOT / STUDY / "preface.md").read_text()
+    command = re.search(r"cudanalyst study (.*?)\n\n", preface.replace("\\\n", " ") + "\n\n", re.S)
+    assert command, "the preface gives no `cudanalyst study` command"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        assert cli(["study", *command.group(1).split()]) == 0
+        assert cli(["policy", str(STUDY / "runs" / "study-real-main"), "-o", str(STUDY / "policy.yaml")]) == 0
+    return root / STUDY
+
+
+def test_the_study_page_is_what_its_outcomes_give(rebuilt: Path) -> None:
+    assert (rebuilt / "README.md").read_text() == (ROOT / STUDY / "README.md").read_text()
+    assert json.loads((rebuilt / "study.json").read_text()) == json.loads((ROOT / STUDY / "study.json").read_text())
+    assert (rebuilt / "policy.yaml").read_text() == (ROOT / STUDY / "policy.yaml").read_text()
+
+
+def test_the_page_says_which_roles_ran_and_what_they_replay(rebuilt: Path) -> None:
+    page = json.loads((rebuilt / "study.json").read_text())
+    assert "unreadable" not in page["replayed"] and page["replayed"]["tasks"] == 23
+    assert page["runs"]["main"]["outcomes"] == 5610 and page["runs"]["main"]["folder"] == "runs/study-real-main"
+    # A role without its folder is said to be not run, never counted as a result.
+    assert page["runs"]["implicit-1.5b"]["outcomes"] == 0
+    text = (rebuilt / "README.md").read_text()
+    assert "not run: implicit-1.5b not run: its run folder is not there" in text
+    drawn = page["frozen"]["drawn"]
+    assert sum(sum(row.values()) for row in drawn.values()) == 85 and len(drawn) == 23
