@@ -420,10 +420,13 @@ def user_runs(text: str) -> list[str]:
 def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: int | None) -> dict[str, Any]:
     """One `cudanalyst run` as a user runs it: its own process, a new run folder and nvcc cache, the vLLM compile
     cache in `vllm_cache`. Returns the command's own table (--timings) and the bench's clock around it."""
-    from cudanalyst.runner.llm.compile_cache import DIR_ENV
+    from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
 
     timings = work / f"timings-{name}.json"
     env = {**os.environ, COMPILE_CACHE_ENV: str(work / f"cache-{name}"), DIR_ENV: str(vllm_cache)}
+    # The local folder alone decides cold or warm: a cache store (scripts/device/models.sh sets one) would make a
+    # cold run fetch what an earlier session kept.
+    env.pop(CACHE_URI_ENV, None)
     cmd = [sys.executable, "-m", "cudanalyst", "run", str(spec_file), "--output", str(work / f"runs-{name}"),
            "--timings", str(timings)] + (["--gpus", str(gpus)] if gpus else [])
     log = work / f"run-{name}.log"

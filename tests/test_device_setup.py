@@ -94,3 +94,45 @@ def test_lanes_that_skip_the_set_up_still_have_pycuda_ready(tmp_path: Path) -> N
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "pycuda sees the GPU" in run.stdout
+
+
+def test_vllm_compiled_artefacts_travel_between_sessions(tmp_path: Path) -> None:
+    # scripts/device/models.sh: the store the runner fetches a model's compile cache from is seeded from what an
+    # earlier session brought back, and a call brings the store back only when a cold start here added to it.
+    root = tmp_path / "checkout"
+    (root / "scripts" / "device").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "device" / "models.sh", root / "scripts" / "device" / "models.sh")
+    store, out = tmp_path / "store", tmp_path / "out"
+    out.mkdir()
+    kept = tmp_path / "kept" / "qwen-3f2a" / "vllm-0.22.0"
+    kept.mkdir(parents=True)
+    (kept / "nvidia-h200.tar.gz").write_bytes(b"compiled")
+    (root / ".device").mkdir()
+    with tarfile.open(root / ".device" / "vllm-cache.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "kept", arcname=".")
+    env = {**os.environ, "VLLM_STORE": str(store), "OUT": str(out)}
+    env.pop("CUDANALYST_VLLM_CACHE_URI", None)
+
+    def session(after: str) -> subprocess.CompletedProcess:
+        script = f'out="$OUT"; source scripts/device/models.sh; seed_vllm_store; {after}'
+        return subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+
+    first = session('echo "uri=$CUDANALYST_VLLM_CACHE_URI"; bring_back_vllm_cache')
+    assert first.returncode == 0, first.stderr
+    assert f"uri={store}" in first.stdout and "1 model(s) from .device/vllm-cache.tgz" in first.stdout
+    assert (store / "qwen-3f2a" / "vllm-0.22.0" / "nvidia-h200.tar.gz").read_bytes() == b"compiled"
+    assert not (out / "vllm-cache.tgz").exists()  # nothing new: nothing to bring back
+
+    # A cold start of another model puts its cache into the store (compile_cache.py's keep): the whole store comes back.
+    added = 'mkdir -p "$VLLM_STORE/gemma-9c1d/vllm-0.22.0" && echo x > "$VLLM_STORE/gemma-9c1d/vllm-0.22.0/nvidia-h200.tar.gz"'
+    second = session(f"{added}; bring_back_vllm_cache")
+    assert second.returncode == 0 and "-> $OUT/vllm-cache.tgz" in second.stdout, second.stdout + second.stderr
+    with tarfile.open(out / "vllm-cache.tgz") as tar:
+        names = {n.lstrip("./") for n in tar.getnames() if n.endswith(".tar.gz")}
+    assert names == {"qwen-3f2a/vllm-0.22.0/nvidia-h200.tar.gz", "gemma-9c1d/vllm-0.22.0/nvidia-h200.tar.gz"}
+
+    # A torn copy costs a cold start, never the call.
+    shutil.rmtree(store)
+    (root / ".device" / "vllm-cache.tgz").write_bytes(b"not a tar")
+    torn = session("true")
+    assert torn.returncode == 0 and "is torn; servers start cold" in torn.stdout

@@ -4,7 +4,14 @@
 #   vllm_from_wheelhouse      install vLLM (once per machine) and export PYTHONPATH and vLLM's cache settings
 #   spec_models SPEC          the local models an AttributionRun (or TrajectoryRecording) serves, space-separated
 #   prepare_models NAME...    each model's GGUF parts -> a Hugging Face folder (scripts/prepare_model.py, cached)
+#   seed_vllm_store           the store of vLLM's compiled artefacts, from .device/vllm-cache.tgz (vllm_from_wheelhouse)
+#   bring_back_vllm_cache     $OUT/vllm-cache.tgz: vLLM's compiled artefacts, when this machine made new ones
 stash=/tmp/cudanalyst-stash
+# vLLM's compiled artefacts across sessions (issue 32): a folder store that the runner fetches a model's cache from
+# before a cold start and puts it into after one (runner/.../llm/compile_cache.py), seeded from what an earlier
+# session brought back (.device/vllm-cache.tgz, carried with .device). Without it every session's first server
+# start compiles again (82-120 s cold on the H200).
+vllm_store="${VLLM_STORE:-/tmp/cudanalyst-vllm-store}"  # the tests move it
 
 vllm_from_wheelhouse() {
   step "vLLM from the wheelhouse"
@@ -20,6 +27,7 @@ vllm_from_wheelhouse() {
   export PYTHONPATH="$pkgs:$site:/tmp/vllm-site"
   # vLLM's compile cache in /tmp too: a later call on the same machine starts its servers sooner.
   export VLLM_USE_FLASHINFER_SAMPLER=0 CUDANALYST_CACHE=/tmp/cudanalyst-cache VLLM_CACHE_ROOT=/tmp/vllm-cache
+  seed_vllm_store
   $py -c "import vllm, pydantic; print('vllm', vllm.__version__, 'pydantic', pydantic.__version__)"
 }
 
@@ -52,4 +60,33 @@ prepare_models() {
     $py scripts/prepare_model.py "$name" --gguf "/tmp/$name.gguf" "${tokenizer[@]}" 2>&1 | grep -v "it/s]" | tail -7
     [ "${PIPESTATUS[0]}" = 0 ] || return 1
   done
+}
+
+seed_vllm_store() {
+  # Once per machine: the store from .device/vllm-cache.tgz, and a list of what it held then.
+  export CUDANALYST_VLLM_CACHE_URI="${CUDANALYST_VLLM_CACHE_URI:-$vllm_store}"
+  [ -d "$vllm_store" ] && return 0
+  mkdir -p "$vllm_store"
+  if [ -s .device/vllm-cache.tgz ]; then
+    if tar xzf .device/vllm-cache.tgz -C "$vllm_store"; then
+      echo "vLLM compile cache: $(find "$vllm_store" -name '*.tar.gz' | wc -l) model(s) from .device/vllm-cache.tgz"
+    else
+      echo "vLLM compile cache: .device/vllm-cache.tgz is torn; servers start cold"
+    fi
+  fi
+  find "$vllm_store" -name '*.tar.gz' | sort > "$vllm_store.seeded"
+}
+
+bring_back_vllm_cache() {
+  # Only when a server here kept a model's cache the store did not have (a cold start), and under the device tool's
+  # 16 MiB a file; the next session carries it as .device/vllm-cache.tgz (the whole store: what it had, and the new).
+  [ -d "$vllm_store" ] || return 0
+  find "$vllm_store" -name '*.tar.gz' | sort | cmp -s - "$vllm_store.seeded" && return 0
+  tar czf "$out/vllm-cache.tgz" -C "$vllm_store" .
+  local bytes; bytes=$(stat -c %s "$out/vllm-cache.tgz")
+  if [ "$bytes" -gt $((15 * 1024 * 1024)) ]; then
+    echo "vLLM compile cache: $bytes bytes, over what a call brings back; not kept"; rm -f "$out/vllm-cache.tgz"
+  else
+    echo "vLLM compile cache: $bytes bytes -> \$OUT/vllm-cache.tgz (copy it to .device/vllm-cache.tgz)"
+  fi
 }

@@ -95,4 +95,5 @@ if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
     -exec cp -r {} "$logs/" \; 2>/dev/null
   tar czf "$out/bench-logs.tgz" -C "$logs" . && rm -rf "$logs" "$started"
 fi
+bring_back_vllm_cache
 exit "$rc"

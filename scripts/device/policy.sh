@@ -92,4 +92,5 @@ existing=(); for n in "${picked[@]}"; do [ -d "$runs/$n" ] && existing+=("$n"); 
 (cd "$runs" && tar czf "$out/policy-runs-$tag.tgz" -X /tmp/policy-exclude "${existing[@]}" times-*.tsv 2>/dev/null)
 tar czf "$out/policy-logs-$tag.tgz" -C "$logs" .
 cp "$runs/times.tsv" "$out/times-$tag.tsv" 2>/dev/null
+bring_back_vllm_cache
 ls -la "$out"

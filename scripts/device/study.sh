@@ -118,5 +118,6 @@ for spec in "$@"; do
   echo "== $name: $done_units/$planned units, $state"
 done
 tar czf "$out/study-logs.tgz" -C /tmp study-logs
+bring_back_vllm_cache
 step "study: $SECONDS s of $budget"
 column -t -s $'\t' "$out/study.tsv" 2>/dev/null || cat "$out/study.tsv"
