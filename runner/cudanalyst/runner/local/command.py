@@ -38,7 +38,7 @@ from cudanalyst.runner.local.executor import (
     check_set_up,
     lanes_for,
     llm_stage_in_lanes,
-    prepare,
+    prepare_planned,
     run_lanes,
     stage_to_run,
     start_stage,
@@ -79,10 +79,10 @@ def resolve(run: AttributionRun, args: argparse.Namespace) -> tuple[PlannedRun, 
     prepared, and the stages this pass runs (stage_to_run); bad input exits 2 before any work."""
     try:
         local, lanes = lanes_for(run, args.gpus)
-        planned = PlannedRun.resolve(local)
+        planned = PlannedRun.resolve(local)  # planned once: the stage and the folder's preparation both use it
         stage = stage_to_run(planned, args.stage)
         check_set_up(run, stage)
-        return prepare(local, stage), lanes, stage
+        return prepare_planned(planned, stage), lanes, stage
     except StoreError as exc:  # the output folder's URI (the trajectory's errors are PlanErrors)
         die(f"output folder {run.spec.output.uri!r} is not usable: {exc}", EXIT_INVALID)
     except (PlanError, RunInputError) as exc:

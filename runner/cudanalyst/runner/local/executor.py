@@ -445,7 +445,13 @@ def prepare(run: AttributionRun, stage: str = "all") -> PlannedRun:
         planned = PlannedRun.resolve(run)
     except StoreError as exc:  # the output folder's URI (the trajectory's errors are PlanErrors)
         raise RunInputError(f"output folder {run.spec.output.uri!r} is not usable: {exc}") from None
-    if stage_to_run(planned, stage) != "kernels":
+    return prepare_planned(planned, stage_to_run(planned, stage))
+
+
+def prepare_planned(planned: PlannedRun, stage: str) -> PlannedRun:
+    """prepare() for a run already resolved, `stage` being what this pass runs (stage_to_run): its models checked
+    unless it runs the kernel stage alone, then its folder checked and started."""
+    if stage != "kernels":
         planned.check_models(local_paths=True)
     prepare_folder(planned)
     return planned
@@ -490,5 +496,5 @@ def work_dir(run: AttributionRun) -> str:
 
 __all__ = ["KernelStages", "LaneServers", "RunInputError", "Snapshot", "check_set_up", "kernel_stage_alongside",
            "lanes_for", "llm_stage_in_lanes", "llm_units_left", "plan_digest", "plans_expected", "plans_written",
-           "prepare", "read_snapshot", "run_lanes", "run_stage", "shared_servers", "stage_to_run", "start_stage",
-           "wait_stage", "write_spec_file", "work_dir"]
+           "prepare", "prepare_planned", "read_snapshot", "run_lanes", "run_stage", "shared_servers", "stage_to_run",
+           "start_stage", "wait_stage", "write_spec_file", "work_dir"]
