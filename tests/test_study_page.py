@@ -39,7 +39,8 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         assert cli(["study", *command.group(1).split()]) == 0
-        assert cli(["policy", str(STUDY / "runs" / "study-real-main"), "-o", str(STUDY / "policy.yaml")]) == 0
+        runs = [str(STUDY / "runs" / name) for name in ("study-real-main", "study-real-implicit-1-5b")]
+        assert cli(["policy", *runs, "-o", str(STUDY / "policy.yaml")]) == 0
     return root / STUDY
 
 
