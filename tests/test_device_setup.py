@@ -136,3 +136,86 @@ def test_vllm_compiled_artefacts_travel_between_sessions(tmp_path: Path) -> None
     (root / ".device" / "vllm-cache.tgz").write_bytes(b"not a tar")
     torn = session("true")
     assert torn.returncode == 0 and "is torn; servers start cold" in torn.stdout
+
+
+# python3 as models.sh calls it for a model's conversion: slow, logged with its niceness, cached by a marker file.
+CONVERTER = """#!/usr/bin/env bash
+case "$*" in
+  *prepare_model.py*)
+    name=$2
+    if [ -e "$DONE/$name" ]; then echo "already prepared $name"; echo "cached $name" >> "$LOG"; exit 0; fi
+    echo "start $name nice=$(nice)" >> "$LOG"; sleep 1; touch "$DONE/$name"; echo "end $name" >> "$LOG" ;;
+  *"import vllm"*) echo "import vllm" >> "$LOG"; echo "vllm 0.22.0 pydantic 2" ;;
+  *importlib.metadata*) echo "metadata" >> "$LOG"; echo "vllm 0.22.0 pydantic 2 (installed by an earlier call)" ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def models_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = tmp_path / "checkout"
+    (root / "scripts" / "device").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "device" / "models.sh", root / "scripts" / "device" / "models.sh")
+    stand_in = tmp_path / "python3"
+    stand_in.write_text(CONVERTER)
+    stand_in.chmod(0o755)
+    stash = tmp_path / "stash"
+    for name in ("m1", "m2"):
+        (stash / "models" / name).mkdir(parents=True)
+        (stash / "models" / name / f"{name}.gguf.part00").write_text(name)
+    (tmp_path / "done").mkdir()
+    env = {**os.environ, "LOG": str(tmp_path / "log"), "DONE": str(tmp_path / "done"), "PY": str(stand_in),
+           "VLLM_STORE": str(tmp_path / "store"), "VLLM_SITE": str(tmp_path / "vllm-site")}
+    env.pop("CUDANALYST_VLLM_CACHE_URI", None)
+    return root, env
+
+
+def run_models(root: Path, env: dict[str, str], stash: Path, after: str) -> subprocess.CompletedProcess:
+    # A spec here is a file naming its models (spec_models reads the real spec in study.sh).
+    script = (f'py="$PY"; source scripts/device/models.sh; stash={stash}; spec_models() {{ cat "$1"; }}\n'
+              f'step() {{ echo "== $*"; }}\n{after}')
+    return subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_later_specs_models_convert_ahead_at_low_priority_and_once(tmp_path: Path) -> None:
+    root, env = models_checkout(tmp_path)
+    (root / "first.spec").write_text("m1\n")
+    (root / "second.spec").write_text("m2\n")
+    (root / "third.spec").write_text("m1\n")
+    # study.sh's turn order: the second and third specs' models convert in the background while the first runs;
+    # the second spec's own turn comes while m2 is still converting, waits for it, then finds it cached.
+    result = run_models(root, env, tmp_path / "stash",
+                        'prepare_models_ahead second.spec third.spec > ahead.log 2>&1\n'
+                        'sleep 0.3; prepare_models m2 || exit 5; wait "$ahead_pid"; prepare_models m1; cat ahead.log')
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = (tmp_path / "log").read_text().splitlines()
+    # m2 converted once, in the background at niceness 10; the foreground's m2 waited for the lock and took the
+    # cache; m1 (the third spec, the same model as the first) converted once, by whichever came first.
+    assert log.count("start m2 nice=10") == 1 and log.index("end m2") < log.index("cached m2")
+    assert sum(line.startswith("start m1") for line in log) == 1 and "cached m1" in log
+    assert log.index("end m2") < next(i for i, line in enumerate(log) if line.startswith("start m1"))  # one at a time
+
+
+def test_a_spec_whose_parts_are_not_stashed_is_said_and_the_others_convert(tmp_path: Path) -> None:
+    root, env = models_checkout(tmp_path)
+    (root / "a.spec").write_text("nothere\n")
+    (root / "b.spec").write_text("m2\n")
+    result = run_models(root, env, tmp_path / "stash",
+                        'prepare_models_ahead a.spec b.spec > ahead.log 2>&1; wait "$ahead_pid"; cat ahead.log')
+    assert result.returncode == 0, result.stderr
+    assert "no stashed parts in" in result.stdout and "ahead: a.spec's models not prepared" in result.stdout
+    assert "end m2" in (tmp_path / "log").read_text()
+
+
+def test_vllm_is_imported_once_per_machine(tmp_path: Path) -> None:
+    # The first call checks and imports vLLM (about 14 s each on the H200) and leaves a marker; a later call on the
+    # same warm machine reads the versions from the packages' metadata instead.
+    root, env = models_checkout(tmp_path)
+    first = run_models(root, env, tmp_path / "stash", 'pkgs=p site=s; vllm_from_wheelhouse')
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (tmp_path / "vllm-site" / ".cudanalyst-installed").exists()
+    assert (tmp_path / "log").read_text().count("import vllm") == 2  # the check, then the version line
+    (tmp_path / "log").unlink()
+    second = run_models(root, env, tmp_path / "stash", 'pkgs=p site=s; vllm_from_wheelhouse')
+    assert second.returncode == 0 and "installed by an earlier call" in second.stdout, second.stdout + second.stderr
+    assert (tmp_path / "log").read_text().splitlines() == ["metadata"]

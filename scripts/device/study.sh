@@ -9,7 +9,8 @@
 # 2. Per spec, in the order given: skipped when its folder holds an outcome for every planned unit and a report (a
 #    missing report is built, no GPU needed), or when its models' parts are not stashed and the LLM stage has units
 #    left (said, the others go on; with every unit left holding its candidate, the pass needs no model);
-#    else `python -m cudanalyst run SPEC --output /tmp/runs`, sent SIGTERM (taken as Ctrl-C; SIGINT is
+#    else `python -m cudanalyst run SPEC --output /tmp/runs` (the first pass also converts the later specs' models
+#    in the background: models.sh prepare_models_ahead), sent SIGTERM (taken as Ctrl-C; SIGINT is
 #    ignored by a script's background job) when STUDY_BUDGET seconds (counted from this
 #    script's start, set-up included) are nearly spent. Finished units stay in the folder; the next call resumes.
 # 3. Brings back $OUT/run-NAME.tgz for each run it touched (its whole folder; over 15 MiB, the candidates of units
@@ -77,7 +78,10 @@ pack() {  # the run folder as $OUT/run-NAME.tgz, under the device tool's 16 MiB 
   ls -la "$tgz"
 }
 
+ahead_pid=""
+i=0
 for spec in "$@"; do
+  i=$((i + 1))
   if ! read -r name done_units planned report llm_left < <(state_of "$spec"); then
     printf '%s\t\t\t%s\n' "$spec" "not a valid spec (above)" >> "$out/study.tsv"; continue
   fi
@@ -96,6 +100,10 @@ for spec in "$@"; do
     elif [ "$llm_left" != 0 ] && ! prepare_models $(spec_models "$spec"); then
       state="skipped: a model's parts are not stashed"
     else
+      if [ -z "$ahead_pid" ] && [ "$i" -lt $# ]; then  # the later specs' models, while this pass runs
+        prepare_models_ahead "${@:$((i + 1))}" > "$logs/convert-ahead.log" 2>&1
+        echo "converting the later specs' models in the background (study-logs/convert-ahead.log)"
+      fi
       left=$((budget - SECONDS - reserve))
       step "$name: cudanalyst run $spec ($done_units/$planned units done, SIGTERM in $left s)"
       # Not through a pipe: a process left holding it would keep the pipe open, and this script waiting.
@@ -117,6 +125,11 @@ for spec in "$@"; do
   printf '%s\t%s\t%s\t%s\n' "$name" "$done_units" "$planned" "$state" >> "$out/study.tsv"
   echo "== $name: $done_units/$planned units, $state"
 done
+# A conversion still running ahead is for specs this call had no time for: stop it (the folder is renamed into place
+# only when whole, so a later call converts again), rather than hold the call open.
+if [ -n "$ahead_pid" ] && kill -0 "$ahead_pid" 2>/dev/null; then
+  pkill -TERM -P "$ahead_pid"; kill "$ahead_pid" 2>/dev/null; echo "stopped the conversion ahead (unfinished)"
+fi
 tar czf "$out/study-logs.tgz" -C /tmp study-logs
 bring_back_vllm_cache
 step "study: $SECONDS s of $budget"
