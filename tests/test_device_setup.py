@@ -219,3 +219,20 @@ def test_vllm_is_imported_once_per_machine(tmp_path: Path) -> None:
     second = run_models(root, env, tmp_path / "stash", 'pkgs=p site=s; vllm_from_wheelhouse')
     assert second.returncode == 0 and "installed by an earlier call" in second.stdout, second.stdout + second.stderr
     assert (tmp_path / "log").read_text().splitlines() == ["metadata"]
+
+
+def test_without_flock_nothing_converts_ahead_and_each_spec_converts_in_its_turn(tmp_path: Path) -> None:
+    root, env = models_checkout(tmp_path)
+    (root / "b.spec").write_text("m2\n")
+    bin_dir = tmp_path / "bin-without-flock"
+    bin_dir.mkdir()
+    for tool in ("bash", "cat", "ls", "mv", "mkdir", "grep", "tail", "sleep", "touch", "nice", "renice", "env"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    env["PATH"] = str(bin_dir)
+    result = run_models(root, env, tmp_path / "stash",
+                        'prepare_models_ahead b.spec; echo "pid=$ahead_pid"; prepare_models m2')
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no flock on this machine" in result.stdout and "pid=none" in result.stdout
+    assert (tmp_path / "log").read_text().splitlines() == ["start m2 nice=0", "end m2"]

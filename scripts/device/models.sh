@@ -58,7 +58,11 @@ prepare_models() {
     step "model $name: GGUF parts -> Hugging Face folder"
     # One conversion of a model at a time (study.sh converts the next specs' models ahead, in the background); a
     # caller that waits here then finds the folder cached.
-    { flock 9 && prepare_one "$name"; } 9> "/tmp/cudanalyst-prepare-$name.lock" || return 1
+    if command -v flock > /dev/null; then
+      { flock 9 && prepare_one "$name"; } 9> "/tmp/cudanalyst-prepare-$name.lock" || return 1
+    else
+      prepare_one "$name" || return 1
+    fi
   done
 }
 
@@ -84,6 +88,9 @@ prepare_models_ahead() {  # SPEC...: their models, converted in the background a
   # inside a call's budget before each spec's pass; converted while the pass before it runs, it is ready when its
   # turn comes. prepare_models takes a lock per model: a spec that comes sooner waits for it, then finds it cached.
   # Specs whose pass needs no model cost only background CPU; specs whose parts are not stashed fail here quietly.
+  if ! command -v flock > /dev/null; then  # no lock, no second converter: each spec converts in its own turn
+    echo "no flock on this machine: each spec's models convert in its own turn"; ahead_pid=none; return 0
+  fi
   (
     renice -n 10 -p "$BASHPID" > /dev/null 2>&1
     local spec

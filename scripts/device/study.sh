@@ -102,7 +102,7 @@ for spec in "$@"; do
     else
       if [ -z "$ahead_pid" ] && [ "$i" -lt $# ]; then  # the later specs' models, while this pass runs
         prepare_models_ahead "${@:$((i + 1))}" > "$logs/convert-ahead.log" 2>&1
-        echo "converting the later specs' models in the background (study-logs/convert-ahead.log)"
+        [ "$ahead_pid" = none ] || echo "converting the later specs' models in the background (study-logs/convert-ahead.log)"
       fi
       left=$((budget - SECONDS - reserve))
       step "$name: cudanalyst run $spec ($done_units/$planned units done, SIGTERM in $left s)"
@@ -127,8 +127,8 @@ for spec in "$@"; do
 done
 # A conversion still running ahead is for specs this call had no time for: stop it (the folder is renamed into place
 # only when whole, so a later call converts again), rather than hold the call open.
-if [ -n "$ahead_pid" ] && kill -0 "$ahead_pid" 2>/dev/null; then
-  pkill -TERM -P "$ahead_pid"; kill "$ahead_pid" 2>/dev/null; echo "stopped the conversion ahead (unfinished)"
+if [[ "$ahead_pid" =~ ^[0-9]+$ ]] && kill -0 "$ahead_pid" 2>/dev/null; then
+  pkill -TERM -P "$ahead_pid" 2>/dev/null; kill "$ahead_pid" 2>/dev/null; echo "stopped the conversion ahead (unfinished)"
 fi
 tar czf "$out/study-logs.tgz" -C /tmp study-logs
 bring_back_vllm_cache
