@@ -371,3 +371,28 @@ def test_a_start_handed_a_body_from_before_the_first_start_leaves_the_live_statu
         assert not {"phase", "conditions", "message"} & set(patch.get("status", {})), (phase, dict(patch))
         if phase == "Failed":
             assert kube.created == [] and not patch.get("status")  # a finished run: nothing made, nothing written
+
+
+def test_a_start_that_outlasts_the_run_makes_no_job_after_it_finished(trajectory: str, output: str,
+                                                                      events: list[str]) -> None:
+    """A second start read the live status while the run was running, then spent long enough planning that the run
+    failed and the TTL controller removed its Job; creating the Job then would run the finished run again (kmock's
+    TTL test under CI load). The status is read again just before the Job is made."""
+    body = run_body("r1", trajectory, output)
+    running = {"startTime": "2026-01-01T12:00:00Z", "phase": "Running", "jobName": "r1-runner",
+               "progress": {"done": 0, "total": 64}}
+    failed = {**running, "phase": "Failed"}
+    statuses = iter([running, failed])
+
+    class FinishesWhilePlanning(FakeKube):
+        def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return {**body, "status": next(statuses, failed)}
+
+    kube = FinishesWhilePlanning(body)
+    patch = kopf.Patch()
+    Operations(_services(kube)).start({**body, "status": dict(running)}, patch)
+    assert kube.created == [] and not patch.get("status")
+    # The same start with the run still running makes its children as before.
+    statuses = iter([running, running])
+    Operations(_services(kube)).start({**body, "status": dict(running)}, kopf.Patch())
+    assert kube.created == ["r1-spec", "r1-runner"]

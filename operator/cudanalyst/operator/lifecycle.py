@@ -182,6 +182,11 @@ class Operations:
         except StoreError as exc:
             self._stall(body, patch, STORE_UNAVAILABLE, f"cannot write to spec.output.uri: {exc}")
             raise kopf.TemporaryError(str(exc), delay=self.retry_delay(retry)) from None
+        if is_finished(run_status(self._with_live_status(body))):
+            # Planning and the store's write above can take seconds under load. A second start (kopf runs it again at
+            # times) that read the status while the run was still running would otherwise re-create the Job that
+            # the TTL controller removed once the run finished (kmock's TTL test, seen once in CI).
+            return
         try:
             job, created = self.ensure_children(body, run)
         except ApiException as exc:
