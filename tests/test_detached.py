@@ -111,7 +111,8 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
            "FOLDER": "rec-a rec-b"}
     job = (f"mkdir -p {runs}/rec-a/progress && echo '{{}}' > {runs}/rec-a/spec.json && "
            f"echo 2 > {runs}/rec-a/progress/gemm.json && echo started >> {tmp_path}/starts && sleep 4 && "
-           f"tar czf $OUT/run-rec-a.tgz -C {runs} rec-a/spec.json && pwd > $OUT/where && touch written-in-its-tree")
+           f"tar czf $OUT/run-rec-a.tgz -C {runs} rec-a/spec.json && pwd > $OUT/where && touch written-in-its-tree && "
+           f"echo cache > $OUT/vllm-cache.tgz")
 
     checkout = tmp_path / "checkout"  # the call's working tree
     checkout.mkdir()
@@ -130,7 +131,11 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
     assert second.returncode == 0, second.stdout + second.stderr
     assert (tmp_path / "starts").read_text().count("started") == 1
     with tarfile.open(tmp_path / "out2" / "job-rest.tgz") as tar:
-        assert {"./out/where", "./console.log"} <= set(tar.getnames()) and "./out/run-rec-a.tgz" not in tar.getnames()
+        names = set(tar.getnames())
+        assert {"./out/where", "./console.log"} <= names
+        assert "./out/run-rec-a.tgz" not in names and "./out/vllm-cache.tgz" not in names
+    # vLLM's compiled artefacts as a file of their own, beside job-rest.tgz, which they would take over 16 MiB.
+    assert (tmp_path / "out2" / "vllm-cache.tgz").read_text() == "cache\n"
     with tarfile.open(tmp_path / "out2" / "run-rec-a.tgz") as tar:
         assert tar.getnames() == ["rec-a/spec.json"]  # the job's own pack, over the call's snapshot
     assert not (tmp_path / "out2" / "run-rec-b.tgz").exists()

@@ -8,7 +8,8 @@
 # until CALL_SECONDS (default 580, counted from this script's start) are nearly spent, then brings back a snapshot of
 # each run folder /tmp/runs/FOLDER there is as $OUT/run-FOLDER.tgz (scripts/recording_archive.py snapshot: progress
 # first, so it resumes), so a machine taken away loses at most one call. Once the job has ended, its own files come
-# back: its folders as it packed them ($OUT/run-NAME.tgz), the rest in $OUT/job-rest.tgz. Bound the job itself
+# back: its folders as it packed them ($OUT/run-NAME.tgz), vLLM's compiled artefacts where it made new ones
+# ($OUT/vllm-cache.tgz), the rest in $OUT/job-rest.tgz. Bound the job itself
 # (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to what the session has left, so it stops and
 # packs before the last call. While it runs, the calls run nothing else that sets the machine up (setup.sh copies
 # cudanalyst's package afresh, under the job's feet). Exit 0 once the job has ended, 3 while it runs (call again
@@ -42,8 +43,11 @@ done
 if [ "$state" = 0 ]; then
   # Its folders as it packed them once stopped (over the snapshots: the same names), and the rest in one file: the
   # device tool brings back at most 8 files, each under 16 MiB.
-  for f in "$dir"/out/run-*.tgz; do [ -e "$f" ] && cp "$f" "$out/"; done
-  (cd "$dir" && find . -type f ! -path './out/run-*.tgz' | tar czf "$out/job-rest.tgz" -T -) \
+  # vLLM's compiled artefacts (study.sh, up to 15 MiB) come back as their own file, as a plain call brings them:
+  # inside job-rest.tgz they would take it over the limit, and the logs with it.
+  for f in "$dir"/out/run-*.tgz "$dir"/out/vllm-cache.tgz; do [ -e "$f" ] && cp "$f" "$out/"; done
+  (cd "$dir" && find . -type f ! -path './out/run-*.tgz' ! -path './out/vllm-cache.tgz' \
+    | tar czf "$out/job-rest.tgz" -T -) \
     && echo "keep_running.sh: $job has ended; its folders are in run-*.tgz, its other files in job-rest.tgz"
   exit 0
 fi
