@@ -39,7 +39,8 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         assert cli(["study", *command.group(1).split()]) == 0
-        runs = [str(STUDY / "runs" / name) for name in ("study-real-main", "study-real-implicit-1-5b")]
+        runs = [str(STUDY / "runs" / name)
+                for name in ("study-real-main", "study-real-implicit-1-5b", "study-real-summary-1-5b")]
         assert cli(["policy", *runs, "-o", str(STUDY / "policy.yaml")]) == 0
     return root / STUDY
 
@@ -54,10 +55,10 @@ def test_the_page_says_which_roles_ran_and_what_they_replay(rebuilt: Path) -> No
     page = json.loads((rebuilt / "study.json").read_text())
     assert "unreadable" not in page["replayed"] and page["replayed"]["tasks"] == 23
     assert page["runs"]["main"]["outcomes"] == 5610 and page["runs"]["main"]["folder"] == "runs/study-real-main"
-    assert page["runs"]["implicit-1.5b"]["outcomes"] == 4080
+    assert page["runs"]["implicit-1.5b"]["outcomes"] == 4080 and page["runs"]["summary-1.5b"]["outcomes"] == 4080
     # A role without its folder (raw-0.5b is only in in-progress/) is said to be not run, never counted as a result.
-    assert page["runs"]["summary-1.5b"]["outcomes"] == 0 and page["runs"]["raw-0.5b"]["outcomes"] == 0
+    assert page["runs"]["raw-0.5b"]["outcomes"] == 0 and page["runs"]["summary-0.5b"]["outcomes"] == 0
     text = (rebuilt / "README.md").read_text()
-    assert "not run: summary-1.5b not run: its run folder is not there" in text
+    assert "not run: summary-0.5b not run: its run folder is not there" in text
     drawn = page["frozen"]["drawn"]
     assert sum(sum(row.values()) for row in drawn.values()) == 85 and len(drawn) == 23
