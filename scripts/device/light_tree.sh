@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs HERE, around a session's device calls: every call carries the working tree (tracked files and untracked ones
+# git does not ignore) beside its part, 64 MiB in all, and docs/results/ grows by about 2 MB an archived run. The GPU
+# machine reads only a few of those files (the recordings' archives and the runs kept unfinished), so for the calls
+# the rest of docs/results/ is taken out of the index and ignored: on disk nothing changes, and nothing is committed.
+#   scripts/device/light_tree.sh on     # before the session's first call; then part_size.py says what a part may be
+#   scripts/device/light_tree.sh off    # after its last call, before any commit
+#   scripts/device/light_tree.sh status
+# KEEP (space-separated paths under docs/results/) names what still travels; by default the study's recordings and
+# its runs in progress. `on` refuses when changes are staged (`off` restores the index of docs/results/ from HEAD, and
+# would drop them) or when it is on already. Exit 2 on misuse.
+set -euo pipefail
+root="$(git rev-parse --show-toplevel)"
+cd "$root"
+gitdir="$(git rev-parse --absolute-git-dir)"
+mark="$gitdir/cudanalyst-light-tree"
+exclude="$gitdir/info/exclude"
+keep="${KEEP:-docs/results/study-2026-12-02/recordings docs/results/study-2026-12-02/in-progress}"
+begin="# cudanalyst light_tree.sh: begin"
+end="# cudanalyst light_tree.sh: end"
+
+case "${1:-}" in
+  on)
+    [ ! -e "$mark" ] || { echo "light_tree.sh: already on (run 'off' first)" >&2; exit 2; }
+    git diff --cached --quiet || { echo "light_tree.sh: changes are staged; commit or unstage them first" >&2; exit 2; }
+    # Every tracked file under docs/results/ that is not under a KEEP path.
+    pattern="^($(printf '%s\n' $keep | sed 's#/*$##; s/[.[\*^$()+?{|]/\\&/g' | paste -sd'|'))(/|\$)"
+    git ls-files -z docs/results | tr '\0' '\n' | grep -Ev "$pattern" > "$mark" || true
+    [ -s "$mark" ] || { rm -f "$mark"; echo "light_tree.sh: nothing under docs/results/ to leave behind"; exit 0; }
+    tr '\n' '\0' < "$mark" | xargs -0 git rm -q --cached --
+    mkdir -p "$(dirname "$exclude")"
+    { echo "$begin"; sed 's#^#/#' "$mark"; echo "$end"; } >> "$exclude"
+    echo "light_tree.sh: on: $(wc -l < "$mark") files of docs/results/ stay here (kept: $keep); 'off' before any commit"
+    ;;
+  off)
+    [ -e "$mark" ] || { echo "light_tree.sh: not on"; exit 0; }
+    tr '\n' '\0' < "$mark" | xargs -0 git reset -q HEAD --
+    if [ -e "$exclude" ]; then
+      sed -i "/^$begin\$/,/^$end\$/d" "$exclude"
+    fi
+    rm -f "$mark"
+    echo "light_tree.sh: off: the index is whole again"
+    ;;
+  status)
+    if [ -e "$mark" ]; then echo "on: $(wc -l < "$mark") files left behind"; else echo "off"; fi
+    ;;
+  *) echo "usage: scripts/device/light_tree.sh on|off|status" >&2; exit 2 ;;
+esac
