@@ -70,6 +70,8 @@ prepare_one() {
   local name=$1 parts="$stash/models/$1"
   if [ ! -s "/tmp/$name.gguf" ]; then
     ls "$parts"/*.part* >/dev/null 2>&1 || { echo "no stashed parts in $parts (scripts/device/stash.sh .models/$name/pNN)"; return 1; }
+    # A part left out (a refused call) would join into a torn GGUF that fails minutes later, or not at all.
+    CUDANALYST_STASH="$stash" bash "$(dirname "${BASH_SOURCE[0]}")/stash.sh" --check "$name" || return 1
     cat "$parts"/*.part* > "/tmp/$name.gguf.tmp" && mv "/tmp/$name.gguf.tmp" "/tmp/$name.gguf" || return 1
   fi
   # The image's transformers (5.17) turns Gemma 3's vocabulary into single characters (prepare_model.py refuses

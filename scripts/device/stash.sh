@@ -1,15 +1,57 @@
 #!/usr/bin/env bash
 # Runs ON the GPU machine: copies one carried part (a wheelhouse part or a model part) to /tmp, which
 # stays while the machine is warm, so the next call can assemble what no single call can carry.
-#   scripts/device/stash.sh .wheelhouse/p0         -> /tmp/cudanalyst-stash/wheelhouse/part00
+#   scripts/device/stash.sh .wheelhouse/p00        -> /tmp/cudanalyst-stash/wheelhouse/part00
 #   scripts/device/stash.sh .models/NAME/p00       -> /tmp/cudanalyst-stash/models/NAME/NAME.gguf.part00
+#   scripts/device/stash.sh --check [SET]          -> every stashed set (or SET: wheelhouse, a model's NAME) whole?
+#                                                     exit 9 naming what is missing
+# Each part carries its set's list of parts (PARTS, scripts/device/parts_manifest.py): after each part this says
+# which of the set are still missing, and --check, the first thing a session's working call runs, refuses a set
+# with a part missing or torn (a refused call, or a machine lost between calls, leaves one out without a sound).
 set -euo pipefail
-src="${1:?carried folder}"
+stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
+
+missing() {  # DIR: the parts its PARTS lists that are absent or differ; nothing when whole or unlisted
+  local dir=$1
+  [ -s "$dir/PARTS" ] || return 0
+  (cd "$dir" && while read -r name sum; do
+    if [ ! -f "$name" ]; then echo "$name (absent)"
+    elif [ "$(sha256sum < "$name" | cut -d' ' -f1)" != "$sum" ]; then echo "$name (torn)"; fi
+  done < PARTS)
+}
+
+say() {  # DIR LABEL
+  local dir=$1 label=$2 gone total
+  total="?"; [ -s "$dir/PARTS" ] && total=$(wc -l < "$dir/PARTS")
+  gone=$(missing "$dir")
+  if [ -z "$gone" ]; then echo "$label: whole ($total parts)"
+  else echo "$label: $(echo "$gone" | wc -l) of $total parts missing: $(echo $gone)"; return 1; fi
+}
+
+src="${1:?a carried part folder, or --check}"
+if [ "$src" = --check ]; then
+  only="${2:-}" bad=0 seen=0
+  if [ -z "$only" ] || [ "$only" = wheelhouse ]; then
+    [ -d "$stash/wheelhouse" ] && { seen=1; say "$stash/wheelhouse" wheelhouse || bad=1; }
+  fi
+  for d in "$stash"/models/*/; do
+    [ -d "$d" ] || continue
+    [ -z "$only" ] || [ "$only" = "$(basename "$d")" ] || continue
+    seen=1; say "${d%/}" "model $(basename "$d")" || bad=1
+  done
+  [ "$seen" = 1 ] || { echo "nothing stashed on this machine${only:+ for $only} ($stash)"; bad=1; }
+  [ "$bad" = 0 ] || exit 9
+  exit 0
+fi
 case "$src" in
-  .wheelhouse/*) dest=/tmp/cudanalyst-stash/wheelhouse ;;
-  .models/*/p*) name="${src#.models/}"; dest="/tmp/cudanalyst-stash/models/${name%%/*}" ;;
+  .wheelhouse/*) dest="$stash/wheelhouse"; label=wheelhouse ;;
+  .models/*/p*) name="${src#.models/}"; dest="$stash/models/${name%%/*}"; label="model ${name%%/*}" ;;
   *) echo "stash.sh: unknown part $src" >&2; exit 2 ;;
 esac
 mkdir -p "$dest"
 cp -r "$src"/. "$dest"/
-du -sh /tmp/cudanalyst-stash/* /tmp/cudanalyst-stash/models/* 2>/dev/null || true
+if [ -s "$dest/PARTS" ]; then
+  say "$dest" "$label" || true  # the set fills up call by call
+else
+  du -sh "$dest"
+fi

@@ -1,0 +1,84 @@
+"""scripts/device/stash.sh and parts_manifest.py: a set of parts left incomplete is said, never joined torn.
+
+A session stashes a wheelhouse and each model in parts, one a device call. This session's first call was refused
+("no device machine could be started right now") and the rest of the batch went on: the wheelhouse lacked its first
+part, which only the job's first step found. Each part now carries its set's list (PARTS), so every stash call says
+what is still missing and `stash.sh --check` refuses the set before any work.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+DEVICE = Path(__file__).resolve().parents[1] / "scripts" / "device"
+
+
+def pack(checkout: Path, folder: str, name: str, count: int) -> None:
+    for i in range(count):
+        part = checkout / folder / f"p{i:02d}"
+        part.mkdir(parents=True)
+        (part / f"{name}{i:02d}").write_bytes(os.urandom(1000 + i))
+    done = subprocess.run(["python3", str(DEVICE / "parts_manifest.py"), str(checkout / folder)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def stash(checkout: Path, store: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(DEVICE / "stash.sh"), *args], cwd=checkout, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "CUDANALYST_STASH": str(store)})
+
+
+def test_each_part_says_what_is_missing_and_check_refuses_until_whole(tmp_path: Path) -> None:
+    checkout, store = tmp_path / "checkout", tmp_path / "stash"
+    pack(checkout, ".models/tiny", "tiny.gguf.part", 3)
+    pack(checkout, ".wheelhouse", "part", 2)
+    assert stash(checkout, store, "--check").returncode == 9  # nothing stashed yet
+    first = stash(checkout, store, ".models/tiny/p00")
+    assert first.returncode == 0
+    assert "model tiny: 2 of 3 parts missing: tiny.gguf.part01 (absent) tiny.gguf.part02 (absent)" in first.stdout
+    stash(checkout, store, ".models/tiny/p02")
+    stash(checkout, store, ".wheelhouse/p00")
+    stash(checkout, store, ".wheelhouse/p01")
+    check = stash(checkout, store, "--check")
+    assert check.returncode == 9
+    assert "wheelhouse: whole (2 parts)" in check.stdout
+    assert "model tiny: 1 of 3 parts missing: tiny.gguf.part01 (absent)" in check.stdout
+    assert stash(checkout, store, "--check", "wheelhouse").returncode == 0  # one set asked for alone
+    last = stash(checkout, store, ".models/tiny/p01")
+    assert "model tiny: whole (3 parts)" in last.stdout
+    assert stash(checkout, store, "--check").returncode == 0
+    # The list itself never joins the set: the device joins `*.part*` (models) and `part*` (the wheelhouse).
+    assert sorted(p.name for p in (store / "models" / "tiny").iterdir()) == [
+        "PARTS", "tiny.gguf.part00", "tiny.gguf.part01", "tiny.gguf.part02"]
+
+
+def test_a_torn_part_is_said(tmp_path: Path) -> None:
+    checkout, store = tmp_path / "checkout", tmp_path / "stash"
+    pack(checkout, ".models/tiny", "tiny.gguf.part", 2)
+    for i in range(2):
+        stash(checkout, store, f".models/tiny/p{i:02d}")
+    (store / "models" / "tiny" / "tiny.gguf.part01").write_bytes(b"short")
+    check = stash(checkout, store, "--check", "tiny")
+    assert check.returncode == 9 and "tiny.gguf.part01 (torn)" in check.stdout
+
+
+def test_parts_without_a_list_are_stashed_as_before(tmp_path: Path) -> None:
+    checkout, store = tmp_path / "checkout", tmp_path / "stash"
+    (checkout / ".models/old/p00").mkdir(parents=True)
+    (checkout / ".models/old/p00/old.gguf.part00").write_bytes(b"x" * 10)
+    assert stash(checkout, store, ".models/old/p00").returncode == 0
+    assert stash(checkout, store, "--check", "old").returncode == 0
+    assert stash(checkout, store, ".elsewhere/p00").returncode == 2
+
+
+def test_the_manifest_refuses_a_folder_that_is_not_a_packed_set(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "two" / "p00").mkdir(parents=True)
+    (tmp_path / "two" / "p00" / "a").write_text("a")
+    (tmp_path / "two" / "p00" / "b").write_text("b")
+    for folder in ("empty", "two", "absent"):
+        done = subprocess.run(["python3", str(DEVICE / "parts_manifest.py"), str(tmp_path / folder)],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and folder in done.stderr
