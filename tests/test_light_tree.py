@@ -54,11 +54,16 @@ def test_on_leaves_the_rest_of_docs_results_behind_and_off_restores_it(tmp_path:
     assert (repo / "docs/results/old/report.html").read_text() == "docs/results/old/report.html"  # still on disk
     assert light(repo, "status").stdout.startswith("on: 4 files")
     assert light(repo, "on").returncode == 2  # twice would lose the list of what to restore
+    # A commit now would delete what was left behind from the repository: refused until `off`.
+    commit = subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm",
+                             "x"], capture_output=True, text=True)
+    assert commit.returncode != 0 and "light_tree.sh is on" in commit.stderr
     off = light(repo, "off")
     assert off.returncode == 0, off.stderr
     assert carried(repo) == before
     assert git(repo, "status", "--porcelain") == ""  # index and exclude as they were
     assert light(repo, "status").stdout.strip() == "off"
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
 
 
 def test_keep_names_what_travels(tmp_path: Path) -> None:

@@ -8,13 +8,16 @@
 #   scripts/device/light_tree.sh status
 # KEEP (space-separated paths under docs/results/) names what still travels; by default the study's recordings and
 # its runs in progress. `on` refuses when changes are staged (`off` restores the index of docs/results/ from HEAD, and
-# would drop them) or when it is on already. Exit 2 on misuse.
+# would drop them) or when it is on already. While it is on, a pre-commit hook of its own refuses every commit (one
+# would delete the files left behind from the repository); `off` removes the hook. Exit 2 on misuse.
 set -euo pipefail
 root="$(git rev-parse --show-toplevel)"
 cd "$root"
 gitdir="$(git rev-parse --absolute-git-dir)"
 mark="$gitdir/cudanalyst-light-tree"
 exclude="$gitdir/info/exclude"
+hook="$gitdir/hooks/pre-commit"
+hook_tag="# cudanalyst light_tree.sh hook"
 keep="${KEEP:-docs/results/study-2026-12-02/recordings docs/results/study-2026-12-02/in-progress}"
 begin="# cudanalyst light_tree.sh: begin"
 end="# cudanalyst light_tree.sh: end"
@@ -30,6 +33,14 @@ case "${1:-}" in
     tr '\n' '\0' < "$mark" | xargs -0 git rm -q --cached --
     mkdir -p "$(dirname "$exclude")"
     { echo "$begin"; sed 's#^#/#' "$mark"; echo "$end"; } >> "$exclude"
+    if [ ! -e "$hook" ]; then
+      mkdir -p "$(dirname "$hook")"
+      printf '#!/bin/sh\n%s\necho "light_tree.sh is on: its index leaves docs/results/ out; run scripts/device/light_tree.sh off first" >&2\nexit 1\n' \
+        "$hook_tag" > "$hook"
+      chmod +x "$hook"
+    else
+      echo "light_tree.sh: $hook exists already: commit nothing until 'off'" >&2
+    fi
     echo "light_tree.sh: on: $(wc -l < "$mark") files of docs/results/ stay here (kept: $keep); 'off' before any commit"
     ;;
   off)
@@ -39,6 +50,7 @@ case "${1:-}" in
       sed -i "/^$begin\$/,/^$end\$/d" "$exclude"
     fi
     rm -f "$mark"
+    if [ -e "$hook" ] && grep -qF "$hook_tag" "$hook"; then rm -f "$hook"; fi
     echo "light_tree.sh: off: the index is whole again"
     ;;
   status)
