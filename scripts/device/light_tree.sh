@@ -26,9 +26,10 @@ case "${1:-}" in
   on)
     [ ! -e "$mark" ] || { echo "light_tree.sh: already on (run 'off' first)" >&2; exit 2; }
     git diff --cached --quiet || { echo "light_tree.sh: changes are staged; commit or unstage them first" >&2; exit 2; }
-    # Every tracked file under docs/results/ that is not under a KEEP path.
-    pattern="^($(printf '%s\n' $keep | sed 's#/*$##; s/[.[\*^$()+?{|]/\\&/g' | paste -sd'|'))(/|\$)"
-    git ls-files -z docs/results | tr '\0' '\n' | grep -Ev "$pattern" > "$mark" || true
+    # Every tracked file under docs/results/ that is not under a KEEP path (git's own pathspecs: a KEEP path is a
+    # file or a folder, never a prefix of a name).
+    excludes=(); for k in $keep; do excludes+=(":(exclude)${k%/}"); done
+    git ls-files -- docs/results "${excludes[@]}" > "$mark"
     [ -s "$mark" ] || { rm -f "$mark"; echo "light_tree.sh: nothing under docs/results/ to leave behind"; exit 0; }
     tr '\n' '\0' < "$mark" | xargs -0 git rm -q --cached --
     mkdir -p "$(dirname "$exclude")"
