@@ -11,19 +11,22 @@
 set -euo pipefail
 stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
 
-missing() {  # DIR: the parts its PARTS lists that are absent or differ; nothing when whole or unlisted
-  local dir=$1
+missing() {  # DIR [ONLY]: the parts its PARTS lists that are absent, or differ (all, or only the part ONLY: each
+  # stash call hashes the part it copied, not the whole set again); nothing when whole or unlisted
+  local dir=$1 only=${2:-}
   [ -s "$dir/PARTS" ] || return 0
   (cd "$dir" && while read -r name sum; do
     if [ ! -f "$name" ]; then echo "$name (absent)"
-    elif [ "$(sha256sum < "$name" | cut -d' ' -f1)" != "$sum" ]; then echo "$name (torn)"; fi
+    elif { [ -z "$only" ] || [ "$only" = "$name" ]; } && [ "$(sha256sum < "$name" | cut -d' ' -f1)" != "$sum" ]; then
+      echo "$name (torn)"
+    fi
   done < PARTS)
 }
 
-say() {  # DIR LABEL
+say() {  # DIR LABEL [ONLY]
   local dir=$1 label=$2 gone total
   total="?"; [ -s "$dir/PARTS" ] && total=$(wc -l < "$dir/PARTS")
-  gone=$(missing "$dir")
+  gone=$(missing "$dir" "${3:-}")
   if [ -z "$gone" ]; then echo "$label: whole ($total parts)"
   else echo "$label: $(echo "$gone" | wc -l) of $total parts missing: $(echo $gone)"; return 1; fi
 }
@@ -51,7 +54,8 @@ esac
 mkdir -p "$dest"
 cp -r "$src"/. "$dest"/
 if [ -s "$dest/PARTS" ]; then
-  say "$dest" "$label" || true  # the set fills up call by call
+  part=$(find "$src" -maxdepth 1 -type f ! -name PARTS -printf '%f\n' | head -1)
+  say "$dest" "$label" "$part" || true  # the set fills up call by call
 else
   du -sh "$dest"
 fi
