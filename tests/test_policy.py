@@ -333,6 +333,33 @@ def test_at_the_task_level_the_units_are_the_tasks() -> None:
     assert p.level == "task" and p.tasks == ["atax", "conv2d", "gemm", "jacobi-2d"]
 
 
+def test_held_out_tasks_are_left_out_of_the_learning_and_named() -> None:
+    from cudanalyst.policy import learn, load_finished
+
+    run = load_finished(str(STUDY / "study-raw-0-5b"))
+    whole = learn([run], correction="none").spec
+    held = learn([run], correction="none", held_out=["gemm", "gemm"]).spec
+    assert held.tasks == ["atax", "conv2d", "jacobi-2d"] and held.held_out == ["gemm"]
+    units = {(s, c.component, e.run): e.units for s, r in whole.states.items() for c in r.components
+             for e in c.evidence}
+    fewer = [(e.units, units[(s, c.component, e.run)]) for s, r in held.states.items() for c in r.components
+             for e in c.evidence if (s, c.component, e.run) in units]
+    assert fewer and all(a <= b for a, b in fewer) and any(a < b for a, b in fewer)  # gemm's programs are gone
+    assert len(run.records) > 0 and all(r.task for r in run.records)  # the run itself is left as it was
+
+
+@pytest.mark.parametrize("hold, named", [
+    ("gemm,bicgg", "--hold-out: bicgg: no outcome of the runs has this task"),
+    ("atax,conv2d,gemm,jacobi-2d", "are all the runs' tasks: nothing left to learn from"),
+])
+def test_a_hold_out_that_names_no_task_of_the_runs_or_every_task_exits_2(tmp_path: Path, hold: str,
+                                                                          named: str) -> None:
+    out = tmp_path / "out.yaml"
+    proc = cli(str(STUDY / "study-raw-0-5b"), "--hold-out", hold, "-o", str(out))
+    assert proc.returncode == 2 and named in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
 def test_the_shipped_policies_load_and_cite_evidence() -> None:
     # examples/policy/ is not applied to a cluster (a policy is a document the CLI and a recording's spec read).
     from cudanalyst.api.policy import load_policy

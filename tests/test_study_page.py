@@ -16,12 +16,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cudanalyst.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = Path("docs/results/study-2026-12-02")
 SPECS = Path("examples/study-real")
+COMPARISON = Path("examples/policy/comparison-h200.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,21 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
         runs = [str(STUDY / "runs" / name)
                 for name in ("study-real-main", "study-real-implicit-1-5b", "study-real-summary-1-5b")]
         assert cli(["policy", *runs, "-o", str(STUDY / "policy.yaml")]) == 0
+        # The comparison's policies (issue 30): the same runs without the comparison's held-out tasks.
+        tasks = yaml.safe_load((ROOT / COMPARISON).read_text())["tasks"]
+        for name, correction in (("study-2026-12-02", "holm"), ("study-2026-12-02-uncorrected", "none")):
+            assert cli(["policy", *runs, "--hold-out", ",".join(tasks), "--correction", correction,
+                        "--name", name, "-o", str(root / f"{name}.yaml")]) == 0
     return root / STUDY
+
+
+def test_the_comparisons_policies_are_what_the_study_gives_without_its_held_out_tasks(rebuilt: Path) -> None:
+    tasks = yaml.safe_load((ROOT / COMPARISON).read_text())["tasks"]
+    for name in ("study-2026-12-02", "study-2026-12-02-uncorrected"):
+        shipped = (ROOT / COMPARISON.parent / f"{name}.yaml").read_text()
+        assert (rebuilt.parents[2] / f"{name}.yaml").read_text() == shipped, name
+        spec = yaml.safe_load(shipped)["spec"]
+        assert sorted(spec["heldOut"]) == sorted(tasks) and not set(tasks) & set(spec["tasks"]), name
 
 
 def test_the_study_page_is_what_its_outcomes_give(rebuilt: Path) -> None:

@@ -110,6 +110,26 @@ def load_finished(path: str) -> FinishedRun:
     return FinishedRun(store.uri, run, records, states, given=folder)
 
 
+def hold_out(runs: Sequence[FinishedRun], tasks: Sequence[str]) -> list[FinishedRun]:
+    """The runs without these tasks' outcomes, so that a policy learned from them has never seen those tasks.
+
+    PolicyInputError when a task is in none of the runs (a typo would otherwise hold out nothing, silently), or
+    when nothing is left to learn from."""
+    tasks = list(dict.fromkeys(tasks))
+    if not tasks:
+        return list(runs)
+    seen = {r.task for fr in runs for r in fr.records}
+    unknown = [t for t in tasks if t not in seen]
+    if unknown:
+        raise PolicyInputError(f"--hold-out: {', '.join(unknown)}: no outcome of the runs has this task (their "
+                               f"tasks: {', '.join(sorted(seen))})")
+    left = [FinishedRun(fr.uri, fr.run, [r for r in fr.records if r.task not in tasks], fr.states, fr.given)
+            for fr in runs]
+    if not any(fr.records for fr in left):
+        raise PolicyInputError(f"--hold-out: {', '.join(tasks)} are all the runs' tasks: nothing left to learn from")
+    return left
+
+
 # ---- per state: Banzhaf values over the state's programs ----------------------------------------------------
 
 
@@ -279,12 +299,14 @@ def _models(pairs: list[tuple[FinishedRun, Evidence]], corrected: bool) -> Model
 
 
 def learn(runs: Sequence[FinishedRun], name: str = "learned", level: str = "program",
-          correction: str = "holm") -> FeedbackPolicy:
-    """The policy of these runs (see the module docstring); `correction` holm or none."""
+          correction: str = "holm", held_out: Sequence[str] = ()) -> FeedbackPolicy:
+    """The policy of these runs (see the module docstring); `correction` holm or none; `held_out` tasks are left
+    out of every run first (hold_out)."""
     from cudanalyst.attribution.result import mark_holm
 
     if not runs:
         raise PolicyInputError("no runs given")
+    runs = hold_out(runs, held_out)
     corrected = correction == "holm"
     players = list(dict.fromkeys(p for fr in runs for p in fr.run.spec.players))
     confidence = min(fr.run.spec.attribution.confidence for fr in runs)
@@ -328,7 +350,8 @@ def learn(runs: Sequence[FinishedRun], name: str = "learned", level: str = "prog
     ]
     spec = PolicySpec(players=players, states=states, models=_models(model_ev, corrected),  # type: ignore[arg-type]
                       level=level, correction=correction, sources=[fr.given or fr.uri for fr in runs],
-                      tasks=sorted({r.task for fr in runs for r in fr.records}), notes=notes)
+                      tasks=sorted({r.task for fr in runs for r in fr.records}),
+                      held_out=sorted(dict.fromkeys(held_out)), notes=notes)
     return FeedbackPolicy.model_validate({"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "FeedbackPolicy",
                                           "metadata": {"name": name}, "spec": spec.model_dump(by_alias=True)})
 

@@ -101,6 +101,8 @@ class PolicySpec(Model):
     sources: list[str] = Field(default_factory=list, description="The run folders it was learned from.")
     tasks: list[str] = Field(default_factory=list, description="The tasks of the programs it was learned from: a "
                              "comparison holds them out.")
+    held_out: list[str] = Field(default_factory=list, description="Tasks of its runs left out of the learning "
+                                "(`cudanalyst policy --hold-out`), so that a comparison can evaluate on them.")
     notes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="unit of replication of the per-state Banzhaf intervals (default %(default)s)")
     p.add_argument("--correction", choices=("holm", "none"), default="holm",
                    help="holm: an interval counts only if it still excludes 0 after Holm (default %(default)s)")
+    p.add_argument("--hold-out", default="", metavar="TASK,...",
+                   help="leave these tasks' outcomes out of the learning (a comparison then evaluates on them)")
     p.set_defaults(handler=run)
 
 
@@ -59,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise PolicyInputError(f"the same run given twice: {', '.join(dupes)}")
-        policy = learn(runs, args.name, args.level, args.correction)
+        held_out = [t.strip() for t in args.hold_out.split(",") if t.strip()]
+        policy = learn(runs, args.name, args.level, args.correction, held_out)
     except PolicyInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
