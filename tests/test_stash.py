@@ -82,3 +82,50 @@ def test_the_manifest_refuses_a_folder_that_is_not_a_packed_set(tmp_path: Path) 
         done = subprocess.run(["python3", str(DEVICE / "parts_manifest.py"), str(tmp_path / folder)],
                               capture_output=True, text=True)
         assert done.returncode == 2 and folder in done.stderr
+
+
+def test_a_whole_model_converts_in_the_background_while_the_batch_goes_on(tmp_path: Path) -> None:
+    # The eleventh session's call 1 spent 98 s converting the 0.5B after its parts were stashed; the stash call that
+    # completes a set now starts that conversion (convert_ahead.sh, detached) and call 1 waits on its lock instead.
+    checkout, store, work = tmp_path / "checkout", tmp_path / "stash", tmp_path / "work"
+    pack(checkout, ".models/tiny", "tiny.gguf.part", 2)
+    (checkout / ".device" / "wheels").mkdir(parents=True)
+    (checkout / ".device" / "wheels" / "gguf-0-py3-none-any.whl").write_bytes(b"")
+    calls = work / "python-calls"
+    stub = work / "python3"  # stands for the machine's python: pip and prepare_model.py (tested on their own)
+    work.mkdir()
+    stub.write_text(f'#!/bin/bash\necho "$*" >> {calls}\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "CUDANALYST_STASH": str(store), "DETACHED_DIR": str(work / "detached"),
+           "CONVERT_PY": str(stub), "CONVERT_SITE": str(work / "site"), "CUDANALYST_GGUF_DIR": str(work),
+           "CUDANALYST_CACHE": str(work / "cache")}
+
+    def call(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(DEVICE / "stash.sh"), *args], cwd=checkout, capture_output=True,
+                              text=True, timeout=60, env={**env, **extra})
+
+    assert "converting" not in call(".models/tiny/p00", STASH_CONVERT="0").stdout
+    assert "converting" not in call(".models/tiny/p01", STASH_CONVERT="0").stdout  # whole, but turned off
+    assert not (work / "detached").exists()
+    again = call(".models/tiny/p01")
+    assert "model tiny: whole (2 parts)" in again.stdout and "model tiny: converting in the background" in again.stdout
+    waited = subprocess.run(["bash", str(DEVICE / "detached.sh"), "wait", "convert-tiny", "30"], capture_output=True,
+                            text=True, timeout=60, env=env)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    console = (work / "detached" / "convert-tiny" / "console.log").read_text()
+    assert "convert_ahead: tiny converted" in console, console
+    lines = calls.read_text().splitlines()
+    assert lines[0].startswith("-m pip install") and f"--target {work / 'site'}" in lines[0]
+    assert lines[1] == f"scripts/prepare_model.py tiny --gguf {work / 'tiny.gguf'}"
+    parts = sorted((store / "models" / "tiny").glob("tiny.gguf.part*"))
+    assert (work / "tiny.gguf").read_bytes() == b"".join(p.read_bytes() for p in parts)
+
+
+def test_no_conversion_starts_without_the_carried_wheels(tmp_path: Path) -> None:
+    checkout, store = tmp_path / "checkout", tmp_path / "stash"
+    pack(checkout, ".models/tiny", "tiny.gguf.part", 1)
+    done = subprocess.run(["bash", str(DEVICE / "stash.sh"), ".models/tiny/p00"], cwd=checkout, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "CUDANALYST_STASH": str(store),
+                                                      "DETACHED_DIR": str(tmp_path / "detached")})
+    assert done.returncode == 0 and "model tiny: whole (1 parts)" in done.stdout
+    assert "converting" not in done.stdout and not (tmp_path / "detached").exists()

