@@ -84,41 +84,62 @@ def test_the_manifest_refuses_a_folder_that_is_not_a_packed_set(tmp_path: Path) 
         assert done.returncode == 2 and folder in done.stderr
 
 
+def wheelhouse(checkout: Path, work: Path) -> None:
+    """A wheelhouse as prepare.sh packs it: a tar of wheels, split into parts, with its list."""
+    (work / "wheels").mkdir(parents=True)
+    (work / "wheels" / "gguf-0-py3-none-any.whl").write_bytes(os.urandom(3000))
+    blob = subprocess.run(["tar", "cf", "-", "-C", str(work / "wheels"), "."], capture_output=True, check=True).stdout
+    for i in range(2):
+        part = checkout / ".wheelhouse" / f"p{i:02d}"
+        part.mkdir(parents=True)
+        (part / f"part{i:02d}").write_bytes(blob[i * len(blob) // 2:(i + 1) * len(blob) // 2])
+    subprocess.run(["python3", str(DEVICE / "parts_manifest.py"), str(checkout / ".wheelhouse")], check=True)
+
+
 def test_a_whole_model_converts_in_the_background_while_the_batch_goes_on(tmp_path: Path) -> None:
-    # The eleventh session's call 1 spent 98 s converting the 0.5B after its parts were stashed; the stash call that
-    # completes a set now starts that conversion (convert_ahead.sh, detached) and call 1 waits on its lock instead.
+    # The eleventh session's call 1 spent 98 s converting the 0.5B after its parts were stashed; once the wheelhouse
+    # (gguf comes with vLLM's wheels: the device found that out) and a model are whole, the stash call starts that
+    # conversion (convert_ahead.sh, detached) and call 1 waits on its lock instead.
     checkout, store, work = tmp_path / "checkout", tmp_path / "stash", tmp_path / "work"
     pack(checkout, ".models/tiny", "tiny.gguf.part", 2)
+    wheelhouse(checkout, work)
     (checkout / ".device" / "wheels").mkdir(parents=True)
-    (checkout / ".device" / "wheels" / "gguf-0-py3-none-any.whl").write_bytes(b"")
+    (checkout / ".device" / "wheels" / "pydantic-0-py3-none-any.whl").write_bytes(b"")
     calls = work / "python-calls"
     stub = work / "python3"  # stands for the machine's python: pip and prepare_model.py (tested on their own)
-    work.mkdir()
     stub.write_text(f'#!/bin/bash\necho "$*" >> {calls}\n')
     stub.chmod(0o755)
+    site = work / "site"
     env = {**os.environ, "CUDANALYST_STASH": str(store), "DETACHED_DIR": str(work / "detached"),
-           "CONVERT_PY": str(stub), "CONVERT_SITE": str(work / "site"), "CUDANALYST_GGUF_DIR": str(work),
+           "CONVERT_PY": str(stub), "CONVERT_SITE": str(site), "CUDANALYST_GGUF_DIR": str(work),
            "CUDANALYST_CACHE": str(work / "cache")}
 
     def call(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["bash", str(DEVICE / "stash.sh"), *args], cwd=checkout, capture_output=True,
                               text=True, timeout=60, env={**env, **extra})
 
-    assert "converting" not in call(".models/tiny/p00", STASH_CONVERT="0").stdout
+    assert "converting" not in call(".models/tiny/p00").stdout
     assert "converting" not in call(".models/tiny/p01", STASH_CONVERT="0").stdout  # whole, but turned off
+    assert "converting" not in call(".models/tiny/p01").stdout  # whole, but no wheelhouse yet: gguf is in it
+    assert "converting" not in call(".wheelhouse/p00").stdout
     assert not (work / "detached").exists()
-    again = call(".models/tiny/p01")
-    assert "model tiny: whole (2 parts)" in again.stdout and "model tiny: converting in the background" in again.stdout
+    last = call(".wheelhouse/p01")  # the wheelhouse's last part starts the model that was waiting for it
+    assert "wheelhouse: whole (2 parts)" in last.stdout and "model tiny: converting in the background" in last.stdout
     waited = subprocess.run(["bash", str(DEVICE / "detached.sh"), "wait", "convert-tiny", "30"], capture_output=True,
                             text=True, timeout=60, env=env)
     assert waited.returncode == 0, waited.stdout + waited.stderr
     console = (work / "detached" / "convert-tiny" / "console.log").read_text()
     assert "convert_ahead: tiny converted" in console, console
     lines = calls.read_text().splitlines()
-    assert lines[0].startswith("-m pip install") and f"--target {work / 'site'}" in lines[0]
-    assert lines[1] == f"scripts/prepare_model.py tiny --gguf {work / 'tiny.gguf'}"
+    assert lines[0].startswith("-m pip install") and f"--target {site / 'own'} .device/wheels/pydantic" in lines[0]
+    assert f"--target {site / 'vllm'} {site / 'wheelhouse'}/gguf-0-py3-none-any.whl" in lines[1]
+    assert (site / "wheelhouse" / "gguf-0-py3-none-any.whl").read_bytes() == \
+        (work / "wheels" / "gguf-0-py3-none-any.whl").read_bytes()
+    assert lines[2] == f"scripts/prepare_model.py tiny --gguf {work / 'tiny.gguf'}"
     parts = sorted((store / "models" / "tiny").glob("tiny.gguf.part*"))
     assert (work / "tiny.gguf").read_bytes() == b"".join(p.read_bytes() for p in parts)
+    # Started once: a part sent again (a re-sent batch) leaves the finished job alone.
+    assert "converting" not in call(".models/tiny/p01").stdout
 
 
 def test_no_conversion_starts_without_the_carried_wheels(tmp_path: Path) -> None:

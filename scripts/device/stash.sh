@@ -8,8 +8,8 @@
 # Each part carries its set's list of parts (PARTS, scripts/device/parts_manifest.py): after each part this says
 # which of the set are still missing, and --check, the first thing a session's working call runs, refuses a set
 # with a part missing or torn (a refused call, or a machine lost between calls, leaves one out without a sound).
-# When a model's set becomes whole and .device/wheels is here, its conversion starts in the background
-# (convert_ahead.sh; STASH_CONVERT=0 turns that off).
+# Once the wheelhouse and a model are both whole and .device/wheels is here, the model's conversion starts in the
+# background (convert_ahead.sh; STASH_CONVERT=0 turns that off).
 set -euo pipefail
 stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
 here="$(dirname "${BASH_SOURCE[0]}")"
@@ -24,6 +24,28 @@ missing() {  # DIR [ONLY]: the parts its PARTS lists that are absent, or differ 
       echo "$name (torn)"
     fi
   done < PARTS)
+}
+
+present() {  # DIR: every part its PARTS lists is here (names only: the conversion checks the hashes itself)
+  [ -s "$1/PARTS" ] || return 1
+  local name _
+  while read -r name _; do [ -f "$1/$name" ] || return 1; done < "$1/PARTS"
+}
+
+convert_whole_models() {
+  # Once the wheelhouse and a model are both here whole, that model's conversion starts in a session of its own
+  # (convert_ahead.sh) while the batch stashes the rest; call 1's --prepare waits on the same lock. It needs
+  # .device/wheels (the batch's first call carries .device) and flock; STASH_CONVERT=0 turns it off.
+  [ "${STASH_CONVERT:-1}" = 1 ] && [ -d .device/wheels ] && command -v flock > /dev/null || return 0
+  present "$stash/wheelhouse" || return 0
+  local d name
+  for d in "$stash"/models/*/; do
+    [ -d "$d" ] && present "${d%/}" || continue
+    name=$(basename "$d")
+    [ "$(bash "$here/detached.sh" status "convert-$name" 2>/dev/null)" = "not started" ] || continue
+    bash "$here/detached.sh" start "convert-$name" "bash $here/convert_ahead.sh $name" > /dev/null \
+      && echo "model $name: converting in the background (scripts/device/detached.sh status convert-$name)"
+  done
 }
 
 say() {  # DIR LABEL [ONLY]
@@ -58,16 +80,8 @@ mkdir -p "$dest"
 cp -r "$src"/. "$dest"/
 if [ -s "$dest/PARTS" ]; then
   part=$(find "$src" -maxdepth 1 -type f ! -name PARTS -printf '%f\n' | head -1)
-  if say "$dest" "$label" "$part" && [ "$label" != wheelhouse ] && [ "${STASH_CONVERT:-1}" = 1 ] \
-      && [ -d .device/wheels ] && command -v flock > /dev/null; then
-    # The set is whole: convert it now, in a session of its own, while the batch stashes the rest
-    # (convert_ahead.sh; call 1's --prepare waits on the same lock). Without flock it waits for call 1.
-    name=${label#model }
-    if [ "$(bash "$here/detached.sh" status "convert-$name" 2>/dev/null)" != running ]; then
-      bash "$here/detached.sh" start "convert-$name" "bash $here/convert_ahead.sh $name" > /dev/null \
-        && echo "$label: converting in the background (scripts/device/detached.sh status convert-$name)"
-    fi
-  fi
+  say "$dest" "$label" "$part" || true  # the set fills up call by call
+  convert_whole_models
 else
   du -sh "$dest"
 fi
