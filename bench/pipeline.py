@@ -32,8 +32,11 @@ ratios against the sides of an earlier run's JSON of the same units (another cal
 its own, from its start to the printed report, the model server's start included. `cold` starts from a fresh
 state (new run folder, empty nvcc cache, empty vLLM compile cache: a fresh machine); `warm` again from a new run
 folder and an empty nvcc cache, but with the vLLM compile cache the cold run left (the next run on this machine,
-or a pod that fetched the cache). Each run's table is the command's own (its clock starts at its process start);
-the bench's clock (Popen to exit) is printed beside it.
+or a pod that fetched the cache). `staged` is warm's run as two commands, `--stage llm` and then the plain command
+again on the same folder (every unit has its candidate, so it runs the kernel stage alone and the report): the LLM stage with no verification on the GPU beside the model server, then the whole kernel
+stage (issue 32's A/B: `--user-clock cold,warm,staged` sets both side by side, from the same cache). Each run's
+table is the command's own (its clock starts at its process start; a staged run's two tables are added); the
+bench's clock (Popen to exit) is printed beside it.
 """
 
 from __future__ import annotations
@@ -378,9 +381,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--vllm-cache", metavar="DIR",
                    help="with --user-clock: the vLLM compile cache folder (default: one in the work folder); give "
                         "the folder a cold run of an earlier call filled to run warm alone on the same machine")
-    p.add_argument("--user-clock", type=user_runs, nargs="?", const=list(USER_RUNS), default=None, metavar="RUNS",
+    p.add_argument("--user-clock", type=user_runs, nargs="?", const=["cold", "warm"], default=None, metavar="RUNS",
                    help="measure `cudanalyst run` as a user sees it instead: cold (fresh state), warm (the vLLM "
-                        "compile cache of the cold run) or cold,warm (default)")
+                        "compile cache of the cold run), staged (as warm, but `--stage llm` first, then the rest: "
+                        "no verification beside the model server); default cold,warm")
     args = p.parse_args(argv)
     if args.serial_units < 0 or (args.units is not None and args.units < 1) or (args.rollouts or 1) < 1:
         p.error("--serial-units must be at least 0, --units and --rollouts at least 1")
@@ -407,28 +411,64 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ the user's clock
-USER_RUNS = ("cold", "warm")
+USER_RUNS = ("cold", "warm", "staged")
 
 
 def user_runs(text: str) -> list[str]:
     runs = [x.strip() for x in text.split(",") if x.strip()]
-    if not runs or any(r not in USER_RUNS for r in runs):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected cold, warm or cold,warm")
+    if not runs or any(r not in USER_RUNS for r in runs) or len(set(runs)) < len(runs):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected some of cold, warm, staged, each once")
     return runs
 
 
 def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: int | None) -> dict[str, Any]:
-    """One `cudanalyst run` as a user runs it: its own process, a new run folder and nvcc cache, the vLLM compile
-    cache in `vllm_cache`. Returns the command's own table (--timings) and the bench's clock around it."""
+    """One `cudanalyst run` as a user runs it, or `staged`: the same spec as two commands, `--stage llm` and then
+    the plain command on its folder, so that no verification shares the GPU with the model server (issue 32: do
+    the kernel stage's GPU workers slow generation?). Each from a new run folder and nvcc cache, with the vLLM
+    compile cache in `vllm_cache`."""
+    if name != "staged":
+        return _user_command(spec_file, work, name, name, vllm_cache, gpus, [])
+    llm = _user_command(spec_file, work, "staged", "staged-llm", vllm_cache, gpus, ["--stage", "llm", "--no-report"])
+    if llm["exit"] != 0:
+        return llm
+    # The plain command again: every unit has its candidate, so it runs the kernel stage alone (no model server)
+    # and builds the report, as a user's rerun does; `--stage kernels` would leave the report out.
+    kernels = _user_command(spec_file, work, "staged", "staged-kernels", vllm_cache, gpus, [])
+    return staged(llm, kernels)
+
+
+def staged(llm: dict[str, Any], kernels: dict[str, Any]) -> dict[str, Any]:
+    """The two commands of a staged run as one row: the first's spans, the second's whole kernel stage as the tail
+    (it all comes after the LLM stage), walls and the bench's clocks added."""
+    spans = dict(llm.get("spans") or {})
+    later = kernels.get("spans") or {}
+    if "kernelStage" in later:
+        spans["tail"] = later["kernelStage"]
+    if "report" in later:
+        spans["report"] = later["report"]
+    wall = (llm.get("wall") or 0.0) + (kernels.get("wall") or 0.0)
+    units = max(int(llm.get("units") or 0), int(kernels.get("units") or 0))
+    after = wall - spans.get("start", 0.0)
+    return {"exit": kernels["exit"], "benchWall": llm["benchWall"] + kernels["benchWall"],
+            "log": f"{llm['log']} and {kernels['log']}", "clock": llm.get("clock"), "wall": wall, "spans": spans,
+            "units": units, "unitsPerHour": units * 3600 / wall if wall > 0 else None,
+            "unitsPerHourAfterStart": units * 3600 / after if after > 0 else None, "llm": llm.get("llm") or {},
+            "server": llm.get("server") or {}, "notes": [*(llm.get("notes") or []), *(kernels.get("notes") or [])],
+            "commands": {"llm": llm, "kernels": kernels}}
+
+
+def _user_command(spec_file: Path, work: Path, folder: str, name: str, vllm_cache: Path, gpus: int | None,
+                  extra: list[str]) -> dict[str, Any]:
+    """One `cudanalyst run` in a process of its own: the command's own table (--timings) and the bench's clock."""
     from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
 
     timings = work / f"timings-{name}.json"
-    env = {**os.environ, COMPILE_CACHE_ENV: str(work / f"cache-{name}"), DIR_ENV: str(vllm_cache)}
+    env = {**os.environ, COMPILE_CACHE_ENV: str(work / f"cache-{folder}"), DIR_ENV: str(vllm_cache)}
     # The local folder alone decides cold or warm: a cache store (scripts/device/models.sh sets one) would make a
     # cold run fetch what an earlier session kept.
     env.pop(CACHE_URI_ENV, None)
-    cmd = [sys.executable, "-m", "cudanalyst", "run", str(spec_file), "--output", str(work / f"runs-{name}"),
-           "--timings", str(timings)] + (["--gpus", str(gpus)] if gpus else [])
+    cmd = [sys.executable, "-m", "cudanalyst", "run", str(spec_file), "--output", str(work / f"runs-{folder}"),
+           "--timings", str(timings), *extra] + (["--gpus", str(gpus)] if gpus else [])
     log = work / f"run-{name}.log"
     started = time.time()
     with log.open("wb") as out:
@@ -441,7 +481,8 @@ def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: 
 def user_table(results: dict[str, dict[str, Any]]) -> str:
     """The runs side by side: each phase of the command's table, its wall, the bench's clock and the rates."""
     labels = {"start": "start, to the model server ready", "plans": "LLM stage: plans", "kernels":
-              "LLM stage: kernels (after the last plan)", "tail": "kernel stage's tail after the LLM stage",
+              "LLM stage: kernels (after the last plan)", "tail": "kernel stage's tail after the LLM stage (staged: "
+              "all of it, its own command)",
               "report": "report"}
     names = list(results)
     rows = [("", *names)]

@@ -158,17 +158,24 @@ def test_the_user_clock_runs_cudanalyst_run_cold_then_warm(tmp_path: Path, monke
     figures = tmp_path / "figures.json"
     args = ["--spec", str(tmp_path / "quickstart.yaml"), "--model", _tiny_base_model(), "--max-model-len", "4096",
             "--max-tokens", "16", "--json", str(figures)]
-    assert bench.main([*args, "--user-clock", "--workdir", str(tmp_path / "work")]) == 0
+    assert bench.main([*args, "--user-clock", "cold,warm,staged", "--workdir", str(tmp_path / "work")]) == 0
     out = capsys.readouterr().out
     assert "wall (the command's clock" in out and "wall (the bench's clock" in out
     runs = json.loads(figures.read_text())["userClock"]
-    assert list(runs) == ["cold", "warm"]
+    assert list(runs) == ["cold", "warm", "staged"]
+    tick = 1 / os.sysconf("SC_CLK_TCK")
     for run in runs.values():
         assert run["exit"] == 0 and run["units"] == 8
         assert set(run["spans"]) == {"start", "plans", "kernels", "tail", "report"}
         # The bench's clock holds the command's, which knows its start to a clock tick (clock.process_started).
-        assert sum(run["spans"].values()) <= run["wall"] <= run["benchWall"] + 1 / os.sysconf("SC_CLK_TCK")
+        assert sum(run["spans"].values()) <= run["wall"] <= run["benchWall"] + 2 * tick
         assert run["llm"]["tokens"] > 0 and run["llm"]["shards"] == 1
+    # staged: two commands on one folder, the first with no kernel stage, the second with no LLM stage.
+    first, second = runs["staged"]["commands"]["llm"], runs["staged"]["commands"]["kernels"]
+    assert set(first["spans"]) == {"start", "plans", "kernels"} and set(second["spans"]) == {"kernelStage", "report"}
+    assert runs["staged"]["spans"]["tail"] == second["spans"]["kernelStage"]
+    assert runs["staged"]["wall"] == pytest.approx(first["wall"] + second["wall"])
+    assert "found in this machine's cache" in runs["staged"]["notes"][0]  # as warm: the cold run's artefacts
     # The cold run compiled (and kept) what the warm run found, in the folder of the model's key.
     assert "none found" in runs["cold"]["notes"][0] and "found in this machine's cache" in runs["warm"]["notes"][0]
     cache = tmp_path / "work" / "vllm-cache"
