@@ -34,7 +34,10 @@ def test_every_arm_and_seed_is_a_valid_recording_that_differs_only_where_the_arm
     by = {(r.metadata.labels["arm"], int(r.metadata.labels["seed"])): r.spec for r in recs.values()}
     all0 = by[("all", 0)]
     assert all0.policy is None and all0.planner is None and all0.iterations_per_generation == 1
-    assert by[("learned", 0)].policy is not None and not by[("learned", 0)].policy.rule("fast", "analyzer").show
+    learned = by[("learned", 0)].policy  # the uncorrected policy of the study on recorded agents, tasks held out
+    assert learned is not None and learned.held_out == sorted(all0.tasks)
+    assert not learned.rule("broken", "analyzer").show and not learned.rule("correct", "analyzer").show
+    assert learned.rule("broken", "debugger").show and learned.rule("fast", "analyzer").show
     assert by[("random", 0)].gating == "random" and by[("random", 0)].policy == by[("learned", 0)].policy
     none = by[("none", 0)].policy
     assert none is not None and all(not none.rule(s, c).show for s in ("broken", "wrong", "correct", "fast")
