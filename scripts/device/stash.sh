@@ -15,7 +15,8 @@ stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
 here="$(dirname "${BASH_SOURCE[0]}")"
 
 missing() {  # DIR [ONLY]: the parts its PARTS lists that are absent, or differ (all, or only the part ONLY: each
-  # stash call hashes the part it copied, not the whole set again); nothing when whole or unlisted
+  # stash call hashes the part it copied, not the whole set again; --names-only, no part's name, hashes none);
+  # nothing when whole or unlisted
   local dir=$1 only=${2:-}
   [ -s "$dir/PARTS" ] || return 0
   (cd "$dir" && while read -r name sum; do
@@ -26,10 +27,8 @@ missing() {  # DIR [ONLY]: the parts its PARTS lists that are absent, or differ 
   done < PARTS)
 }
 
-present() {  # DIR: every part its PARTS lists is here (names only: the conversion checks the hashes itself)
-  [ -s "$1/PARTS" ] || return 1
-  local name _
-  while read -r name _; do [ -f "$1/$name" ] || return 1; done < "$1/PARTS"
+present() {  # DIR: every part its PARTS lists is here (names only, no part hashed: the conversion checks them)
+  [ -s "$1/PARTS" ] && [ -z "$(missing "$1" --names-only)" ]
 }
 
 convert_whole_models() {

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +123,7 @@ def hold_out(runs: Sequence[FinishedRun], tasks: Sequence[str]) -> list[Finished
     if unknown:
         raise PolicyInputError(f"--hold-out: {', '.join(unknown)}: no outcome of the runs has this task (their "
                                f"tasks: {', '.join(sorted(seen))})")
-    left = [FinishedRun(fr.uri, fr.run, [r for r in fr.records if r.task not in tasks], fr.states, fr.given)
-            for fr in runs]
+    left = [replace(fr, records=[r for r in fr.records if r.task not in tasks]) for fr in runs]
     if not any(fr.records for fr in left):
         raise PolicyInputError(f"--hold-out: {', '.join(tasks)} are all the runs' tasks: nothing left to learn from")
     return left
@@ -351,7 +350,7 @@ def learn(runs: Sequence[FinishedRun], name: str = "learned", level: str = "prog
     spec = PolicySpec(players=players, states=states, models=_models(model_ev, corrected),  # type: ignore[arg-type]
                       level=level, correction=correction, sources=[fr.given or fr.uri for fr in runs],
                       tasks=sorted({r.task for fr in runs for r in fr.records}),
-                      held_out=sorted(dict.fromkeys(held_out)), notes=notes)
+                      held_out=sorted(set(held_out)), notes=notes)
     return FeedbackPolicy.model_validate({"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "FeedbackPolicy",
                                           "metadata": {"name": name}, "spec": spec.model_dump(by_alias=True)})
 
