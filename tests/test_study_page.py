@@ -41,10 +41,13 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         assert cli(["study", *command.group(1).split()]) == 0
+        finished = ("study-real-main", "study-real-implicit-1-5b", "study-real-summary-1-5b", "study-real-raw-0-5b",
+                    "study-real-summary-0-5b")  # the order of the preface's command
+        assert cli(["policy", *(str(STUDY / "runs" / name) for name in finished), "-o", str(STUDY / "policy.yaml")]) == 0
+        # The comparison's policies (issue 30): learned from the runs of its agent, the 1.5B (planner and coder),
+        # without the comparison's held-out tasks.
         runs = [str(STUDY / "runs" / name)
                 for name in ("study-real-main", "study-real-implicit-1-5b", "study-real-summary-1-5b")]
-        assert cli(["policy", *runs, "-o", str(STUDY / "policy.yaml")]) == 0
-        # The comparison's policies (issue 30): the same runs without the comparison's held-out tasks.
         tasks = yaml.safe_load((ROOT / COMPARISON).read_text())["tasks"]
         for name, correction in (("study-2026-12-02", "holm"), ("study-2026-12-02-uncorrected", "none")):
             assert cli(["policy", *runs, "--hold-out", ",".join(tasks), "--correction", correction,
@@ -71,10 +74,14 @@ def test_the_page_says_which_roles_ran_and_what_they_replay(rebuilt: Path) -> No
     page = json.loads((rebuilt / "study.json").read_text())
     assert "unreadable" not in page["replayed"] and page["replayed"]["tasks"] == 23
     assert page["runs"]["main"]["outcomes"] == 5610 and page["runs"]["main"]["folder"] == "runs/study-real-main"
-    assert page["runs"]["implicit-1.5b"]["outcomes"] == 4080 and page["runs"]["summary-1.5b"]["outcomes"] == 4080
-    # A role without its folder (raw-0.5b is only in in-progress/) is said to be not run, never counted as a result.
-    assert page["runs"]["raw-0.5b"]["outcomes"] == 0 and page["runs"]["summary-0.5b"]["outcomes"] == 0
+    for role in ("implicit-1.5b", "summary-1.5b", "raw-0.5b", "summary-0.5b"):
+        assert page["runs"][role]["outcomes"] == 4080, role
+    # A role without its folder (transfer-0.5b is only in in-progress/) is said to be not run, never counted.
+    assert page["runs"]["transfer-0.5b"]["outcomes"] == 0 and page["runs"]["self-gemma"]["outcomes"] == 0
     text = (rebuilt / "README.md").read_text()
-    assert "not run: summary-0.5b not run: its run folder is not there" in text
+    assert "not run: transfer-0.5b not run: its run folder is not there" in text
+    policy = yaml.safe_load((rebuilt / "policy.yaml").read_text())["spec"]
+    shipped = sorted(path.name for path in (ROOT / STUDY / "runs").iterdir())
+    assert sorted(Path(source).name for source in policy["sources"]) == shipped, "the policy learns from every run"
     drawn = page["frozen"]["drawn"]
     assert sum(sum(row.values()) for row in drawn.values()) == 85 and len(drawn) == 23
