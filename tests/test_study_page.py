@@ -41,13 +41,13 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         assert cli(["study", *command.group(1).split()]) == 0
-        finished = ("study-real-main", "study-real-implicit-1-5b", "study-real-summary-1-5b", "study-real-raw-0-5b",
-                    "study-real-summary-0-5b")  # the order of the preface's command
-        assert cli(["policy", *(str(STUDY / "runs" / name) for name in finished), "-o", str(STUDY / "policy.yaml")]) == 0
-        # The comparison's policies (issue 30): learned from the runs of its agent, the 1.5B (planner and coder),
-        # without the comparison's held-out tasks.
+        # The comparison's policies (issue 30) learn from the runs of its agent, the 1.5B (planner and coder); the
+        # page's from every finished run, in the order of the preface's command.
         runs = [str(STUDY / "runs" / name)
                 for name in ("study-real-main", "study-real-implicit-1-5b", "study-real-summary-1-5b")]
+        finished = [*runs, *(str(STUDY / "runs" / name) for name in ("study-real-raw-0-5b", "study-real-summary-0-5b"))]
+        assert cli(["policy", *finished, "-o", str(STUDY / "policy.yaml")]) == 0
+        # The comparison's: without its held-out tasks.
         tasks = yaml.safe_load((ROOT / COMPARISON).read_text())["tasks"]
         for name, correction in (("study-2026-12-02", "holm"), ("study-2026-12-02-uncorrected", "none")):
             assert cli(["policy", *runs, "--hold-out", ",".join(tasks), "--correction", correction,
