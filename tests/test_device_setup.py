@@ -155,7 +155,9 @@ esac
 def models_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     root = tmp_path / "checkout"
     (root / "scripts" / "device").mkdir(parents=True)
-    shutil.copy(ROOT / "scripts" / "device" / "models.sh", root / "scripts" / "device" / "models.sh")
+    # models.sh checks a set's parts with stash.sh beside it before joining them.
+    for script in ("models.sh", "stash.sh"):
+        shutil.copy(ROOT / "scripts" / "device" / script, root / "scripts" / "device" / script)
     stand_in = tmp_path / "python3"
     stand_in.write_text(CONVERTER)
     stand_in.chmod(0o755)
@@ -165,7 +167,11 @@ def models_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         (stash / "models" / name / f"{name}.gguf.part00").write_text(name)
     (tmp_path / "done").mkdir()
     env = {**os.environ, "LOG": str(tmp_path / "log"), "DONE": str(tmp_path / "done"), "PY": str(stand_in),
-           "VLLM_STORE": str(tmp_path / "store"), "VLLM_SITE": str(tmp_path / "vllm-site")}
+           "VLLM_STORE": str(tmp_path / "store"), "VLLM_SITE": str(tmp_path / "vllm-site"),
+           # The joined GGUFs in the test's own folder: in the default /tmp one left by an earlier run would be
+           # taken as joined, and the parts' check never run.
+           "CUDANALYST_GGUF_DIR": str(tmp_path / "gguf")}
+    (tmp_path / "gguf").mkdir()
     env.pop("CUDANALYST_VLLM_CACHE_URI", None)
     return root, env
 
@@ -226,7 +232,8 @@ def test_without_flock_nothing_converts_ahead_and_each_spec_converts_in_its_turn
     (root / "b.spec").write_text("m2\n")
     bin_dir = tmp_path / "bin-without-flock"
     bin_dir.mkdir()
-    for tool in ("bash", "cat", "ls", "mv", "mkdir", "grep", "tail", "sleep", "touch", "nice", "renice", "env"):
+    for tool in ("bash", "cat", "ls", "mv", "mkdir", "grep", "tail", "sleep", "touch", "nice", "renice", "env",
+                     "dirname", "basename", "wc", "sha256sum", "cut"):  # the last five: stash.sh --check
         found = shutil.which(tool)
         assert found, tool
         (bin_dir / tool).symlink_to(found)
