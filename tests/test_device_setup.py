@@ -232,8 +232,9 @@ def test_without_flock_nothing_converts_ahead_and_each_spec_converts_in_its_turn
     (root / "b.spec").write_text("m2\n")
     bin_dir = tmp_path / "bin-without-flock"
     bin_dir.mkdir()
+    # The last five: stash.sh --check, which models.sh runs before joining the parts.
     for tool in ("bash", "cat", "ls", "mv", "mkdir", "grep", "tail", "sleep", "touch", "nice", "renice", "env",
-                     "dirname", "basename", "wc", "sha256sum", "cut"):  # the last five: stash.sh --check
+                 "dirname", "basename", "wc", "sha256sum", "cut"):
         found = shutil.which(tool)
         assert found, tool
         (bin_dir / tool).symlink_to(found)
