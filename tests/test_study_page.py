@@ -46,7 +46,8 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
         runs = [str(STUDY / "runs" / name)
                 for name in ("study-real-main", "study-real-implicit-1-5b", "study-real-summary-1-5b")]
         finished = [*runs, *(str(STUDY / "runs" / name) for name in (
-            "study-real-raw-0-5b", "study-real-summary-0-5b", "study-real-transfer-0-5b", "study-real-transfer-gemma"))]
+            "study-real-raw-0-5b", "study-real-summary-0-5b", "study-real-transfer-0-5b", "study-real-transfer-gemma",
+            "study-real-self-gemma"))]
         assert cli(["policy", *finished, "-o", str(STUDY / "policy.yaml")]) == 0
         # The comparison's: without its held-out tasks.
         tasks = yaml.safe_load((ROOT / COMPARISON).read_text())["tasks"]
@@ -75,13 +76,18 @@ def test_the_page_says_which_roles_ran_and_what_they_replay(rebuilt: Path) -> No
     page = json.loads((rebuilt / "study.json").read_text())
     assert "unreadable" not in page["replayed"] and page["replayed"]["tasks"] == 23
     assert page["runs"]["main"]["outcomes"] == 5610 and page["runs"]["main"]["folder"] == "runs/study-real-main"
-    for role in ("implicit-1.5b", "summary-1.5b", "raw-0.5b", "summary-0.5b", "transfer-0.5b", "transfer-gemma"):
+    for role in ("implicit-1.5b", "summary-1.5b", "raw-0.5b", "summary-0.5b", "transfer-0.5b", "transfer-gemma",
+                 "self-gemma"):
         assert page["runs"][role]["outcomes"] == 4080, role
-    # A role without its folder (self-gemma has not run) is said to be not run, never counted, and so is every
-    # comparison that needs it.
-    assert page["runs"]["self-gemma"]["outcomes"] == 0
-    text = (rebuilt / "README.md").read_text()
-    assert "not run: self-gemma not run: its run folder is not there" in text
+    # Every role has run (tests/test_study.py covers a role without its folder): the only comparison left "not run"
+    # is the one the design leaves out (finding 3's implicit planning with summaries), and every claim of finding 4,
+    # the last to be measured, is.
+    assert [r["reason"] for r in page["rows"] if r["verdict"] == "not run"] == ["not in the study's design"]
+    for finding in page["verdicts"]:
+        for level in ("program", "task"):
+            assert finding[level]["verdict"] != "not run", (finding["finding"], level)
+    transfer = next(finding for finding in page["verdicts"] if finding["finding"] == 4)
+    assert transfer["program"]["claims"] == transfer["task"]["claims"] == 4
     policy = yaml.safe_load((rebuilt / "policy.yaml").read_text())["spec"]
     shipped = sorted(path.name for path in (ROOT / STUDY / "runs").iterdir())
     assert sorted(Path(source).name for source in policy["sources"]) == shipped, "the policy learns from every run"
