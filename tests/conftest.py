@@ -20,9 +20,24 @@ def _temporary_files_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.fixture
+def short_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short folder for a subprocess's TMPDIR where it may start vLLM: vLLM binds its engine's IPC socket there,
+    and a socket's path may not pass 107 characters, which a long test name's tmp_path can under pytest-xdist
+    (its workers add popen-gwN/ to every path)."""
+    return tmp_path_factory.mktemp("t")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """tests/cluster last. Its control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok: about 15 % of
     a core when idle) is session-scoped, so it ran on under every test collected after it; last, it stops with the
     session. The session's vLLM server, shared with tests/vllm, then serves both in one stretch."""
     cluster = Path(__file__).parent / "cluster"
-    items.sort(key=lambda item: cluster in Path(str(item.fspath)).parents)  # a stable sort keeps the rest in order
+    # Under pytest-xdist (pyproject's addopts) one worker takes every cluster test (one control plane, not one a
+    # worker), and takes them first: the other worker runs the rest meanwhile, where last they would be a tail that
+    # one worker runs alone. A stable sort keeps the rest in order.
+    first = hasattr(config, "workerinput")
+    items.sort(key=lambda item: (cluster in Path(str(item.fspath)).parents) != first)
+    for item in items:
+        if cluster in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.xdist_group("cluster"))

@@ -16,7 +16,7 @@ if [ "$mode" = smoke ]; then
 fi
 
 step "GPU tests"
-$py -m pytest tests/gpu tests/test_kernel_stage_cpu.py -m "gpu or not gpu" -q -p no:cacheprovider \
+$py -m pytest tests/gpu tests/test_kernel_stage_cpu.py -m "gpu or not gpu" -q -p no:cacheprovider -o addopts="" \
   --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
 rc=${PIPESTATUS[0]}
 step "bench/timing.py"

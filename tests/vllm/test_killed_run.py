@@ -61,10 +61,9 @@ def wait_for(check, deadline_s: float, interval_s: float = 0.5):  # type: ignore
     return check()
 
 
-def test_sigkill_of_the_run_leaves_no_process_behind(tmp_path, tiny_models):
+def test_sigkill_of_the_run_leaves_no_process_behind(tmp_path, tiny_models, short_tmp):
     spec = write_spec(tmp_path, tiny_models)
-    work = tmp_path / "work"  # the run's own folder (spec copies, logs) lands here, not in /tmp
-    work.mkdir()
+    work = short_tmp  # the run's own folder (spec copies, logs) lands here, not in /tmp
     run = subprocess.Popen([sys.executable, "-m", "cudanalyst", "run", str(spec), "--output", str(tmp_path / "runs")],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(work)})
     try:
@@ -74,8 +73,9 @@ def test_sigkill_of_the_run_leaves_no_process_behind(tmp_path, tiny_models):
             llm = [p for p in tree if "--stage llm" in cmdline(p)]
             return tree if llm and any("vllm.entrypoints" in cmdline(p) for p in tree) else []
 
-        tree = wait_for(llm_stage_running, 900)
-        assert tree, f"the LLM stage never started; the run exited with {run.poll()}"
+        # A run that exits first ends the wait at once (its exit code is the failure), not after 900 s.
+        tree = wait_for(lambda: llm_stage_running() or ([0] if run.poll() is not None else []), 900)
+        assert tree and run.poll() is None, f"the LLM stage never started; the run exited with {run.poll()}"
         kinds = {p: cmdline(p) for p in tree}
         assert any("--stage kernels" in c for c in kinds.values())  # the kernel stage runs beside it
     finally:
