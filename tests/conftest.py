@@ -29,15 +29,15 @@ def short_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """tests/cluster last. Its control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok: about 15 % of
-    a core when idle) is session-scoped, so it ran on under every test collected after it; last, it stops with the
-    session. The session's vLLM server, shared with tests/vllm, then serves both in one stretch."""
-    cluster = Path(__file__).parent / "cluster"
-    # Under pytest-xdist (pyproject's addopts) one worker takes every cluster test (one control plane, not one a
-    # worker), and takes them first: the other worker runs the rest meanwhile, where last they would be a tail that
-    # one worker runs alone. A stable sort keeps the rest in order.
+    """tests/cluster last in one process. Its control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok:
+    about 15 % of a core when idle) is session-scoped, so it ran on under every test collected after it; last, it
+    stops with the session. The session's vLLM server, shared with tests/vllm, then serves both in one stretch.
+    Under pytest-xdist (pyproject's addopts) one worker takes every cluster test (one control plane, not one a
+    worker), and takes them first: the other worker runs the rest meanwhile, where last they would be a tail that
+    one worker runs alone."""
+    cluster_dir = Path(__file__).parent / "cluster"
+    cluster = {item for item in items if cluster_dir in Path(str(item.fspath)).parents}
     first = hasattr(config, "workerinput")
-    items.sort(key=lambda item: (cluster in Path(str(item.fspath)).parents) != first)
-    for item in items:
-        if cluster in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+    items.sort(key=lambda item: (item in cluster) != first)  # a stable sort keeps the rest in order
+    for item in cluster:
+        item.add_marker(pytest.mark.xdist_group("cluster"))

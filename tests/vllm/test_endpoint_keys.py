@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -114,13 +112,10 @@ def test_a_wrong_or_missing_key_exits_2_before_any_unit_naming_the_model(tmp_pat
     assert holding(tmp_path, wrong) == []
 
 
-def test_an_endpoint_planner_with_a_local_coder_and_the_reverse(tmp_path: Path, tiny_keyed_server: Any) -> None:
+def test_an_endpoint_planner_with_a_local_coder_and_the_reverse(tmp_path: Path, tiny_keyed_server: Any,
+                                                                short_tmp: Path) -> None:
     # The run's own vLLM server binds its engine's IPC socket under TMPDIR, whose path may not pass 107 characters.
-    short = Path(tempfile.mkdtemp(prefix="ck-", dir="/tmp"))
-    try:
-        mixed_runs(tmp_path, short, tiny_keyed_server)
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
+    mixed_runs(tmp_path, short_tmp, tiny_keyed_server)
 
 
 def mixed_runs(tmp_path: Path, short: Path, tiny_keyed_server: Any) -> None:
