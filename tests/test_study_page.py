@@ -89,7 +89,50 @@ def test_the_page_says_which_roles_ran_and_what_they_replay(rebuilt: Path) -> No
     transfer = next(finding for finding in page["verdicts"] if finding["finding"] == 4)
     assert transfer["program"]["claims"] == transfer["task"]["claims"] == 4
     policy = yaml.safe_load((rebuilt / "policy.yaml").read_text())["spec"]
-    shipped = sorted(path.name for path in (ROOT / STUDY / "runs").iterdir())
+    # Every run of the first agent. The second agent's (study-real-2-*) wait for their re-run: 10 of their frozen
+    # programs are island copies whose tool reports read "not run" (second-agent/preface.md).
+    shipped = sorted(path.name for path in (ROOT / STUDY / "runs").iterdir()
+                     if not path.name.startswith("study-real-2-"))
     assert sorted(Path(source).name for source in policy["sources"]) == shipped, "the policy learns from every run"
     drawn = page["frozen"]["drawn"]
     assert sum(sum(row.values()) for row in drawn.values()) == 85 and len(drawn) == 23
+
+
+@pytest.fixture(scope="module")
+def second_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The second agent's page, rebuilt with its preface's command in a copy of the checkout's layout."""
+    root = tmp_path_factory.mktemp("checkout-2")
+    page = STUDY / "second-agent"
+    shutil.copytree(ROOT / STUDY / "runs", root / STUDY / "runs")
+    (root / page).mkdir(parents=True)
+    shutil.copy(ROOT / page / "preface.md", root / page / "preface.md")
+    shutil.copytree(ROOT / SPECS / "second-agent", root / SPECS / "second-agent")
+    with tarfile.open(ROOT / STUDY / "recordings" / "study-real-1-5b-islands-diff.tar.xz") as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith("study-real-1-5b-islands-diff/trajectory")]
+        tar.extractall(root / "recordings", members=members, filter="data")
+    preface = (ROOT / page / "preface.md").read_text()
+    command = re.search(r"cudanalyst study (.*?)\n\n", preface.replace("\\\n", " ") + "\n\n", re.S)
+    assert command, "the second agent's preface gives no `cudanalyst study` command"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        assert cli(["study", *command.group(1).split()]) == 0
+    return root / page
+
+
+def test_the_second_agents_page_is_what_its_outcomes_give(second_agent: Path) -> None:
+    assert (second_agent / "README.md").read_text() == (ROOT / STUDY / "second-agent" / "README.md").read_text()
+    shipped = json.loads((ROOT / STUDY / "second-agent" / "study.json").read_text())
+    assert json.loads((second_agent / "study.json").read_text()) == shipped
+
+
+def test_the_second_agent_ran_findings_1_and_2_over_its_own_recording(second_agent: Path) -> None:
+    page = json.loads((second_agent / "study.json").read_text())
+    assert page["replayed"]["tasks"] == 16
+    assert page["runs"]["main"]["outcomes"] == 4752 and page["runs"]["implicit-1.5b"]["outcomes"] == 3456
+    drawn = page["frozen"]["drawn"]
+    assert sum(sum(row.values()) for row in drawn.values()) == 72 and len(drawn) == 16
+    # Findings 1 and 2 measured at both levels; 3 and 4 not run, their roles being the first agent's only.
+    for finding in page["verdicts"]:
+        for level in ("program", "task"):
+            measured = finding[level]["verdict"] != "not run"
+            assert measured == (finding["finding"] in (1, 2)), (finding["finding"], level)
