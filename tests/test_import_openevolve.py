@@ -171,3 +171,37 @@ def test_an_empty_programs_folder_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "programs" / "x.txt").write_text("")
     with pytest.raises(TrajectoryError, match="not an OpenEvolve checkpoint"):
         read_openevolve(open_store(str(tmp_path)), "gemm")
+
+
+def _program(pid: str, code: str, parent: str | None, *, migrant: bool = False, artifacts: dict | None = None) -> dict:
+    return {"id": pid, "code": code, "language": "cuda", "parent_id": parent, "generation": 1, "iteration_found": 1,
+            "metrics": {"compiled": 1.0}, "metadata": {"island": 1, **({"migrant": True} if migrant else {})},
+            **({"artifacts_json": json.dumps(artifacts)} if artifacts else {})}
+
+
+def test_an_island_copy_carries_its_originals_tool_reports(tmp_path: Path) -> None:
+    """OpenEvolve's migration copies a program to another island under a new id with its metrics but not its
+    artifacts: the tools ran on that very source, so the copy gets the original's reports (and says whose)."""
+    folder = tmp_path / "run" / "checkpoints" / "checkpoint_1" / "programs"
+    folder.mkdir(parents=True)
+    report = {"compute-sanitizer": "ERROR SUMMARY: 0 errors"}
+    programs = [
+        _program("orig", "kernel A", None, artifacts=report),
+        _program("copy", "kernel A", "orig", migrant=True),
+        _program("copy-of-copy", "kernel A", "copy", migrant=True),
+        _program("child", "kernel A", "orig"),  # same code, but a child the agent wrote: not a copy
+        _program("changed", "kernel B", "orig", migrant=True),  # a migrant flag on other code: not a copy
+        _program("own", "kernel A", "orig", migrant=True, artifacts={"compute-sanitizer": "its own"}),
+    ]
+    for raw in programs:
+        (folder / f"{raw['id']}.json").write_text(json.dumps(raw))
+    found = {p.program_id: p for p in read_openevolve(open_store(str(tmp_path / "run")), "gemm")[0]}
+    source = "openevolve"
+    assert "ERROR SUMMARY" in found["copy"].feedback["debugger"]
+    assert found["copy"].metrics[source]["migratedFrom"] == "orig"
+    assert found["copy-of-copy"].metrics[source]["migratedFrom"] == "orig"
+    assert "ERROR SUMMARY" in found["copy-of-copy"].feedback["debugger"]
+    assert found["child"].feedback == {} and "migratedFrom" not in found["child"].metrics[source]
+    assert found["changed"].feedback == {} and "migratedFrom" not in found["changed"].metrics[source]
+    assert found["own"].feedback["debugger"].endswith("its own")
+    assert "migratedFrom" not in found["orig"].metrics[source]

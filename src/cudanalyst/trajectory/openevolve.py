@@ -211,6 +211,12 @@ def read_openevolve(
     used_players: dict[str, str] = {}
     for pid, (raw, where, folder) in raws.items():
         artifacts, missing = _load_artifacts(raw, where, folder)
+        original = _migrated_from(pid, raws)
+        if original is not None and not artifacts:
+            # An island's copy: OpenEvolve copies the program and its metrics under a new id but not its
+            # artifacts, so the tools' reports about this very source are under the original's id.
+            o_raw, o_where, o_folder = raws[original]
+            artifacts, missing = _load_artifacts(o_raw, o_where, o_folder)
         if missing:
             missing_dirs.append(missing)
         feedback: dict[str, list[str]] = {}
@@ -238,6 +244,8 @@ def read_openevolve(
         }
         if missing:
             extras["artifactDirMissing"] = missing
+        if original is not None:
+            extras["migratedFrom"] = original
         generation = raw.get("generation") or 0
         if generation_from == "iteration":
             found = raw.get("iteration_found") or 0
@@ -275,6 +283,22 @@ def read_openevolve(
     if missing_dirs:
         provenance["artifactDirsMissing"] = len(missing_dirs)
     return [p for _, p in programs], provenance
+
+
+def _migrated_from(pid: str, raws: Mapping[str, tuple[dict[str, Any], str, ObjectStore]]) -> str | None:
+    """The program an island migrant copies (``metadata.migrant``, its parent with the same code), followed back to
+    the first that is not a copy; None for any other program or when the original is not in the checkpoint."""
+    seen = {pid}
+    current = pid
+    while True:
+        raw = raws[current][0]
+        parent = raw.get("parent_id")
+        if not (raw.get("metadata") or {}).get("migrant") or parent not in raws or parent in seen:
+            return None if current == pid else current
+        if raws[parent][0].get("code") != raw.get("code"):
+            return None if current == pid else current
+        seen.add(parent)
+        current = parent
 
 
 def _history(pid: str, parents: Mapping[str, Any], changes: Mapping[str, str]) -> list[str]:
