@@ -167,3 +167,29 @@ def test_our_servers_schedule_by_priority_unless_the_spec_names_a_policy() -> No
     own = ModelSpec(model="/m", serve="local", extra_args=["--scheduling-policy=fcfs"])
     cmd = server_command("/m", own, served_name="coder", port=8123)
     assert "--scheduling-policy" not in cmd and cmd[-1] == "--scheduling-policy=fcfs"
+
+
+def test_a_temp_folder_too_deep_for_vllms_sockets_gets_a_short_one_that_goes_with_the_server(tmp_path: Path) -> None:
+    from cudanalyst.runner.llm.serving import rpc_base_path
+
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    assert rpc_base_path({"TMPDIR": "/tmp"}) is None
+    assert rpc_base_path({"TMPDIR": str(deep), "VLLM_RPC_BASE_PATH": "/tmp"}) is None  # vLLM's own setting fits
+    for env in ({"TMPDIR": str(deep)}, {"VLLM_RPC_BASE_PATH": str(deep)}):
+        short = rpc_base_path(env)
+        assert short is not None and short.is_dir() and len(str(short)) + 37 <= 107, env
+        short.rmdir()
+    # The server is told where, and the folder goes when it stops.
+    seen = tmp_path / "seen"
+    server = launch_server([sys.executable, "-c", f"import os, time; open({str(seen)!r}, 'w').write("
+                            "os.environ['VLLM_RPC_BASE_PATH']); time.sleep(60)"],
+                           Endpoint(f"http://127.0.0.1:{free_port()}/v1", "m"), env={"TMPDIR": str(deep)},
+                           log_dir=str(tmp_path))
+    deadline = time.monotonic() + 10
+    while not seen.exists() or not seen.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert server.rpc_dir is not None and seen.read_text() == str(server.rpc_dir) and server.rpc_dir.is_dir()
+    server.stop(grace_s=1.0)
+    assert not server.rpc_dir.exists()

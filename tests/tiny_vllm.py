@@ -82,7 +82,9 @@ TINY_API_KEY = "sk-tiny-gateway-7c41d9e2b0a85f36"
 
 @pytest.fixture(scope="session")
 def tiny_keyed_server(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The chat model ``tiny`` behind vLLM's OpenAI server started with ``--api-key TINY_API_KEY``."""
+    """The chat model ``tiny`` behind vLLM's OpenAI server started with ``--api-key TINY_API_KEY``. Its TMPDIR is
+    longer than vLLM's IPC socket paths allow (as a pod's may be): the runner gives the server a short folder for
+    them (serving.rpc_base_path; tests/vllm/test_endpoint_keys.py checks it started so)."""
     if not have_vllm():
         pytest.skip(SKIP_REASON)
     from cudanalyst.api import ModelSpec
@@ -91,6 +93,10 @@ def tiny_keyed_server(tiny_models: dict[str, Path], tmp_path_factory: pytest.Tem
     model = str(tiny_models["tiny-llama"])
     spec = ModelSpec(model=model, serve="local", max_model_len=CONTEXT, dtype="float32",
                      extra_args=[*SERVER_ARGS, "--api-key", TINY_API_KEY])
-    with start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, health_timeout_s=HEALTH_TIMEOUT_S,
+    deep = tmp_path_factory.mktemp("vllm-keyed-tmp") / ("a-temp-folder-deeper-than-a-socket-path-allows-" * 2)
+    deep.mkdir()
+    with start_local_server(model, spec, served_name="tiny", env={**VLLM_ENV, "TMPDIR": str(deep)},
+                            health_timeout_s=HEALTH_TIMEOUT_S,
                             log_dir=str(tmp_path_factory.mktemp("vllm-keyed-log"))) as server:
+        server.deep_tmpdir = deep
         yield server

@@ -136,3 +136,16 @@ def mixed_runs(tmp_path: Path, short: Path, tiny_keyed_server: Any) -> None:
         other = "coder" if priced == "planner" else "planner"
         assert usage[other]["cost"] is None
         assert holding(folder, TINY_API_KEY) == []
+
+
+def test_the_server_starts_where_the_temp_folder_is_too_deep_for_its_sockets(tiny_keyed_server: Any) -> None:
+    """vLLM binds its IPC sockets at TMPDIR/<uuid4>; the keyed server's TMPDIR is past a socket path's 107
+    characters, and it is healthy because it was given a short folder for them, removed when it stops."""
+    import httpx
+
+    assert len(str(tiny_keyed_server.deep_tmpdir)) + 37 > 107
+    rpc = tiny_keyed_server.rpc_dir
+    assert rpc is not None and rpc.is_dir() and len(str(rpc)) + 37 <= 107
+    reply = httpx.get(f"{tiny_keyed_server.endpoint.root}/v1/models",
+                      headers={"Authorization": f"Bearer {TINY_API_KEY}"}, timeout=30)
+    assert reply.status_code == 200 and reply.json()["data"][0]["id"] == "tiny"

@@ -41,6 +41,11 @@ CPU_FLAGS = ("--enforce-eager", "--no-enable-chunked-prefill")
 # Python: the 2,772-unit run of 2026-12-02 ran 835 requests at a time and generated 9,010 tokens/s
 # (docs/results/h200-outcomes-2026-12-02/). Requests beyond it wait in the server's queue, plans first.
 GPU_MAX_NUM_SEQS = 512
+# vLLM's processes talk over ZeroMQ IPC sockets at VLLM_RPC_BASE_PATH (by default the temp folder) + "/" + a uuid4:
+# a Unix socket's path may not pass 107 characters, so a temp folder of more than 70 stops the server at its start
+# (as in a pod whose TMPDIR sits deep in a volume, or under pytest's per-worker folders).
+SOCKET_PATH_MAX = 107
+IPC_NAME_CHARS = 1 + 36
 # Flags by which a spec decides the batch or the graphs itself: then the GPU default is left out.
 BATCH_FLAGS = ("--max-num-seqs", "--max-cudagraph-capture-size", "--compilation-config", "-cc", "-O",
                "--enforce-eager")
@@ -148,6 +153,7 @@ class LocalServer:
     log_path: Path
     started_at: float = field(default_factory=time.monotonic)
     temp_dir: Path | None = None  # the log's folder when the caller named none: removed on stop
+    rpc_dir: Path | None = None  # a short folder for vLLM's IPC sockets (rpc_base_path): removed on stop
     compile_cache: CompileCache | None = None  # where its compiled artefacts are kept (compile_cache.py)
     healthy_after_s: float | None = None  # seconds from the launch to /health answering 200
 
@@ -192,8 +198,9 @@ class LocalServer:
         # Children that outlived the leader (engine cores) are still in the group: end them too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        if self.temp_dir is not None:  # errors already carry the log's tail
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        for folder in (self.temp_dir, self.rpc_dir):  # errors already carry the log's tail
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         if self.compile_cache is not None:  # an upload begun after a cold start finishes before the process ends
             self.compile_cache.wait()
         return self.process.returncode
@@ -208,6 +215,9 @@ def launch_server(
     temp_dir = None if log_dir else Path(tempfile.mkdtemp(prefix="cudanalyst-vllm-"))
     log_path = Path(log_dir or temp_dir) / f"vllm-{endpoint.model}.log"  # type: ignore[arg-type]
     full_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in set(unset)}
+    rpc_dir = rpc_base_path(full_env)
+    if rpc_dir is not None:
+        full_env["VLLM_RPC_BASE_PATH"] = str(rpc_dir)
     with log_path.open("wb") as log:
         # SIGTERM when the process that started it dies (even by SIGKILL): vLLM then stops its engine
         # processes itself, which a SIGKILL of the server alone would leave running.
@@ -215,7 +225,18 @@ def launch_server(
             list(cmd), death_signal=signal.SIGTERM, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=full_env, start_new_session=True,
         )
-    return LocalServer(proc, endpoint, log_path, temp_dir=temp_dir)
+    return LocalServer(proc, endpoint, log_path, temp_dir=temp_dir, rpc_dir=rpc_dir)
+
+
+def rpc_base_path(env: dict[str, str]) -> Path | None:
+    """A short new folder for vLLM's IPC sockets when the one it would use (VLLM_RPC_BASE_PATH, else the temp
+    folder `env` gives it, as tempfile.gettempdir finds it) is too long for a socket's path; None when it fits.
+    A VLLM_RPC_BASE_PATH set too long is replaced as well: the server could not start with it."""
+    base = env.get("VLLM_RPC_BASE_PATH") or next(
+        (env[k] for k in ("TMPDIR", "TEMP", "TMP") if env.get(k) and os.path.isdir(env[k])), "/tmp")
+    if len(os.path.abspath(base)) + IPC_NAME_CHARS <= SOCKET_PATH_MAX:
+        return None
+    return Path(tempfile.mkdtemp(prefix="cudanalyst-rpc-", dir="/tmp"))
 
 
 @contextlib.contextmanager
