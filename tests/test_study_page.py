@@ -26,21 +26,31 @@ SPECS = Path("examples/study-real")
 COMPARISON = Path("examples/policy/comparison-h200.yaml")
 
 
+def _unpack_trajectory(root: Path, recording: str) -> None:
+    """The recording's trajectory from its kept archive into root/recordings/, as a user unpacks it."""
+    with tarfile.open(ROOT / STUDY / "recordings" / f"{recording}.tar.xz") as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(f"{recording}/trajectory")]
+        tar.extractall(root / "recordings", members=members, filter="data")
+
+
+def _preface_command(preface: Path) -> list[str]:
+    """The arguments of the `cudanalyst study` command the page's preface gives."""
+    text = (ROOT / preface).read_text()
+    command = re.search(r"cudanalyst study (.*?)\n\n", text.replace("\\\n", " ") + "\n\n", re.S)
+    assert command, f"{preface} gives no `cudanalyst study` command"
+    return command.group(1).split()
+
+
 @pytest.fixture(scope="module")
 def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("checkout")
     shutil.copytree(ROOT / STUDY / "runs", root / STUDY / "runs")
     shutil.copy(ROOT / STUDY / "preface.md", root / STUDY / "preface.md")
     shutil.copytree(ROOT / SPECS, root / SPECS, ignore=shutil.ignore_patterns("recordings", "second-agent"))
-    with tarfile.open(ROOT / STUDY / "recordings" / "study-real-1-5b.tar.xz") as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith("study-real-1-5b/trajectory")]
-        tar.extractall(root / "recordings", members=members, filter="data")
-    preface = (ROOT / STUDY / "preface.md").read_text()
-    command = re.search(r"cudanalyst study (.*?)\n\n", preface.replace("\\\n", " ") + "\n\n", re.S)
-    assert command, "the preface gives no `cudanalyst study` command"
+    _unpack_trajectory(root, "study-real-1-5b")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        assert cli(["study", *command.group(1).split()]) == 0
+        assert cli(["study", *_preface_command(STUDY / "preface.md")]) == 0
         # The comparison's policies (issue 30) learn from the runs of its agent, the 1.5B (planner and coder); the
         # page's from every finished run, in the order of the preface's command.
         runs = [str(STUDY / "runs" / name)
@@ -107,15 +117,10 @@ def second_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / page).mkdir(parents=True)
     shutil.copy(ROOT / page / "preface.md", root / page / "preface.md")
     shutil.copytree(ROOT / SPECS / "second-agent", root / SPECS / "second-agent")
-    with tarfile.open(ROOT / STUDY / "recordings" / "study-real-1-5b-islands-diff.tar.xz") as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith("study-real-1-5b-islands-diff/trajectory")]
-        tar.extractall(root / "recordings", members=members, filter="data")
-    preface = (ROOT / page / "preface.md").read_text()
-    command = re.search(r"cudanalyst study (.*?)\n\n", preface.replace("\\\n", " ") + "\n\n", re.S)
-    assert command, "the second agent's preface gives no `cudanalyst study` command"
+    _unpack_trajectory(root, "study-real-1-5b-islands-diff")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        assert cli(["study", *command.group(1).split()]) == 0
+        assert cli(["study", *_preface_command(page / "preface.md")]) == 0
     return root / page
 
 
