@@ -20,14 +20,6 @@ def _temporary_files_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
-@pytest.fixture
-def short_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short folder for a subprocess's TMPDIR where it may start vLLM: vLLM binds its engine's IPC socket there,
-    and a socket's path may not pass 107 characters, which a long test name's tmp_path can under pytest-xdist
-    (its workers add popen-gwN/ to every path)."""
-    return tmp_path_factory.mktemp("t")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """tests/cluster last in one process. Its control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok:
     about 15 % of a core when idle) is session-scoped, so it ran on under every test collected after it; last, it

@@ -112,17 +112,17 @@ def test_a_wrong_or_missing_key_exits_2_before_any_unit_naming_the_model(tmp_pat
     assert holding(tmp_path, wrong) == []
 
 
-def test_an_endpoint_planner_with_a_local_coder_and_the_reverse(tmp_path: Path, tiny_keyed_server: Any,
-                                                                short_tmp: Path) -> None:
-    # The run's own vLLM server binds its engine's IPC socket under TMPDIR, whose path may not pass 107 characters.
-    mixed_runs(tmp_path, short_tmp, tiny_keyed_server)
+def test_an_endpoint_planner_with_a_local_coder_and_the_reverse(tmp_path: Path, tiny_keyed_server: Any) -> None:
+    work = tmp_path / "work"  # the run's TMPDIR: its own vLLM server is given a short folder for its sockets
+    work.mkdir()
+    mixed_runs(tmp_path, work, tiny_keyed_server)
 
 
-def mixed_runs(tmp_path: Path, short: Path, tiny_keyed_server: Any) -> None:
+def mixed_runs(tmp_path: Path, work: Path, tiny_keyed_server: Any) -> None:
     for name, planner, coder in (("endpoint-planner", keyed(tiny_keyed_server), LOCAL),
                                  ("local-planner", LOCAL, keyed(tiny_keyed_server))):
         spec = spec_file(tmp_path, name, planner, coder)
-        done = cudanalyst(spec, short / name[:5], TINY_API_KEY)
+        done = cudanalyst(spec, work / name[:5], TINY_API_KEY)
         assert done.returncode == 0, (name, done.stderr[-8000:])
         assert "starting the model server (tiny-llama, vLLM)" in done.stderr  # the local one, started by the run
         folder = tmp_path / "runs" / name

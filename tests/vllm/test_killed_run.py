@@ -61,9 +61,10 @@ def wait_for(check, deadline_s: float, interval_s: float = 0.5):  # type: ignore
     return check()
 
 
-def test_sigkill_of_the_run_leaves_no_process_behind(tmp_path, tiny_models, short_tmp):
+def test_sigkill_of_the_run_leaves_no_process_behind(tmp_path, tiny_models):
     spec = write_spec(tmp_path, tiny_models)
-    work = short_tmp  # the run's own folder (spec copies, logs) lands here, not in /tmp
+    work = tmp_path / "work"  # the run's own folder (spec copies, logs) lands here, not in /tmp
+    work.mkdir()
     run = subprocess.Popen([sys.executable, "-m", "cudanalyst", "run", str(spec), "--output", str(tmp_path / "runs")],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(work)})
     try:

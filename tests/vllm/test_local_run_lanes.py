@@ -16,7 +16,7 @@ import sys
 from llm_support import tiny_quickstart
 
 
-def test_a_run_over_two_lanes_takes_every_unit_once_each_lane_on_its_gpu(tmp_path, tiny_models, short_tmp):
+def test_a_run_over_two_lanes_takes_every_unit_once_each_lane_on_its_gpu(tmp_path, tiny_models):
     spec = tiny_quickstart(
         tmp_path / "run.yaml", tiny_models,
         trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 2, "tasks": ["sum_reduction"]},
@@ -24,7 +24,8 @@ def test_a_run_over_two_lanes_takes_every_unit_once_each_lane_on_its_gpu(tmp_pat
         sampling={"rollouts": 1, "samplesPerCoalition": 1, "maxTokens": 16, "temperature": 0.8, "seed": 0},
         resources={"shards": 1, "gpusPerShard": 0},
     )
-    work = short_tmp
+    work = tmp_path / "tmp"
+    work.mkdir()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "COLUMNS": "2000", "TMPDIR": str(work)}
     env.pop("CUDANALYST_GPUS", None)
     res = subprocess.run([sys.executable, "-m", "cudanalyst", "run", str(spec), "--output", str(tmp_path / "runs")],

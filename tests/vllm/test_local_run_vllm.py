@@ -34,10 +34,11 @@ def cudanalyst(*args: str, timeout: float = 900, tmpdir: Path | None = None) -> 
                           env=env)
 
 
-def test_run_reports_then_resumes_without_work(tmp_path, tiny_models, short_tmp):
+def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     spec = write_spec(tmp_path, tiny_models)
     out = tmp_path / "runs"
-    work = short_tmp  # where the run makes its temporary folder (spec copies, logs)
+    work = tmp_path / "tmp"  # where the run makes its temporary folder (spec copies, logs)
+    work.mkdir()
     first = cudanalyst("run", str(spec), "--output", str(out), tmpdir=work)
     assert first.returncode == 0, first.stderr[-3000:]
     # a run that succeeded removes its temporary folder (what vLLM and torch leave there is the test's tmp_path)
@@ -113,10 +114,11 @@ def ours(work: Path, *patterns: str) -> list[tuple[str, str]]:
     return found
 
 
-def test_ctrl_c_stops_everything_and_a_rerun_finishes(tmp_path, tiny_models, short_tmp):
+def test_ctrl_c_stops_everything_and_a_rerun_finishes(tmp_path, tiny_models):
     spec = write_spec(tmp_path, tiny_models)
     out = tmp_path / "runs"
-    work = short_tmp  # the executor's spec copies and logs land here: shards name it on their command line
+    work = tmp_path / "work"  # the executor's spec copies and logs land here: shards name it on their command line
+    work.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "cudanalyst", "run", str(spec), "--output", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TMPDIR": str(work)})

@@ -76,13 +76,13 @@ def check_trajectory(uri: str, s3: S3Settings | None, iterations: int) -> list[A
 
 def test_a_recording_of_two_iterations_lands_in_s3_and_an_attribution_run_plans_over_it(
         tmp_path: Path, tiny_models: dict[str, Path], s3_endpoint: Any, s3_bucket: str,
-        monkeypatch: pytest.MonkeyPatch, short_tmp: Path) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     model = {"model": str(tiny_models["tiny-llama"]), "serve": "local", "maxModelLen": CONTEXT, "dtype": "float32",
              "gpuMemoryUtilization": 0.1, "extraArgs": ["--distributed-executor-backend", "uni"]}
     path = recording(tmp_path, "rec-s3", model, f"s3://{s3_bucket}/recordings/", 2,
                      s3={"endpoint": s3_endpoint.url, "region": s3_endpoint.region})
     keys = {"AWS_ACCESS_KEY_ID": s3_endpoint.access_key_id, "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret_access_key}
-    work = short_tmp  # the recording starts its own vLLM server, which binds an IPC socket under TMPDIR
+    work = tmp_path / "work"
     proc = record(path, work, keys, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out, _ = proc.communicate(timeout=1800)
     assert proc.returncode == 0, out
