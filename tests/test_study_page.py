@@ -47,17 +47,19 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / STUDY / "runs", root / STUDY / "runs")
     shutil.copy(ROOT / STUDY / "preface.md", root / STUDY / "preface.md")
     shutil.copytree(ROOT / SPECS, root / SPECS, ignore=shutil.ignore_patterns("recordings", "second-agent"))
+    # The policy reads each frozen program's recorded state from its run's trajectory: both agents'.
     _unpack_trajectory(root, "study-real-1-5b")
+    _unpack_trajectory(root, "study-real-1-5b-islands-diff")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         assert cli(["study", *_preface_command(STUDY / "preface.md")]) == 0
         # The comparison's policies (issue 30) learn from the runs of its agent, the 1.5B (planner and coder); the
-        # page's from every finished run, in the order of the preface's command.
+        # page's from every finished run of both agents, in the order of the preface's command.
         runs = [str(STUDY / "runs" / name)
                 for name in ("study-real-main", "study-real-implicit-1-5b", "study-real-summary-1-5b")]
         finished = [*runs, *(str(STUDY / "runs" / name) for name in (
             "study-real-raw-0-5b", "study-real-summary-0-5b", "study-real-transfer-0-5b", "study-real-transfer-gemma",
-            "study-real-self-gemma"))]
+            "study-real-self-gemma", "study-real-2-main", "study-real-2-implicit-1-5b"))]
         assert cli(["policy", *finished, "-o", str(STUDY / "policy.yaml")]) == 0
         # The comparison's: without its held-out tasks.
         tasks = yaml.safe_load((ROOT / COMPARISON).read_text())["tasks"]
@@ -99,10 +101,9 @@ def test_the_page_says_which_roles_ran_and_what_they_replay(rebuilt: Path) -> No
     transfer = next(finding for finding in page["verdicts"] if finding["finding"] == 4)
     assert transfer["program"]["claims"] == transfer["task"]["claims"] == 4
     policy = yaml.safe_load((rebuilt / "policy.yaml").read_text())["spec"]
-    # Every run of the first agent. The second agent's (study-real-2-*) wait for their re-run: 10 of their frozen
-    # programs are island copies whose tool reports read "not run" (second-agent/preface.md).
-    shipped = sorted(path.name for path in (ROOT / STUDY / "runs").iterdir()
-                     if not path.name.startswith("study-real-2-"))
+    # Every run of both agents: the second agent's (study-real-2-*) ran on an import that gives island copies their
+    # originals' tool reports (second-agent/preface.md).
+    shipped = sorted(path.name for path in (ROOT / STUDY / "runs").iterdir())
     assert sorted(Path(source).name for source in policy["sources"]) == shipped, "the policy learns from every run"
     drawn = page["frozen"]["drawn"]
     assert sum(sum(row.values()) for row in drawn.values()) == 85 and len(drawn) == 23
