@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,9 @@ def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     for row in ("start (to the model server ready)", "LLM stage: plans", "LLM stage: kernels after the last plan",
                 "kernel stage's tail after it", "report", "wall", "units/h from the command", "tokens/s"):
         assert row in table, table
+    # ... with where the server's own start went, read from the real server's log (server_start.py)
+    assert re.search(r"healthy after [\d.]+ s \(\d+ s to the API server's first log line, \d+ s more to the engine "
+                     r"process's, \d+ s in the engine \(weights [\d.]+ s\), \d+ s to healthy\)", table), table
     folder = out / "quickstart"
     units = json.loads((folder / "plan.json").read_text())["units"]
     assert units == 1 * (4 + 1) * 2  # one program x (2^2 coalitions + 1 control) x 2 samples

@@ -26,6 +26,7 @@ import httpx
 from cudanalyst.api.spec import ModelSpec
 from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.compile_cache import CompileCache
+from cudanalyst.runner.llm.server_start import StartPhases, start_phases
 from cudanalyst.store import S3Settings
 
 DEFAULT_HEALTH_TIMEOUT_S = 600.0
@@ -156,6 +157,8 @@ class LocalServer:
     rpc_dir: Path | None = None  # a short folder for vLLM's IPC sockets (rpc_base_path): removed on stop
     compile_cache: CompileCache | None = None  # where its compiled artefacts are kept (compile_cache.py)
     healthy_after_s: float | None = None  # seconds from the launch to /health answering 200
+    launched_at: float = field(default_factory=time.time)  # the wall clock, as the log's stamps (server_start.py)
+    start: StartPhases | None = None  # where the start went, read from the log once healthy
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -177,6 +180,8 @@ class LocalServer:
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get(url).status_code == 200:
                         self.healthy_after_s = time.monotonic() - self.started_at
+                        self.start = start_phases(self.log_tail(chars=1 << 20), self.launched_at,
+                                                  self.healthy_after_s)
                         return self.healthy_after_s
                 if time.monotonic() >= deadline:
                     raise ServingError(

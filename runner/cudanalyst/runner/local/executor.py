@@ -221,6 +221,8 @@ class LaneServers:
             cache = server.compile_cache
             where = f"; compiled artefacts {found[cache.found]} ({cache.folder})" if cache else ""
             healthy = f"healthy after {server.healthy_after_s:.1f} s" if server.healthy_after_s is not None else ""
+            if healthy and server.start is not None and (phases := server.start.describe()):
+                healthy += f" ({phases})"
             out.append(f"model server {server.endpoint.model} at {server.endpoint.root}: {healthy}{where}")
         return out
 
