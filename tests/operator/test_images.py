@@ -65,6 +65,16 @@ def test_operator_image_installs_no_gpu_extras_and_runner_image_does() -> None:
     assert "pycuda" in " ".join(stages()["runner-build"])
 
 
+def test_runner_image_carries_bytecode_its_pods_cannot_write() -> None:
+    """Every runner pod's model server imports vLLM and torch twice (API server, engine process); the runtime
+    forbids writing bytecode, so the image must hold it: compiled after the install, before the import check."""
+    runner = stages()["runner"]
+    install = next(line for line in runner if "pip install" in line)
+    assert "compileall" in install and "site.getsitepackages()" in install
+    assert install.index("pip install") < install.index("compileall") < install.index("import pycuda, vllm")
+    assert any(line.startswith("ENV ") and "PYTHONDONTWRITEBYTECODE=1" in line for line in runner)
+
+
 def test_operator_install_set_covers_its_imports(tmp_path: Path) -> None:
     """Import the operator in a Python that sees only its image's install set: this tree's package without
     the runner (as the Dockerfile leaves it out), the core dependencies, the operator extra and their
