@@ -71,9 +71,14 @@ def test_a_job_without_timeout_is_stopped_whole_and_killed_past_its_grace(tmp_pa
     stopped = detached(tmp_path, "stop", "plain", "10")
     assert stopped.returncode == 0 and "plain stopped" in stopped.stdout
     assert not _group_alive(pid)
-    stubborn = "trap '' TERM; sleep 300"
+    stubborn = "trap '' TERM; echo ignoring-term; sleep 300"
     assert detached(tmp_path, "start", "stubborn", stubborn).returncode == 0
     pid = int((tmp_path / "stubborn" / "pid").read_text())
+    # Stopped before its trap is set, the job dies of SIGTERM (a loaded machine did once): wait for the trap.
+    console = tmp_path / "stubborn" / "console.log"
+    deadline = time.monotonic() + 30
+    while "ignoring-term" not in (console.read_text() if console.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.1)
     killed = detached(tmp_path, "stop", "stubborn", "1")
     assert "SIGKILL" in killed.stdout and "stubborn stopped (killed)" in killed.stdout
     time.sleep(0.5)
