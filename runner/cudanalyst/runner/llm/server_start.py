@@ -64,7 +64,7 @@ def _epoch(stamp: str, near: float) -> float:
     return at if at >= near - 86400 else time.mktime(time.strptime(f"{year + 1}-{stamp}", "%Y-%m-%d %H:%M:%S"))
 
 
-def _figure(patterns: tuple[re.Pattern[str], ...], text: str) -> float | None:
+def _figure(text: str, *patterns: re.Pattern[str]) -> float | None:
     """The first pattern's figure that the log has."""
     for pattern in patterns:
         if found := pattern.search(text):
@@ -90,8 +90,8 @@ def start_phases(log: str, launched_at: float, healthy_after_s: float) -> StartP
         engine_process_s=max(0.0, engine - api) if api is not None and engine is not None else None,
         engine_s=engine_done - engine if engine is not None and engine_done is not None else None,
         ready_s=max(0.0, healthy_at - engine_done) if engine_done is not None else None,
-        weights_s=_figure(_WEIGHTS, log),
-        compile_s=_figure((_COMPILE,), log),
+        weights_s=_figure(log, *_WEIGHTS),
+        compile_s=_figure(log, _COMPILE),
         compile_cached=bool(_COMPILE_CACHED.search(log)),
-        graphs_s=_figure((_GRAPHS,), log),
+        graphs_s=_figure(log, _GRAPHS),
     )
