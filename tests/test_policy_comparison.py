@@ -53,6 +53,58 @@ def test_every_arm_and_seed_is_a_valid_recording_that_differs_only_where_the_arm
         assert s.seed == seed
 
 
+def test_shared_servers_point_every_recording_at_the_fixed_ports_and_without_them_each_serves_its_own(
+        tmp_path: Path) -> None:
+    doc = yaml.safe_load(COMPARISON.read_text())
+    assert doc["sharedServers"] == {"large": 8101, "small": 8102}  # the H200 run's spec: one GPU, arms side by side
+    proc = specs(COMPARISON, tmp_path / "shared")
+    assert proc.returncode == 0, proc.stderr
+    by = {p.stem: load_recording(p).spec for p in (tmp_path / "shared").glob("*.yaml")}
+    large = ("endpoint", "http://127.0.0.1:8101/v1", "qwen2.5-coder-1.5b-instruct")
+    small = ("endpoint", "http://127.0.0.1:8102/v1", "qwen2.5-coder-0.5b-instruct")
+    for name, s in by.items():
+        arm = name.split("-")[1]
+        assert (s.model.serve, s.model.endpoint, s.model.model) == (small if arm in ("split", "small") else large)
+        assert s.model.api == "chat"
+    split = by["pc-split-s1"]
+    assert (split.planner.serve, split.planner.endpoint, split.planner.model) == large
+    assert split.policy.models.planner == split.planner.model  # the policy names the model the endpoint serves
+    # Without them: each recording serves the comparison's model itself, with its settings.
+    del doc["sharedServers"]
+    (tmp_path / "own.yaml").write_text(yaml.safe_dump(doc))
+    (tmp_path / doc["policy"]).write_text((COMPARISON.parent / doc["policy"]).read_text())
+    proc = specs(tmp_path / "own.yaml", tmp_path / "own")
+    assert proc.returncode == 0, proc.stderr
+    own = load_recording(tmp_path / "own" / "pc-all-s0.yaml").spec.model
+    assert (own.serve, own.model, own.gpu_memory_utilization) == ("local", "qwen2.5-coder-1.5b-instruct",
+                                                                  doc["large"]["gpuMemoryUtilization"])
+
+
+def test_shared_servers_on_one_port_exit_2_naming_the_field(tmp_path: Path) -> None:
+    doc = yaml.safe_load(COMPARISON.read_text())
+    doc["sharedServers"] = {"large": 8101, "small": 8101}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    (tmp_path / doc["policy"]).write_text((COMPARISON.parent / doc["policy"]).read_text())
+    proc = specs(tmp_path / "c.yaml", tmp_path / "out")
+    assert proc.returncode == 2 and "sharedServers" in proc.stderr and "ports of their own" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"sharedServers": None}, "sharedServers: absent"),
+    ({"large": {"model": "no-such-model-here", "serve": "local"}}, "large.model: model path 'no-such-model-here'"),
+])
+def test_serve_models_refuses_what_it_cannot_serve_with_exit_2(tmp_path: Path, change: dict[str, Any],
+                                                                said: str) -> None:
+    doc = {**yaml.safe_load(COMPARISON.read_text()), **change}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({k: v for k, v in doc.items() if v is not None}))
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve_models.py"), str(tmp_path / "c.yaml"),
+                           "--which", "large", "--ready", str(tmp_path / "ready")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "ready").exists()
+
+
 @pytest.mark.parametrize("tasks, named", [
     (["gemm", "softmax", "xs_lookup", "cg_spmv"], "gemm were in the policy's own runs"),
     (["bicg", "softmax", "cg_spmv"], "no held-out task of the family xsbench"),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs ON the GPU machine: the policy comparison of issue 30 (docs/policy.md). Its recordings (one per arm and seed,
-# scripts/policy_comparison.py specs) one after another inside one call's time, each resumable across calls, then
-# `measure` (the kernel stage's verify and compare) once every picked recording is finished.
+# scripts/policy_comparison.py specs) inside one call's time (or a keep_running.sh job's), each resumable across
+# calls, then `measure` (the kernel stage's verify and compare) once every picked recording is finished.
 #   POLICY_BUDGET=540 scripts/device/policy.sh examples/policy/comparison-h200.yaml [GLOB]
 # GLOB picks recordings by name (default: all; e.g. 'pc-*-s0' for one seed, so lanes.sh can split the arms or
 # seeds over GPUs). Needs what pipeline.sh needs (.device carried; the wheelhouse and both models' GGUF parts
@@ -11,7 +11,11 @@
 #    earlier session kept in git (docs/results/*/recordings/NAME.tar.xz: scripts/recording_archive.py keep).
 # 2. Per picked recording not yet imported: `cudanalyst record SPEC --output /tmp/runs`, SIGTERM (taken as Ctrl-C)
 #    when POLICY_BUDGET seconds (from this script's start) are nearly spent; its wall seconds are added to
-#    /tmp/runs/times.tsv (the recording's GPU time: the GPU is held by it alone).
+#    /tmp/runs/times.tsv. Without the comparison's sharedServers, one after another, each serving its own model
+#    (its GPU time: the GPU held by it alone). With them, scripts/serve_models.py serves the models once on their
+#    ports and the recordings run side by side, POLICY_SIDE_BY_SIDE at once (default: all picked), so a recording's
+#    wall seconds are its time on a GPU it shared with the others. POLICY_IMPORTTIME=1: the servers' Python imports
+#    timed (-X importtime, in $OUT/policy-logs-GLOB.tgz, servers/).
 # 3. When every picked recording has its trajectory: measure -> $OUT/measured-GLOB/ (programs.jsonl, usage.jsonl).
 # 4. Brings back $OUT/policy-runs-GLOB.tgz (each folder with its last checkpoint only: what a resume and `measure`
 #    read) and the consoles in $OUT/policy-logs-GLOB.tgz.
@@ -21,7 +25,9 @@ comparison=$1 pick=${2:-*}
 tag=$(echo "$pick" | tr -c 'A-Za-z0-9\n-' '_')
 budget="${POLICY_BUDGET:-540}" restore="${POLICY_RESTORE:-.device/policy-runs}"
 reserve=90 min_run=${POLICY_MIN_RUN:-150}
-runs=/tmp/runs specs=/tmp/policy-specs logs=/tmp/policy-logs
+runs=/tmp/runs specs=/tmp/policy-specs-$tag logs=/tmp/policy-logs
+# pycuda's build (a fresh machine's) beside vLLM's install and the models' conversion, which do not need it.
+PYCUDA_BACKGROUND=1
 # shellcheck source=scripts/device/setup.sh
 source scripts/device/setup.sh || exit 1
 # shellcheck source=scripts/device/models.sh
@@ -29,9 +35,16 @@ source scripts/device/models.sh
 vllm_from_wheelhouse || exit 1
 mkdir -p "$runs" "$logs"
 $py scripts/policy_comparison.py specs "$comparison" --out "$specs" || exit 2
-# shellcheck disable=SC2046
-prepare_models $($py -c "
-import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c['large']['model'], c['small']['model'])" "$comparison") || exit 1
+# Both models at once (a lock each; 88 s and 109 s one after the other on the H200, ninth session).
+convert=()
+for m in $($py -c "
+import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c['large']['model'], c['small']['model'])" "$comparison"); do
+  prepare_models "$m" > "$logs/prepare-$m.log" 2>&1 &
+  convert+=($!)
+done
+for pid in "${convert[@]}"; do wait "$pid" || { cat "$logs"/prepare-*.log; exit 1; }; done
+cat "$logs"/prepare-*.log
+pycuda_ready || exit 1
 
 for t in "$restore"/policy-runs*.tgz; do
   [ -e "$t" ] || continue
@@ -54,21 +67,64 @@ for spec in "$specs"/$pick.yaml; do
   done
 done
 
-picked=() all_done=1
+# Shared servers (the comparison's sharedServers): the models are served once, on the ports every recording's spec
+# names, and the recordings run side by side (POLICY_SIDE_BY_SIDE at once, default all picked); without them, one
+# after another, each with its own server.
+shared=$($py -c "import sys, yaml; print(int(bool(yaml.safe_load(open(sys.argv[1])).get('sharedServers'))))" "$comparison")
+picked=() todo=()
 for spec in "$specs"/$pick.yaml; do
   [ -e "$spec" ] || { echo "no recording matches $pick"; exit 2; }
   name=$(basename "$spec" .yaml); picked+=("$name")
-  if [ -d "$runs/$name/trajectory" ]; then echo "$name: recorded before this call"; continue; fi
-  left=$((budget - SECONDS - reserve))
-  if [ "$left" -lt "$min_run" ]; then echo "$name: not started, $left s left"; all_done=0; continue; fi
-  step "$name: cudanalyst record ($left s at most)"
-  t0=$SECONDS
-  timeout --signal=TERM --kill-after=60 "$left" $py -m cudanalyst record "$spec" --output "$runs" > "$logs/$name.log" 2>&1
-  rc=$?
-  printf '%s\t%s\n' "$name" "$((SECONDS - t0))" >> "$runs/times-$name.tsv"
-  tail -n 12 "$logs/$name.log"
-  [ -d "$runs/$name/trajectory" ] || { echo "$name: stopped (exit $rc), resumes next call"; all_done=0; }
+  if [ -d "$runs/$name/trajectory" ]; then echo "$name: recorded before this call"; else todo+=("$name"); fi
 done
+side="${POLICY_SIDE_BY_SIDE:-1}"; [ "$shared" = 1 ] && side="${POLICY_SIDE_BY_SIDE:-${#todo[@]}}"
+server_pid=""
+if [ "$shared" = 1 ] && [ "${#todo[@]}" -gt 0 ]; then
+  step "the comparison's models, served once for ${#todo[@]} recording(s) side by side (at most $side at once)"
+  rm -f /tmp/policy-servers.ready
+  mkdir -p "$logs/servers"
+  [ "${POLICY_IMPORTTIME:-0}" = 1 ] && export PYTHONPROFILEIMPORTTIME=1
+  $py scripts/serve_models.py "$comparison" --log-dir "$logs/servers" --ready /tmp/policy-servers.ready \
+    > "$logs/servers.log" 2>&1 &
+  server_pid=$!
+  unset PYTHONPROFILEIMPORTTIME
+fi
+
+served() {  # NAME: every endpoint the recording's spec names answers (serve_models.py lists each once it is up)
+  local url
+  for url in $(grep -o "endpoint: *[\"']*http://[^ ,}\"']*" "$specs/$1.yaml" | grep -o 'http://.*' | sort -u); do
+    grep -qx "$url" /tmp/policy-servers.ready 2>/dev/null || return 1
+  done
+}
+
+record_one() {  # NAME LEFT: one recording's pass, its wall seconds added to its times file
+  local t0=$SECONDS rc
+  timeout --signal=TERM --kill-after=60 "$2" $py -m cudanalyst record "$specs/$1.yaml" --output "$runs" \
+    > "$logs/$1.log" 2>&1
+  rc=$?
+  printf '%s\t%s\n' "$1" "$((SECONDS - t0))" >> "$runs/times-$1.tsv"
+  echo "== $1: exit $rc after $((SECONDS - t0)) s"; tail -n 12 "$logs/$1.log"
+  [ -d "$runs/$1/trajectory" ] || echo "$1: stopped (exit $rc), resumes next call"
+}
+pids=()
+for name in "${todo[@]}"; do
+  while [ "$(jobs -rp | grep -cvx "${server_pid:-none}")" -ge "$side" ]; do sleep 2; done
+  # With shared servers: its models' servers up (the large one's recordings start while the small one starts).
+  while [ -n "$server_pid" ] && ! served "$name" && kill -0 "$server_pid" 2>/dev/null \
+        && [ $((budget - SECONDS - reserve)) -ge "$min_run" ]; do sleep 2; done
+  if [ -n "$server_pid" ] && ! served "$name"; then
+    echo "$name: not started, its model server is not up:"; tail -n 20 "$logs/servers.log"; continue
+  fi
+  left=$((budget - SECONDS - reserve))
+  if [ "$left" -lt "$min_run" ]; then echo "$name: not started, $left s left"; continue; fi
+  step "$name: cudanalyst record ($left s at most)"
+  record_one "$name" "$left" &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null; wait "$server_pid"; cat "$logs/servers.log"; fi
+all_done=1
+for name in "${picked[@]}"; do [ -d "$runs/$name/trajectory" ] || all_done=0; done
 
 # A recording's GPU seconds: the sum of its passes.
 cat "$runs"/times-*.tsv 2>/dev/null | awk -F'\t' '{s[$1]+=$2} END {for (n in s) printf "%s\t%d\n", n, s[n]}' > "$runs/times.tsv"

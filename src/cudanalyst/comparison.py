@@ -32,6 +32,21 @@ REFERENCE = "all"
 ArmName = Literal["all", "none", "learned", "random", "split", "small"]
 
 
+class SharedServers(Model):
+    """Serve `large` and `small` once, on these loopback ports, for every recording of a machine: the arms run side
+    by side on one GPU (scripts/device/policy.sh) instead of each starting its own server. The ports are fixed
+    because each recording's spec names its endpoint, and a recording resumes only under the same spec."""
+
+    large: int = Field(8101, ge=1024, le=65535)
+    small: int = Field(8102, ge=1024, le=65535)
+
+    @model_validator(mode="after")
+    def _apart(self) -> SharedServers:
+        if self.large == self.small:
+            raise ValueError("large and small need ports of their own")
+        return self
+
+
 class ComparisonSpec(Model):
     """What `scripts/policy_comparison.py specs` turns into one TrajectoryRecording per arm and seed."""
 
@@ -52,6 +67,9 @@ class ComparisonSpec(Model):
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec,
                                        description="How `measure` re-verifies and re-times (the AttributionRun's).")
     output: str = Field("/tmp/runs", description="The recordings' output.uri.")
+    shared_servers: SharedServers | None = Field(
+        None, description="Absent: each recording serves its own model(s). Set: `scripts/serve_models.py` serves "
+        "large and small once on these ports and every recording is pointed at them (serve: endpoint).")
 
     @model_validator(mode="after")
     def _reference(self) -> ComparisonSpec:
@@ -80,16 +98,36 @@ def arm_policy(arm: str, learned: Any, large: str, small: str) -> dict[str, Any]
     return learned.model_dump(by_alias=True, mode="json")  # learned, random (the recording's gating says which)
 
 
+def served_name(model: ModelSpec) -> str:
+    """The name a local model is served under (the runner's: its folder's name) (pure)."""
+    return Path(str(model.model).rstrip("/")).name
+
+
+def shared_endpoint(model: ModelSpec, port: int) -> dict[str, Any]:
+    """A recording's model when `scripts/serve_models.py` serves `model` on `port` (pure)."""
+    return {"model": served_name(model), "serve": "endpoint", "endpoint": f"http://127.0.0.1:{port}/v1",
+            "api": model.api}
+
+
+def recording_models(spec: ComparisonSpec) -> dict[str, dict[str, Any]]:
+    """{"large": ..., "small": ...}: each model as the recordings name it, served by themselves or shared (pure)."""
+    if spec.shared_servers is None:
+        return {"large": spec.large.model_dump(by_alias=True, exclude_none=True),
+                "small": spec.small.model_dump(by_alias=True, exclude_none=True)}
+    return {"large": shared_endpoint(spec.large, spec.shared_servers.large),
+            "small": shared_endpoint(spec.small, spec.shared_servers.small)}
+
+
 def recordings(spec: ComparisonSpec, learned: Any) -> dict[str, dict[str, Any]]:
     """{name: TrajectoryRecording} for every arm and seed (pure)."""
-    large = Path(str(spec.large.model).rstrip("/")).name
-    small = Path(str(spec.small.model).rstrip("/")).name
+    large, small = served_name(spec.large), served_name(spec.small)
+    models = recording_models(spec)
     out = {}
     for arm in spec.arms:
         for seed in spec.seeds:
-            coder = spec.small if arm in ("split", "small") else spec.large
+            coder = models["small"] if arm in ("split", "small") else models["large"]
             body: dict[str, Any] = {
-                "tasks": list(spec.tasks), "model": coder.model_dump(by_alias=True, exclude_none=True),
+                "tasks": list(spec.tasks), "model": coder,
                 "iterations": spec.iterations, "islands": 1, "population": spec.population, "seed": seed,
                 "temperature": spec.temperature, "maxTokens": spec.max_tokens, "parallel": spec.parallel,
                 "checkpointInterval": max(1, spec.iterations // 4),
@@ -104,7 +142,7 @@ def recordings(spec: ComparisonSpec, learned: Any) -> dict[str, dict[str, Any]]:
             if arm == "random":
                 body["gating"] = "random"
             if arm == "split":
-                body["planner"] = spec.large.model_dump(by_alias=True, exclude_none=True)
+                body["planner"] = models["large"]
             name = recording_name(spec, arm, seed)
             out[name] = {"apiVersion": "cudanalyst.dev/v1alpha1", "kind": "TrajectoryRecording",
                          "metadata": {"name": name, "labels": {"arm": arm, "seed": str(seed)}}, "spec": body}

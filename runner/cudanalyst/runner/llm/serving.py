@@ -257,12 +257,14 @@ def start_local_server(
     unset: Sequence[str] = (),
     cache_part: str = "",
     s3: S3Settings | None = None,
+    port: int | None = None,
 ) -> Iterator[LocalServer]:
-    """Serve a local model folder on a free loopback port for the duration of the block. Its compiled artefacts
-    are kept in and found from its compile cache (compile_cache.py; `cache_part`: a lane's subfolder, `s3`: the
-    settings for an s3:// cache store)."""
+    """Serve a local model folder on a free loopback port (or `port`: a fixed one, which recordings resumed
+    against it name in their specs) for the duration of the block. Its compiled artefacts are kept in and found
+    from its compile cache (compile_cache.py; `cache_part`: a lane's subfolder, `s3`: the settings for an s3://
+    cache store)."""
     check_model_folder(model_path)
-    port = free_port()
+    port = port or free_port()
     endpoint = Endpoint(f"http://127.0.0.1:{port}/v1", served_name, spec.api)
     flags, platform_env = platform_defaults(spec, cpu_build())
     cache = CompileCache.for_model(model_path, env, cache_part, s3)

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Serve a policy comparison's models once, on its fixed ports, until stopped (SIGTERM or Ctrl-C).
+
+  serve_models.py COMPARISON.yaml [--which large small] [--log-dir DIR] [--ready FILE]
+
+With `sharedServers` in the comparison (cudanalyst.comparison.SharedServers), every recording of the comparison
+names `http://127.0.0.1:PORT/v1` as its model's endpoint; this script is what answers there
+(scripts/device/policy.sh starts it before the recordings and stops it after them). The models start one after
+the other (two vLLM servers initialising at once on one H200 failed, 2026-12-02), each as `cudanalyst record` would
+serve it (the runner's start_local_server: its compile cache, its server flags); a line per model says when it was
+healthy and where its start went. FILE lists each model's URL, a line each, as soon as it answers (the large
+model's recordings start while the small one starts). Exit 2 on bad input, 1 when a server
+fails to start or dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+
+EXIT_INVALID = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("comparison")
+    parser.add_argument("--which", nargs="+", choices=("large", "small"), default=["large", "small"])
+    parser.add_argument("--log-dir", default=None, help="the servers' logs (default: a temporary folder each)")
+    parser.add_argument("--ready", default=None, help="a file listing each model's URL once it answers")
+    args = parser.parse_args(argv)
+
+    import yaml
+    from pydantic import ValidationError
+
+    from cudanalyst.comparison import ComparisonSpec, served_name
+
+    try:
+        spec = ComparisonSpec.model_validate(yaml.safe_load(Path(args.comparison).read_text()))
+    except FileNotFoundError:
+        print(f"error: {args.comparison}: file not found", file=sys.stderr)
+        return EXIT_INVALID
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        print(f"error: {args.comparison}: {problems}", file=sys.stderr)
+        return EXIT_INVALID
+    if spec.shared_servers is None:
+        print(f"error: {args.comparison}: sharedServers: absent, so each recording serves its own model",
+              file=sys.stderr)
+        return EXIT_INVALID
+
+    from cudanalyst.runner.llm.serving import ServingError, start_local_server
+    from cudanalyst.runner.weights import WeightsError, resolve_model_path
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    if args.log_dir:
+        Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        try:
+            servers = []
+            for which in args.which:
+                model = getattr(spec, which)
+                port = getattr(spec.shared_servers, which)
+                try:
+                    path = resolve_model_path(str(model.model))
+                except WeightsError as exc:
+                    print(f"error: {args.comparison}: {which}.model: {exc}", file=sys.stderr)
+                    return EXIT_INVALID
+                name = served_name(model)
+                print(f"{time.strftime('%H:%M:%S')}  starting {name} ({which}) on port {port}", flush=True)
+                server = stack.enter_context(start_local_server(
+                    path, model, served_name=name, port=port, log_dir=args.log_dir))
+                phases = server.start.describe() if server.start is not None else ""
+                found = f"; compiled artefacts: {server.compile_cache.found}" if server.compile_cache else ""
+                print(f"{time.strftime('%H:%M:%S')}  serving {name} at {server.endpoint.base_url}: healthy after "
+                      f"{server.healthy_after_s:.1f} s{f' ({phases})' if phases else ''}{found}", flush=True)
+                servers.append(server)
+                if args.ready:  # whole, never half-written: a reader may start a recording on what it lists
+                    part = Path(f"{args.ready}.part")
+                    part.write_text("".join(f"{s.endpoint.base_url}\n" for s in servers))
+                    part.replace(args.ready)
+            while True:
+                for server in servers:
+                    if (code := server.process.poll()) is not None:
+                        print(f"error: the server of {server.endpoint.model} exited with status {code}; log tail:\n"
+                              f"{server.log_tail()}", file=sys.stderr)
+                        return 1
+                time.sleep(2)
+        except ServingError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print(f"{time.strftime('%H:%M:%S')}  stopping the servers", flush=True)
+            return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
