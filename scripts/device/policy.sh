@@ -37,8 +37,10 @@ mkdir -p "$runs" "$logs"
 $py scripts/policy_comparison.py specs "$comparison" --out "$specs" || exit 2
 # Both models at once (a lock each; 88 s and 109 s one after the other on the H200, ninth session).
 convert=()
+# POLICY_SERVE names the models this call needs (default both; "large" when the picked arms are the large model's).
+serve="${POLICY_SERVE:-large small}"
 for m in $($py -c "
-import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c['large']['model'], c['small']['model'])" "$comparison"); do
+import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(*(c[w]['model'] for w in sys.argv[2:]))" "$comparison" $serve); do
   prepare_models "$m" > "$logs/prepare-$m.log" 2>&1 &
   convert+=($!)
 done
@@ -84,13 +86,17 @@ if [ "$shared" = 1 ] && [ "${#todo[@]}" -gt 0 ]; then
   rm -f /tmp/policy-servers.ready
   mkdir -p "$logs/servers"
   [ "${POLICY_IMPORTTIME:-0}" = 1 ] && export PYTHONPROFILEIMPORTTIME=1
-  $py scripts/serve_models.py "$comparison" --log-dir "$logs/servers" --ready /tmp/policy-servers.ready \
+  # shellcheck disable=SC2086
+  $py scripts/serve_models.py "$comparison" --which $serve --log-dir "$logs/servers" --ready /tmp/policy-servers.ready \
     > "$logs/servers.log" 2>&1 &
   server_pid=$!
   unset PYTHONPROFILEIMPORTTIME
+  # Every server's start over before any recording starts (serve_models.py writes the file then).
+  while [ ! -e /tmp/policy-servers.ready ] && kill -0 "$server_pid" 2>/dev/null; do sleep 2; done
+  grep -v "import time" "$logs/servers.log"
 fi
 
-served() {  # NAME: every endpoint the recording's spec names answers (serve_models.py lists each once it is up)
+served() {  # NAME: every endpoint the recording's spec names answers (serve_models.py lists those that do)
   local url
   for url in $(grep -o "endpoint: *[\"']*http://[^ ,}\"']*" "$specs/$1.yaml" | grep -o 'http://.*' | sort -u); do
     grep -qx "$url" /tmp/policy-servers.ready 2>/dev/null || return 1
@@ -109,9 +115,6 @@ record_one() {  # NAME LEFT: one recording's pass, its wall seconds added to its
 pids=()
 for name in "${todo[@]}"; do
   while [ "$(jobs -rp | grep -cvx "${server_pid:-none}")" -ge "$side" ]; do sleep 2; done
-  # With shared servers: its models' servers up (the large one's recordings start while the small one starts).
-  while [ -n "$server_pid" ] && ! served "$name" && kill -0 "$server_pid" 2>/dev/null \
-        && [ $((budget - SECONDS - reserve)) -ge "$min_run" ]; do sleep 2; done
   if [ -n "$server_pid" ] && ! served "$name"; then
     echo "$name: not started, its model server is not up:"; tail -n 20 "$logs/servers.log"; continue
   fi
@@ -122,7 +125,7 @@ for name in "${todo[@]}"; do
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null; wait "$server_pid"; cat "$logs/servers.log"; fi
+if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null; wait "$server_pid"; grep -v "import time" "$logs/servers.log" | tail -n 30; fi
 all_done=1
 for name in "${picked[@]}"; do [ -d "$runs/$name/trajectory" ] || all_done=0; done
 
