@@ -33,7 +33,8 @@ def make_repo(tmp_path: Path) -> Path:
     files = ["src/a.py", "docs/results/study-2026-12-02/recordings/rec.tar.xz",
              "docs/results/study-2026-12-02/in-progress/run.tar.xz", "docs/results/study-2026-12-02/runs/main/x.json",
              "docs/results/study-2026-12-02/README.md", "docs/results/old/report.html",
-             "docs/results/study-2026-12-02/recordings-extra/y.txt"]
+             "docs/results/study-2026-12-02/recordings-extra/y.txt",
+             "docs/results/policy-2026-12-04/recordings/pc-all-s0.tar.xz"]
     for f in files:
         (repo / f).parent.mkdir(parents=True, exist_ok=True)
         (repo / f).write_text(f)
@@ -49,7 +50,9 @@ def test_on_leaves_the_rest_of_docs_results_behind_and_off_restores_it(tmp_path:
     on = light(repo, "on")
     assert on.returncode == 0, on.stderr
     assert carried(repo) == {"src/a.py", "docs/results/study-2026-12-02/recordings/rec.tar.xz",
-                             "docs/results/study-2026-12-02/in-progress/run.tar.xz"}
+                             "docs/results/study-2026-12-02/in-progress/run.tar.xz",
+                             # the policy comparison's recordings in progress: policy.sh restores them there
+                             "docs/results/policy-2026-12-04/recordings/pc-all-s0.tar.xz"}
     # A KEEP path is a folder, not a prefix of a name: recordings-extra/ stays behind.
     assert (repo / "docs/results/old/report.html").read_text() == "docs/results/old/report.html"  # still on disk
     assert light(repo, "status").stdout.startswith("on: 4 files")

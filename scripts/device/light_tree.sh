@@ -18,7 +18,7 @@ mark="$gitdir/cudanalyst-light-tree"
 exclude="$gitdir/info/exclude"
 hook="$gitdir/hooks/pre-commit"
 hook_tag="# cudanalyst light_tree.sh hook"
-keep="${KEEP:-docs/results/study-2026-12-02/recordings docs/results/study-2026-12-02/in-progress}"
+keep="${KEEP:-docs/results/study-2026-12-02/recordings docs/results/study-2026-12-02/in-progress docs/results/policy-2026-12-04/recordings}"
 begin="# cudanalyst light_tree.sh: begin"
 end="# cudanalyst light_tree.sh: end"
 
