@@ -104,6 +104,12 @@ def test_a_recording_of_two_iterations_lands_in_s3_and_an_attribution_run_plans_
     (evals,) = [k for k in stored if k.startswith("recordings/rec-s3/openevolve/conv2d/evaluations/pass-")]
     lines = client.get_object(Bucket=s3_bucket, Key=evals)["Body"].read().decode().splitlines()
     assert len(lines) >= 3 and all(json.loads(x)["task"] == "conv2d" for x in lines), lines
+    # How each iteration ended, beside the checkpoints: a line per iteration, the model answered every one.
+    ended = [json.loads(x) for x in client.get_object(Bucket=s3_bucket, Key="recordings/rec-s3/openevolve/conv2d/"
+                                                      "iterations.jsonl")["Body"].read().decode().splitlines()]
+    assert sorted(e["iteration"] for e in ended) == [1, 2], ended
+    assert all(e["child"] or e["cause"] == "agent" for e in ended), ended
+    assert "iterations: 2, " in flat and "0 the model did not answer" in flat, out
 
     for k, v in keys.items():
         monkeypatch.setenv(k, v)

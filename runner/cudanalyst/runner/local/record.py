@@ -191,6 +191,22 @@ class Reporter:
                 self.say(f"{t.task}: iteration {t.done}/{t.total} checkpointed, {t.programs} programs{best}")
 
 
+def iteration_line(rec: TrajectoryRecording, store: Any) -> str:
+    """How the iterations ended, over every task: children, and why the others gave none (runner.record.iterations)."""
+    from cudanalyst.recording import task_store
+    from cudanalyst.runner.record.iterations import ITERATIONS_LOG, summary
+
+    total = {"children": 0, "agent": 0, "timeout": 0, "model": 0}
+    for task in rec.spec.tasks:
+        ts = task_store(rec, task)
+        if ts.exists(ITERATIONS_LOG):
+            for k, v in summary(ts.get_text(ITERATIONS_LOG)).items():
+                total[k] += v
+    return (f"iterations: {sum(total.values())}, {total['children']} with a child; without one: {total['agent']} "
+            f"the agent's answer held no usable program, {total['timeout']} past OpenEvolve's time limit, "
+            f"{total['model']} the model did not answer")
+
+
 def per_generation(store: Any) -> str:
     """`generation: programs` over the imported trajectory, what an AttributionRun's generations can pick from."""
     from collections import Counter
@@ -249,9 +265,13 @@ def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
         return ended_early(exc, console, folder, "finished checkpoints are in the store")
     bad = {task: code for task, code in codes.items() if code != 0}
     if bad:
+        from cudanalyst.runner.record.evolve import EXIT_MODEL
+
         for task, code in bad.items():
-            console.print(f"[red]{task} failed[/] (exit status {code}): see {folder}/task-{task}.log; "
-                          "run again to resume")
+            why = (f"the model server ({endpoint}, or the planner's) did not answer an iteration; stopped at its last "
+                   "checkpoint"
+                   if code == EXIT_MODEL else f"exit status {code}")
+            console.print(f"[red]{task} failed[/] ({why}): see {folder}/task-{task}.log; run again to resume")
         return EXIT_FAILURE
     try:
         uri, programs = import_recording(rec, store)
@@ -268,6 +288,7 @@ def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
 
     for line in recorded_tool_lines(store):  # whether the reports are the tools' real output (issue 28)
         console.print(line, highlight=False, markup=False)
+    console.print(iteration_line(rec, store), highlight=False, markup=False)
     if spec.policy is not None:
         from cudanalyst.gating import gating_lines
 

@@ -8,7 +8,11 @@ the last copied one (`checkpoint_due`) is copied to
 the store's progress object always points at a complete checkpoint. A later start resumes from that one
 (checkpoints past it, half-copied by a killed process, are removed first).
 
-Exit status: 0 the task has all its iterations, 1 it failed, 3 it was stopped before the end.
+Each iteration's outcome (a child, or why none) goes to `iterations.jsonl` beside the checkpoints
+(runner.record.iterations); an iteration the model did not answer stops the task before it is checkpointed.
+
+Exit status: 0 the task has all its iterations, 1 it failed, 3 it was stopped before the end, 4 the model did not
+answer (the task stopped at its last checkpoint; a later pass resumes there).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from cudanalyst.recording import progress_key, read_task_progress, recording_sto
 from cudanalyst.store import ObjectStore
 
 EXIT_STOPPED = 3
+EXIT_MODEL = 4
 ARTIFACT_BYTES = 64 * 1024  # a report is a few KiB; Nsight Compute's sections stay well below this
 log = logging.getLogger("cudanalyst.record")
 
@@ -77,8 +82,9 @@ def openevolve_config(rec: TrajectoryRecording, task: str, endpoint: str, served
         "llm": {
             "api_base": endpoint, "api_key": "none", "models": [{"name": served, "weight": 1.0}],
             "temperature": spec.temperature, "top_p": spec.top_p, "max_tokens": spec.max_tokens,
-            # Our own server: a slow answer is slow, not lost (two loaded CPU cores need minutes).
-            "timeout": 3600, "retries": 1, "retry_delay": 1,
+            # Our own server: a slow answer is slow, not lost (two loaded CPU cores need minutes). A call that still
+            # fails after the retries stops the task (runner.record.iterations): a blip must not, a dead server must.
+            "timeout": 3600, "retries": 3, "retry_delay": 5,
         },
         "prompt": {
             "system_message": system_message(task, search.evolution),
@@ -234,7 +240,7 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
     from openevolve import OpenEvolve
     from openevolve.config import Config
 
-    from cudanalyst.runner.record import evaluator
+    from cudanalyst.runner.record import evaluator, iterations
     from cudanalyst.tasks import get_task
 
     top = recording_store(rec)
@@ -268,6 +274,11 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
 
     config = Config.from_dict(openevolve_config(rec, task, endpoint, served, gpu))
     controller = OpenEvolve(str(initial), evaluator.__file__, config, output_dir=str(workdir / "out"))
+    outcomes = workdir / iterations.ITERATIONS_LOG
+    stored = store.get_text(iterations.ITERATIONS_LOG) if store.exists(iterations.ITERATIONS_LOG) else ""
+    outcomes.write_text(iterations.restore(stored, done))
+    # The controller hands each iteration's outcome to its tracer when the run starts (OpenEvolve.run).
+    controller.evolution_tracer = iterations.IterationLog(outcomes, controller.evolution_tracer)
     save = controller._save_checkpoint  # OpenEvolve's checkpoint callback: copy each one as soon as it is written
     last = {"n": done}
 
@@ -278,6 +289,7 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
         programs = upload_checkpoint(workdir / "out" / "checkpoints", store, iteration)
         if settings is not None and (workdir / GATING_LOG).exists():
             store.put_bytes(GATING_LOG, (workdir / GATING_LOG).read_bytes())
+        store.put_bytes(iterations.ITERATIONS_LOG, iterations.restore(outcomes.read_text(), iteration).encode())
         sync.sync()
         best = controller.database.get_best_program()
         top.put_json(progress_key(task), {
@@ -289,7 +301,11 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
     controller._save_checkpoint = save_and_upload  # type: ignore[method-assign]
     # Fresh: iterations 1..total. Resumed from N: OpenEvolve runs `remaining` more from N + 1.
     with sync:
-        asyncio.run(controller.run(iterations=total - done, checkpoint_path=resume))
+        try:
+            asyncio.run(controller.run(iterations=total - done, checkpoint_path=resume))
+        except iterations.ModelUnavailable as exc:
+            log.error("%s: %s; stopped at checkpoint %d (run again to resume there)", task, exc, last["n"])
+            return EXIT_MODEL
         if last["n"] < total and controller.database.last_iteration >= total:
             save_and_upload(total)  # the last iterations fell between two checkpoint intervals
     return 0 if last["n"] >= total else EXIT_STOPPED

@@ -82,13 +82,20 @@ def count_tokens(url: str, model: str, text: str) -> tuple[int, bool]:
 
 def chat(url: str, model: str, system: str, user: str, max_tokens: int, temperature: float,
          seed: int) -> tuple[str, int, int]:
-    """(text, prompt tokens, completion tokens) of one chat request."""
-    from openai import OpenAI
+    """(text, prompt tokens, completion tokens) of one chat request. A server that does not answer is said in
+    OpenEvolve's words for it, so the iteration counts as the model's failure, not the agent's
+    (runner.record.iterations stops the task)."""
+    from openai import APIError, OpenAI
 
-    client = OpenAI(base_url=url, api_key="none", timeout=3600, max_retries=1)
-    res = client.chat.completions.create(
-        model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-        max_tokens=max_tokens, temperature=temperature, seed=seed)
+    from cudanalyst.runner.record.iterations import MODEL_FAILURES
+
+    client = OpenAI(base_url=url, api_key="none", timeout=3600, max_retries=3)
+    try:
+        res = client.chat.completions.create(
+            model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+            max_tokens=max_tokens, temperature=temperature, seed=seed)
+    except APIError as exc:
+        raise RuntimeError(f"{MODEL_FAILURES[0]}: {model} at {url}: {exc}") from exc
     usage = res.usage
     return (res.choices[0].message.content or "", usage.prompt_tokens if usage else 0,
             usage.completion_tokens if usage else 0)

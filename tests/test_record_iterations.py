@@ -1,0 +1,59 @@
+"""Each iteration's outcome in a recording (runner.record.iterations): why an iteration has no child, and a model
+that does not answer stopping the task instead of being counted as the agent's iteration. The whole path, with
+OpenEvolve against a model server that is not there, is tests/test_record_model_down.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cudanalyst.runner.record.iterations import IterationLog, ModelUnavailable, cause, restore, summary
+
+
+@pytest.mark.parametrize("error, why", [
+    ("LLM generation failed: Connection error.", "model"),
+    ("LLM returned None response", "model"),
+    ("Iteration timed out after 3630s", "timeout"),
+    ("No valid code found in response", "agent"),
+    ("Rewrite is identical to the parent program", "agent"),
+    ("No valid diffs found in response", "agent"),
+])
+def test_an_iteration_without_a_child_is_the_models_fault_only_when_the_model_gave_nothing(error: str,
+                                                                                           why: str) -> None:
+    assert cause(error) == why
+
+
+def test_the_log_keeps_every_outcome_and_a_model_failure_stops_the_run_as_openevolve_lets_it(tmp_path: Path) -> None:
+    seen = []
+    inner = SimpleNamespace(log_trace=lambda **kw: seen.append(("trace", kw["iteration"])),
+                            log_failure=lambda **kw: seen.append(("failure", kw["iteration"])),
+                            close=lambda: seen.append(("close", None)))
+    log = IterationLog(tmp_path / "iterations.jsonl", inner)
+    log.log_trace(iteration=1, child_program=SimpleNamespace(id="c1"), prompt="p")
+    log.log_failure(iteration=2, error="No valid code found in response")
+    with pytest.raises(ModelUnavailable) as stopped:
+        log.log_failure(iteration=3, error="LLM generation failed: Connection refused")
+    # OpenEvolve's evolution loop re-raises exceptions with this mark instead of logging them and going on.
+    assert getattr(stopped.value, "_openevolve_strategy_error", False) is True
+    assert "iteration 3" in str(stopped.value) and "Connection refused" in str(stopped.value)
+    log.close()
+    lines = [json.loads(x) for x in (tmp_path / "iterations.jsonl").read_text().splitlines()]
+    assert [(e["iteration"], e["child"], e.get("cause")) for e in lines] == [
+        (1, "c1", None), (2, None, "agent"), (3, None, "model")]
+    assert seen == [("trace", 1), ("failure", 2), ("failure", 3), ("close", None)]  # OpenEvolve's own still called
+    text = (tmp_path / "iterations.jsonl").read_text()
+    assert summary(text) == {"children": 1, "agent": 1, "timeout": 0, "model": 1}
+    assert summary(restore(text, 2)) == {"children": 1, "agent": 1, "timeout": 0, "model": 0}
+
+
+def test_a_gate_request_the_server_does_not_answer_is_the_models_failure() -> None:
+    # The planner's or summarizer's request, made while OpenEvolve builds the prompt: OpenEvolve reports the
+    # exception's text as the iteration's error, so it must read as the model's failure.
+    from cudanalyst.runner.record.gate import chat
+
+    with pytest.raises(RuntimeError) as failed:
+        chat("http://127.0.0.1:9/v1", "planner", "system", "user", 8, 0.8, 0)
+    assert cause(str(failed.value)) == "model" and "planner at http://127.0.0.1:9/v1" in str(failed.value)
