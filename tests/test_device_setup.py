@@ -244,3 +244,34 @@ def test_without_flock_nothing_converts_ahead_and_each_spec_converts_in_its_turn
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no flock on this machine" in result.stdout and "pid=none" in result.stdout
     assert (tmp_path / "log").read_text().splitlines() == ["start m2 nice=0", "end m2"]
+
+
+# python3 on a fresh machine: vLLM is not importable until the wheelhouse is installed; compileall is logged.
+FRESH = """#!/usr/bin/env bash
+case "$*" in
+  *"import vllm"*) [ -e "$DONE/installed" ] || exit 1; echo "vllm 0.22.0 pydantic 2" ;;
+  *"pip install"*) touch "$DONE/installed" ;;
+  *compileall*) sleep 1; echo "compileall nice=$(nice) $*" >> "$LOG" ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def test_a_fresh_install_compiles_vllms_bytecode_in_the_background_at_low_priority(tmp_path: Path) -> None:
+    # Installed with --no-compile, the machine's first model server compiled vLLM in both of its processes.
+    root, env = models_checkout(tmp_path)
+    (tmp_path / "python3").write_text(FRESH)
+    wheels = tmp_path / "stash" / "wheelhouse"
+    wheels.mkdir(parents=True)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "vllm-0.22.0-py3-none-any.whl").write_text("")
+    with tarfile.open(wheels / "part00", "w") as tar:
+        tar.add(tmp_path / "w" / "vllm-0.22.0-py3-none-any.whl", arcname="vllm-0.22.0-py3-none-any.whl")
+    # The caller goes on at once (the compile is out of its way and out of its job table), then waits for it here.
+    proc = run_models(root, env, tmp_path / "stash", 'pkgs=p site=s; vllm_from_wheelhouse; echo "jobs: $(jobs -rp | wc -l)"'
+                      f'; for _ in $(seq 50); do [ -e "{tmp_path}/vllm-site/.cudanalyst-compiled" ] && break; sleep 0.2; done')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vLLM installed in" in proc.stdout and "jobs: 0" in proc.stdout, proc.stdout
+    assert (tmp_path / "vllm-site" / ".cudanalyst-compiled").read_text().strip().endswith(" s")
+    [line] = (tmp_path / "log").read_text().splitlines()
+    assert line.startswith("compileall nice=10 ") and f"-j 0 {tmp_path}/vllm-site" in line, line

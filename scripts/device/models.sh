@@ -34,6 +34,13 @@ vllm_from_wheelhouse() {
     if ! PYTHONPATH="$PYTHONPATH:$vllm_site" $py -c "import vllm" 2>/dev/null; then
       install_wheelhouse "$vllm_site" /tmp/vllm-wheels || return 1
       echo "vLLM installed in $((SECONDS - t0)) s"
+      # Its bytecode, beside what the caller does next (pycuda's build, the models' conversion): installed with
+      # --no-compile, the machine's first model server compiled vLLM's modules in both of its processes, about 19
+      # and 22 s of imports before vLLM did any work (H200, 2026-12-04, -X importtime; a user's pip compiles at
+      # install). Out of the job table, so that scripts counting their jobs (policy.sh) do not count it.
+      ( t1=$SECONDS; nice $py -m compileall -q -j 0 "$vllm_site" > /dev/null 2>&1
+        echo "$((SECONDS - t1)) s" > "$vllm_site/.cudanalyst-compiled" ) &
+      disown
     fi
   fi
   # Our own wheels first (pydantic etc. as carried), then vLLM's, then the image's.
