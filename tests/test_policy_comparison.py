@@ -160,6 +160,11 @@ def test_each_arm_gets_an_interval_over_tasks_and_seeds_and_a_paired_ratio_to_al
                      {"iteration": 2, "programs": 6, "compiled": 0.0, "pass": 0.0}]
     assert arms["learned"]["alongIterations"][0]["compiledInterval"] == [1.0, 1.0]  # every unit compiled
     assert arms["learned"]["savedTokens"]["value"] == 10.0 and arms["all"]["gpuSeconds"]["value"] == 60.0
+    # Over the 8 iterations, the ones without a child included: learned's 100 % compile rate of its children is
+    # one compiled child in 8 iterations, as all's.
+    assert math.isclose(arms["all"]["childRate"]["value"], 1 / 8) and math.isclose(arms["learned"]["childRate"]["value"], 2 / 8)
+    assert math.isclose(arms["all"]["compiledPerIteration"]["value"], 1 / 8)
+    assert math.isclose(arms["learned"]["compiledPerIteration"]["value"], 1 / 8)
     page = readme(result, "t")
     assert "| learned | 6 | 5.657x" in page and "2.000x [2.000, 2.000]" in page
 

@@ -222,6 +222,12 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
         for metric in ("compiled", "pass"):
             per_unit = [sum(r) / len(r) for t, s in units[a] if (r := rates[(a, t, s)][metric])]
             row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence))
+        # Over the N iterations, not over the children: an iteration whose answer held no program (OpenEvolve keeps
+        # no child) counts as one that gave nothing, so an arm cannot look better by answering less.
+        row["childRate"] = _plain(t_interval([min(1.0, len(rates[(a, t, s)]["compiled"]) / iterations)
+                                              for t, s in units[a]], confidence))
+        row["compiledPerIteration"] = _plain(t_interval([min(1.0, sum(rates[(a, t, s)]["compiled"]) / iterations)
+                                                         for t, s in units[a]], confidence))
         # Per iteration: the share of that iteration's children (one per unit) that compiled / passed, with a
         # t-interval over them (none from fewer than two).
         row["alongIterations"] = [
@@ -249,13 +255,17 @@ def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
              f"Best verified speedup over the task's baseline after {result['iterations']} iterations (geometric mean "
              f"over units = task x seed, {conf} t-interval on the log scale), re-verified and re-timed by the kernel "
              "stage on inputs the agent never saw; its ratio to `all` paired by unit; compile and pass rates of the "
-             "children (mean over units); tokens and GPU seconds per unit.", "",
-             "| arm | units | best speedup | ratio to all | compile rate | pass rate | prompt tokens | saved tokens "
-             "| GPU s |", "|---|---|---|---|---|---|---|---|---|"]
+             "children (mean over units); the share of the iterations that gave a child and that gave one that "
+             "compiled (an iteration whose answer held no program gives none); tokens and GPU seconds per unit "
+             "(a recording's wall seconds: on a GPU it shared with the other arms when they ran side by side).", "",
+             "| arm | units | best speedup | ratio to all | compile rate | pass rate | iterations with a child "
+             "| compiled per iteration | prompt tokens | saved tokens | GPU s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["arms"]:
         ratio = _fmt(r["speedupRatioToAll"], suffix="x") if "speedupRatioToAll" in r else "(reference)"
         lines.append(f"| {r['arm']} | {r['units']} | {_fmt(r['bestSpeedup'], suffix='x')} | {ratio} | "
-                     f"{_fmt(r['compiledRate'])} | {_fmt(r['passRate'])} | {_fmt(r['promptTokens'], 0)} | "
+                     f"{_fmt(r['compiledRate'])} | {_fmt(r['passRate'])} | {_fmt(r['childRate'])} | "
+                     f"{_fmt(r['compiledPerIteration'])} | {_fmt(r['promptTokens'], 0)} | "
                      f"{_fmt(r['savedTokens'], 0)} | {_fmt(r['gpuSeconds'], 0)} |")
     lines += ["", "Compile / pass rate along the iterations:", ""]
     for r in result["arms"]:
