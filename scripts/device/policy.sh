@@ -139,6 +139,14 @@ if [ "$all_done" = 1 ] && [ "${POLICY_MEASURE:-1}" = 1 ]; then
 fi
 
 step "pack"
+# Each recording's own logs (OpenEvolve's per task, iterations without a child and why), from its newest folder: a
+# stopped or failed pass leaves it (one that finishes removes it). The last 2 MB of each.
+for n in "${picked[@]}"; do
+  kept=$(ls -td /tmp/cudanalyst-record-"$n"-*/ 2>/dev/null | head -n 1)
+  [ -n "$kept" ] || continue
+  mkdir -p "$logs/$n-tasks"
+  for f in "$kept"task-*.log; do [ -e "$f" ] && tail -c 2000000 "$f" > "$logs/$n-tasks/$(basename "$f")"; done
+done
 : > /tmp/policy-exclude
 for n in "${picked[@]}"; do
   for task_dir in "$runs/$n"/openevolve/*/checkpoints; do
