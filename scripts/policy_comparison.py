@@ -36,19 +36,14 @@ def bad(message: str) -> int:
 
 def load_comparison(path: str) -> tuple[Any, Any]:
     """(ComparisonSpec, the learned FeedbackPolicy); SystemExit(2) naming the file and field."""
-    from pydantic import ValidationError
-
     from cudanalyst.api import SpecError
     from cudanalyst.api.policy import load_policy
-    from cudanalyst.comparison import ComparisonSpec
+    from cudanalyst.comparison import ComparisonSpecError, load_spec
 
     try:
-        spec = ComparisonSpec.model_validate(yaml.safe_load(Path(path).read_text()))
-    except FileNotFoundError:
-        raise SystemExit(bad(f"{path}: file not found")) from None
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise SystemExit(bad(f"{path}: {problems}")) from None
+        spec = load_spec(path)
+    except ComparisonSpecError as exc:
+        raise SystemExit(bad(str(exc))) from None
     try:
         policy = load_policy(Path(path).parent / spec.policy)
     except SpecError as exc:

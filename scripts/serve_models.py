@@ -33,19 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready", default=None, help="the URLs that answer, once every start is over")
     args = parser.parse_args(argv)
 
-    import yaml
-    from pydantic import ValidationError
-
-    from cudanalyst.comparison import ComparisonSpec, served_name
+    from cudanalyst.comparison import ComparisonSpecError, load_spec, served_name
 
     try:
-        spec = ComparisonSpec.model_validate(yaml.safe_load(Path(args.comparison).read_text()))
-    except FileNotFoundError:
-        print(f"error: {args.comparison}: file not found", file=sys.stderr)
-        return EXIT_INVALID
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        print(f"error: {args.comparison}: {problems}", file=sys.stderr)
+        spec = load_spec(args.comparison)
+    except ComparisonSpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     if spec.shared_servers is None:
         print(f"error: {args.comparison}: sharedServers: absent, so each recording serves its own model",

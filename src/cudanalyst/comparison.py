@@ -78,6 +78,26 @@ class ComparisonSpec(Model):
         return self
 
 
+class ComparisonSpecError(ValueError):
+    """A comparison spec that cannot be used: the message names the file and each field that is wrong."""
+
+
+def load_spec(path: str | Path) -> ComparisonSpec:
+    """The ComparisonSpec in a YAML file; ComparisonSpecError naming the file and each field that is wrong."""
+    import yaml
+    from pydantic import ValidationError
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise ComparisonSpecError(f"{path}: file not found") from None
+    try:
+        return ComparisonSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ComparisonSpecError(f"{path}: {problems}") from None
+
+
 def recording_name(spec: ComparisonSpec, arm: str, seed: int) -> str:
     return f"{spec.name}-{arm}-s{seed}"
 

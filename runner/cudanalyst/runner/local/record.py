@@ -196,12 +196,8 @@ def iteration_line(rec: TrajectoryRecording, store: Any) -> str:
     from cudanalyst.recording import task_store
     from cudanalyst.runner.record.iterations import ITERATIONS_LOG, summary
 
-    total = {"children": 0, "agent": 0, "timeout": 0, "model": 0}
-    for task in rec.spec.tasks:
-        ts = task_store(rec, task)
-        if ts.exists(ITERATIONS_LOG):
-            for k, v in summary(ts.get_text(ITERATIONS_LOG)).items():
-                total[k] += v
+    stores = [task_store(rec, task) for task in rec.spec.tasks]
+    total = summary("\n".join(s.get_text(ITERATIONS_LOG) for s in stores if s.exists(ITERATIONS_LOG)))
     return (f"iterations: {sum(total.values())}, {total['children']} with a child; without one: {total['agent']} "
             f"the agent's answer held no usable program, {total['timeout']} past OpenEvolve's time limit, "
             f"{total['model']} the model did not answer")
