@@ -3,14 +3,18 @@
 
   specs    COMPARISON.yaml --out DIR      one TrajectoryRecording per arm and seed (cudanalyst.comparison); exit 2
                                           when a task is one the policy was learned on, or a family has no task
-  measure  RECORDING... --comparison COMPARISON.yaml [--times TSV] --out DIR
+  measure  RECORDING... --comparison COMPARISON.yaml --out DIR
                                           (GPU) re-verify and re-time every recorded program with the kernel stage's
                                           verify and compare (the AttributionRun's timing, on fresh secret inputs,
-                                          never the agent's fitness): DIR/programs.jsonl; tokens (OpenEvolve's
-                                          usage, the gating log) and GPU seconds per task: DIR/usage.jsonl
-  analyse  DIR --comparison COMPARISON.yaml --out RESULTS [--preface FILE]
+                                          never the agent's fitness): DIR/NAME.jsonl per recording, written as each
+                                          is done; a recording measured before (its file there) is kept, so a
+                                          machine lost mid-way loses one recording's work (DIR/spec.json: what
+                                          measured them, refused under other settings)
+  analyse  DIR --recordings RUNS --comparison COMPARISON.yaml --out RESULTS [--preface FILE]
                                           (no GPU) each arm's numbers with intervals over tasks x seeds:
-                                          RESULTS/README.md and RESULTS/comparison.json
+                                          RESULTS/README.md and RESULTS/comparison.json. RUNS holds the recordings
+                                          (NAME/ or a kept NAME.tar.xz) and their times-NAME.tsv: the tokens
+                                          (OpenEvolve's usage, the gating log) and GPU seconds come from there
 
 docs/policy.md gives the H200 commands (scripts/device/policy.sh runs the recordings and `measure`).
 """
@@ -106,32 +110,6 @@ def arm_and_seed(name: str, comparison: str) -> tuple[str, int]:
     return arm, int(seed)
 
 
-def last_checkpoint_programs(folder: Path, task: str) -> list[dict[str, Any]]:
-    root = folder / "openevolve" / task / "checkpoints"
-    numbers = sorted(int(p.name.removeprefix("checkpoint_")) for p in root.glob("checkpoint_*"))
-    if not numbers:
-        return []
-    return [json.loads(p.read_text()) for p in (root / f"checkpoint_{numbers[-1]}" / "programs").glob("*.json")]
-
-
-def task_usage(folder: Path, task: str) -> dict[str, float]:
-    """Tokens the agent spent on one task: OpenEvolve's per-program usage, the gating log's planner and savings."""
-    prompt = completion = 0.0
-    for p in last_checkpoint_programs(folder, task):
-        usage = (p.get("metadata") or {}).get("token_usage") or {}
-        prompt += float(usage.get("prompt_tokens") or 0)
-        completion += float(usage.get("completion_tokens") or 0)
-    planner = saved = 0.0
-    log = folder / "openevolve" / task / "gating.jsonl"
-    if log.exists():
-        for line in log.read_text().splitlines():
-            if line.strip():
-                e = json.loads(line)
-                planner += float(e.get("plannerPromptTokens") or 0) + float(e.get("plannerCompletionTokens") or 0)
-                saved += float(e.get("savedTokens") or 0)
-    return {"promptTokens": prompt, "completionTokens": completion, "plannerTokens": planner, "savedTokens": saved}
-
-
 def measure_program(task: Any, source: str, cfg: Any, seeds: Any, pool: Any) -> dict[str, Any]:
     """Compile, verify and time against the baseline as the kernel stage does (its functions, its settings)."""
     from cudanalyst.runner.kernels.compile.nvcc import compile_task_source, shared_cache
@@ -160,6 +138,12 @@ def measure_program(task: Any, source: str, cfg: Any, seeds: Any, pool: Any) -> 
     return {"compiled": True, "correct": True, "speedup": speedup(b_ms, p_ms), "programMs": p_ms, "baselineMs": b_ms}
 
 
+def measured_settings(spec: Any, out: Path) -> dict[str, Any]:
+    """What a measured folder's rows were measured under (its spec.json): the same folder, the same settings."""
+    return {"name": out.name, "comparison": spec.name,
+            "evaluation": spec.evaluation.model_dump(by_alias=True, exclude_none=True, mode="json")}
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     from cudanalyst.runner.kernels.workers.pool import WorkerPool
     from cudanalyst.runner.kernels.workers.requests import EvalSettings, fresh_secret, seeds_for
@@ -168,24 +152,35 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
     spec, _ = load_comparison(args.comparison)
     cfg = EvalSettings.of(spec.evaluation)
-    times = {}
-    if args.times:
-        for line in Path(args.times).read_text().splitlines():
-            name, _, seconds = line.partition("\t")
-            times[name] = float(seconds or 0)
     folders = [Path(f) for f in args.recordings]
     for f in folders:
         if not (f / "trajectory" / "programs.jsonl").exists() and not (f / "trajectory" / "programs.jsonl.gz").exists():
             return bad(f"{f}: no trajectory/ (an unfinished recording? run it again to finish and import it)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, usage = [], []
+    # spec.json makes the folder a run folder that keep_running.sh snapshots each call (recording_archive.py), and
+    # says what its rows were measured under: rows of other settings are not mixed into it.
+    settings, marker = measured_settings(spec, out), out / "spec.json"
+    if marker.exists() and json.loads(marker.read_text()).get("evaluation") != settings["evaluation"]:
+        return bad(f"{marker}: measured under other evaluation settings than {args.comparison}'s; measure into a "
+                   "new folder")
+    marker.write_text(json.dumps(settings, indent=1) + "\n")
+    todo = []
+    for f in folders:
+        name = json.loads((f / "spec.json").read_text())["name"]
+        dest = out / f"{name}.jsonl"
+        if dest.exists():
+            print(f"{name}: measured before ({len(dest.read_text().splitlines())} programs), kept", flush=True)
+        else:
+            todo.append((f, name, dest))
+    if not todo:
+        return 0
     with WorkerPool(args.workers) as pool:
-        for f in folders:
-            name = json.loads((f / "spec.json").read_text())["name"]
+        for f, name, dest in todo:
             arm, seed = arm_and_seed(name, spec.name)
             seeds = seeds_for(cfg, fresh_secret())  # inputs the agent never saw, one secret per recording
             programs = load_trajectory((f / "trajectory").resolve().as_uri() + "/").programs
+            rows = []
             # Compiles and verifications side by side (the pool's workers); timing holds the GPU alone (its gate).
             with ThreadPoolExecutor(max_workers=args.workers) as threads:
                 measured = threads.map(
@@ -193,27 +188,104 @@ def cmd_measure(args: argparse.Namespace) -> int:
                 for p, got in zip(programs, measured, strict=True):
                     rows.append({"recording": name, "arm": arm, "seed": seed, "task": p.task,
                                  "programId": p.program_id, "iteration": p.generation, **got})
-            tasks = sorted({p.task for p in programs})
-            for t in tasks:
-                usage.append({"recording": name, "arm": arm, "seed": seed, "task": t, **task_usage(f, t),
-                              # the recording's GPU time, shared by its tasks (they ran at once on one server)
-                              "gpuSeconds": times.get(name, 0.0) / max(len(tasks), 1)})
+            partial = dest.with_name(dest.name + ".partial")  # a recording's rows are whole or absent
+            partial.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            partial.replace(dest)
             print(f"{name}: {len(programs)} programs measured", flush=True)
-    (out / "programs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (out / "usage.jsonl").write_text("".join(json.dumps(r) + "\n" for r in usage))
     return 0
 
 
+# ---- analyse (no GPU) -----------------------------------------------------------------------------------------
+
+
+def last_checkpoint_programs(folder: Path, task: str) -> list[dict[str, Any]]:
+    root = folder / "openevolve" / task / "checkpoints"
+    numbers = sorted(int(p.name.removeprefix("checkpoint_")) for p in root.glob("checkpoint_*"))
+    if not numbers:
+        return []
+    return [json.loads(p.read_text()) for p in (root / f"checkpoint_{numbers[-1]}" / "programs").glob("*.json")]
+
+
+def task_usage(folder: Path, task: str) -> dict[str, float]:
+    """Tokens the agent spent on one task: OpenEvolve's per-program usage, the gating log's planner and savings."""
+    prompt = completion = 0.0
+    for p in last_checkpoint_programs(folder, task):
+        usage = (p.get("metadata") or {}).get("token_usage") or {}
+        prompt += float(usage.get("prompt_tokens") or 0)
+        completion += float(usage.get("completion_tokens") or 0)
+    planner = saved = 0.0
+    log = folder / "openevolve" / task / "gating.jsonl"
+    if log.exists():
+        for line in log.read_text().splitlines():
+            if line.strip():
+                e = json.loads(line)
+                planner += float(e.get("plannerPromptTokens") or 0) + float(e.get("plannerCompletionTokens") or 0)
+                saved += float(e.get("savedTokens") or 0)
+    return {"promptTokens": prompt, "completionTokens": completion, "plannerTokens": planner, "savedTokens": saved}
+
+
+def measured_rows(folder: Path) -> list[dict[str, Any]]:
+    """Every recording's rows in a folder `measure` wrote (NAME.jsonl each)."""
+    rows = []
+    for path in sorted(folder.glob("*.jsonl")):
+        rows += [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return rows
+
+
+def recording_seconds(runs: Path, name: str) -> float:
+    """A recording's GPU seconds: the sum of its passes' wall seconds (times-NAME.tsv, a line per pass)."""
+    path = runs / f"times-{name}.tsv"
+    if not path.is_file():
+        raise SystemExit(bad(f"{path}: not found (the wall seconds of {name}'s passes; scripts/device/policy.sh "
+                             "writes it beside the recording)"))
+    total = 0.0
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            got, _, seconds = line.partition("\t")
+            try:
+                if got != name:
+                    raise ValueError(f"names {got!r}")
+                total += float(seconds)
+            except ValueError as exc:
+                raise SystemExit(bad(f"{path}:{i}: not 'NAME<TAB>SECONDS' of {name} ({exc})")) from None
+    return total
+
+
+def recording_usage(runs: Path, name: str, comparison: str, scratch: Path) -> list[dict[str, Any]]:
+    """Per task of one recording (its folder in RUNS or its kept NAME.tar.xz): tokens and GPU seconds."""
+    folder = runs / name
+    if not folder.is_dir():
+        archive = runs / f"{name}.tar.xz"
+        if not archive.is_file():
+            raise SystemExit(bad(f"{runs}: neither {name}/ nor {name}.tar.xz (the recording of measured rows)"))
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from recording_archive import ArchiveError, unpack
+
+        try:
+            folder = unpack(archive, scratch / name) / name
+        except ArchiveError as exc:
+            raise SystemExit(bad(str(exc))) from None
+    arm, seed = arm_and_seed(name, comparison)
+    tasks = sorted(p.name for p in (folder / "openevolve").iterdir() if p.is_dir())
+    seconds = recording_seconds(runs, name)
+    # The recording's GPU time, shared by its tasks (they ran at once on one server).
+    return [{"recording": name, "arm": arm, "seed": seed, "task": t, **task_usage(folder, t),
+             "gpuSeconds": seconds / max(len(tasks), 1)} for t in tasks]
+
+
 def cmd_analyse(args: argparse.Namespace) -> int:
+    import tempfile
+
     from cudanalyst.comparison import analyse, readme
 
     spec, _ = load_comparison(args.comparison)
     folder = Path(args.measured)
-    try:
-        rows = [json.loads(x) for x in (folder / "programs.jsonl").read_text().splitlines() if x.strip()]
-        usage = [json.loads(x) for x in (folder / "usage.jsonl").read_text().splitlines() if x.strip()]
-    except FileNotFoundError as exc:
-        return bad(f"{exc.filename}: not found (run `measure` first)")
+    rows = measured_rows(folder) if folder.is_dir() else []
+    if not rows:
+        return bad(f"{folder}: no measured rows (NAME.jsonl; run `measure` first)")
+    names = sorted({r["recording"] for r in rows})
+    with tempfile.TemporaryDirectory() as scratch:
+        usage = [u for n in names for u in recording_usage(Path(args.recordings), n, spec.name, Path(scratch))]
     result = analyse(rows, usage, spec.iterations)
     preface = Path(args.preface).read_text() if args.preface else ""
     out = Path(args.out)
@@ -235,12 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("measure")
     p.add_argument("recordings", nargs="+", help="recording folders (<output.uri>/<name>/)")
     p.add_argument("--comparison", required=True)
-    p.add_argument("--times", default="", help="name<TAB>seconds per recording (scripts/device/policy.sh)")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--out", required=True)
     p.set_defaults(handler=cmd_measure)
     p = sub.add_parser("analyse")
     p.add_argument("measured", help="the folder `measure` wrote")
+    p.add_argument("--recordings", required=True,
+                   help="the recordings (NAME/ or NAME.tar.xz) and their times-NAME.tsv")
     p.add_argument("--comparison", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--preface", default="")

@@ -4,6 +4,7 @@ made of what `measure` writes (rows built here: the analysis is pure)."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -187,3 +188,100 @@ def test_measure_reports_a_program_that_does_not_build_without_touching_the_gpu(
     got = pc.measure_program(get_task("gemm"), "this is not CUDA", None, None, pool=None)  # nvcc refuses it
     assert got == {"compiled": False, "correct": False, "speedup": None}
     assert pc.arm_and_seed("pc-learned-s2", "pc") == ("learned", 2)
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+
+
+def recording_folder(runs: Path, name: str, tokens: tuple[int, int] = (1000, 100), saved: int = 0) -> Path:
+    """A finished recording as the recorder leaves it, as far as `measure` and `analyse` read it."""
+    folder = runs / name
+    (folder / "trajectory").mkdir(parents=True)
+    (folder / "trajectory" / "programs.jsonl").write_text("")
+    (folder / "spec.json").write_text(json.dumps({"name": name}))
+    programs = folder / "openevolve" / "bicg" / "checkpoints" / "checkpoint_8" / "programs"
+    programs.mkdir(parents=True)
+    (folder / "openevolve" / "bicg" / "checkpoints" / "checkpoint_4").mkdir()  # an earlier one: not read
+    for i in range(2):
+        (programs / f"p{i}.json").write_text(json.dumps(
+            {"metadata": {"token_usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}}}))
+    if saved:
+        (folder / "openevolve" / "bicg" / "gating.jsonl").write_text(
+            json.dumps({"iteration": 1, "savedTokens": saved}) + "\n")
+    return folder
+
+
+def test_measure_keeps_what_it_measured_before_and_refuses_other_settings(tmp_path: Path) -> None:
+    rec = recording_folder(tmp_path / "runs", "pc-all-s0")
+    out = tmp_path / "pc-measured"
+    out.mkdir()
+    (out / "pc-all-s0.jsonl").write_text(json.dumps(row("all", "bicg", 0, 0, speedup=1.0)) + "\n")
+    # Measured before: kept, and no worker (no GPU) is started for it.
+    proc = run_script("measure", str(rec), "--comparison", str(COMPARISON), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "pc-all-s0: measured before (1 programs), kept" in proc.stdout
+    settings = json.loads((out / "spec.json").read_text())
+    assert settings["comparison"] == "pc" and settings["evaluation"]  # what the rows were measured under
+    # The same folder under other evaluation settings: refused, the rows left as they were.
+    doc = yaml.safe_load(COMPARISON.read_text())
+    doc["evaluation"] = {**doc.get("evaluation", {}), "trials": 7}
+    other = tmp_path / "c.yaml"
+    other.write_text(yaml.safe_dump(doc))
+    (tmp_path / doc["policy"]).write_text((COMPARISON.parent / doc["policy"]).read_text())
+    proc = run_script("measure", str(rec), "--comparison", str(other), "--out", str(out))
+    assert proc.returncode == 2 and "measured under other evaluation settings" in proc.stderr, proc.stderr
+    assert json.loads((out / "pc-all-s0.jsonl").read_text())["speedup"] == 1.0
+
+
+def test_analyse_takes_tokens_and_gpu_seconds_from_the_recordings_kept_or_not(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    recording_folder(runs, "pc-all-s0", tokens=(1000, 100))
+    learned = recording_folder(tmp_path / "elsewhere", "pc-learned-s0", tokens=(600, 100), saved=800)
+    runs.mkdir(exist_ok=True)
+    # pc-learned-s0 as a kept archive (scripts/recording_archive.py keep), the way docs/results holds it.
+    import tarfile
+    with tarfile.open(runs / "pc-learned-s0.tar.xz", "w:xz") as tar:
+        tar.add(learned, arcname="pc-learned-s0")
+    (runs / "times-pc-all-s0.tsv").write_text("pc-all-s0\t300\npc-all-s0\t60\n")  # two passes
+    (runs / "times-pc-learned-s0.tsv").write_text("pc-learned-s0\t240\n")
+    measured = tmp_path / "measured"
+    measured.mkdir()
+    for arm, speedup in (("all", 1.5), ("learned", 3.0)):
+        rows = [{**row(arm, "bicg", 0, 0, speedup=1.0), "recording": f"pc-{arm}-s0"},
+                {**row(arm, "bicg", 0, 2, speedup=speedup), "recording": f"pc-{arm}-s0"}]
+        (measured / f"pc-{arm}-s0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (measured / "spec.json").write_text("{}")  # measure's own record: not rows
+    proc = run_script("analyse", str(measured), "--recordings", str(runs), "--comparison", str(COMPARISON),
+                      "--out", str(tmp_path / "page"))
+    assert proc.returncode == 0, proc.stderr
+    arms = {a["arm"]: a for a in json.loads((tmp_path / "page" / "comparison.json").read_text())["arms"]}
+    assert arms["all"]["promptTokens"]["value"] == 2000 and arms["learned"]["promptTokens"]["value"] == 1200
+    assert arms["learned"]["savedTokens"]["value"] == 800
+    assert arms["all"]["gpuSeconds"]["value"] == 360 and arms["learned"]["gpuSeconds"]["value"] == 240
+    assert math.isclose(arms["learned"]["speedupRatioToAll"]["value"], 2.0)
+    # Without a recording's times: exit 2 naming the file, and no page.
+    (runs / "times-pc-learned-s0.tsv").unlink()
+    proc = run_script("analyse", str(measured), "--recordings", str(runs), "--comparison", str(COMPARISON),
+                      "--out", str(tmp_path / "page2"))
+    assert proc.returncode == 2 and "times-pc-learned-s0.tsv: not found" in proc.stderr, proc.stderr
+    assert not (tmp_path / "page2").exists()
+    # A times line of another recording: exit 2 naming the file and line.
+    (runs / "times-pc-learned-s0.tsv").write_text("pc-learned-s0\t240\npc-all-s0\t5\n")
+    proc = run_script("analyse", str(measured), "--recordings", str(runs), "--comparison", str(COMPARISON),
+                      "--out", str(tmp_path / "page2"))
+    assert proc.returncode == 2 and "times-pc-learned-s0.tsv:2:" in proc.stderr, proc.stderr
+
+
+def test_rate_intervals_stay_within_what_a_rate_can_be() -> None:
+    # Three units whose one child never compiles and one whose child does: the raw t-interval of the compile rate
+    # (mean 0.25, sd 0.5, 4 units) runs from below 0 to above 1.
+    rows = [row("all", t, 0, 0, speedup=1.0) for t in "abcd"]
+    rows += [row("all", t, 0, 1, compiled=(t == "a"), correct=(t == "a"), speedup=1.0 if t == "a" else None)
+             for t in "abcd"]
+    usage = [{"arm": "all", "task": t, "seed": 0, "promptTokens": 100.0 if t == "a" else 1.0} for t in "abcd"]
+    arm = analyse(rows, usage, iterations=8)["arms"][0]
+    assert arm["compiledRate"]["value"] == 0.25 and arm["compiledRate"]["low"] == 0.0
+    assert arm["compiledRate"]["high"] == 1.0  # 0.25 + 3.18 * 0.5 / 2 = 1.05, clipped
+    assert arm["alongIterations"][0]["compiledInterval"] == [0.0, 1.0]
+    assert arm["promptTokens"]["low"] == 0.0 < arm["promptTokens"]["high"]  # tokens are never negative

@@ -16,7 +16,10 @@
 #    ports and the recordings run side by side, POLICY_SIDE_BY_SIDE at once (default: all picked), so a recording's
 #    wall seconds are its time on a GPU it shared with the others. POLICY_IMPORTTIME=1: the servers' Python imports
 #    timed (-X importtime, in $OUT/policy-logs-GLOB.tgz, servers/).
-# 3. When every picked recording has its trajectory: measure -> $OUT/measured-GLOB/ (programs.jsonl, usage.jsonl).
+# 3. Every picked recording with its trajectory and no measured rows yet (neither /tmp/runs/NAME-measured/ of this
+#    machine nor docs/results/*/measured/NAME.jsonl kept in git): measure, alone on the GPU once the recordings have
+#    stopped -> /tmp/runs/COMPARISON-measured/NAME.jsonl, one recording at a time (keep_running.sh snapshots the
+#    folder each call when FOLDER names it), within what is left of POLICY_BUDGET; a copy in $OUT/measured-GLOB/.
 # 4. Brings back $OUT/policy-runs-GLOB.tgz (each folder with its last checkpoint only: what a resume and `measure`
 #    read) and the consoles in $OUT/policy-logs-GLOB.tgz.
 set -uo pipefail
@@ -35,6 +38,8 @@ source scripts/device/models.sh
 vllm_from_wheelhouse || exit 1
 mkdir -p "$runs" "$logs"
 $py scripts/policy_comparison.py specs "$comparison" --out "$specs" || exit 2
+cname=$($py -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$comparison")
+measured="$runs/$cname-measured"
 # Both models at once (a lock each; 88 s and 109 s one after the other on the H200, ninth session).
 convert=()
 # POLICY_SERVE names the models this call needs (default both; "large" when the picked arms are the large model's).
@@ -126,16 +131,27 @@ for name in "${todo[@]}"; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null; wait "$server_pid"; grep -v "import time" "$logs/servers.log" | tail -n 30; fi
-all_done=1
-for name in "${picked[@]}"; do [ -d "$runs/$name/trajectory" ] || all_done=0; done
 
 # A recording's GPU seconds: the sum of its passes.
 cat "$runs"/times-*.tsv 2>/dev/null | awk -F'\t' '{s[$1]+=$2} END {for (n in s) printf "%s\t%d\n", n, s[n]}' > "$runs/times.tsv"
-if [ "$all_done" = 1 ] && [ "${POLICY_MEASURE:-1}" = 1 ]; then
-  step "measure: the kernel stage re-verifies and re-times every recorded program"
-  folders=(); for n in "${picked[@]}"; do folders+=("$runs/$n"); done
-  $py scripts/policy_comparison.py measure "${folders[@]}" --comparison "$comparison" --times "$runs/times.tsv" \
-    --out "$out/measured-$tag" 2>&1 | tee "$logs/measure-$tag.log" | tail -n 25
+# Measured rows kept in git (docs/results/*/measured/NAME.jsonl, the newest page first) are not measured again.
+mkdir -p "$measured"
+for name in "${picked[@]}"; do
+  kept=$(ls -d docs/results/*/measured/"$name".jsonl 2>/dev/null | sort -r | head -n 1)
+  [ -n "$kept" ] && [ ! -e "$measured/$name.jsonl" ] && cp "$kept" "$measured/" && echo "$name: measured rows from $kept"
+done
+tomeasure=()
+for name in "${picked[@]}"; do
+  [ -d "$runs/$name/trajectory" ] && [ ! -e "$measured/$name.jsonl" ] && tomeasure+=("$runs/$name")
+done
+left=$((budget - SECONDS - 30))
+if [ "${#tomeasure[@]}" -gt 0 ] && [ "${POLICY_MEASURE:-1}" = 1 ] && [ "$left" -gt 60 ]; then
+  step "measure ${#tomeasure[@]} recording(s): the kernel stage re-verifies and re-times every recorded program ($left s at most)"
+  # One recording's rows at a time (NAME.jsonl, whole or absent): a budget or a machine lost mid-way costs one.
+  timeout --signal=TERM --kill-after=20 "$left" $py scripts/policy_comparison.py measure "${tomeasure[@]}" \
+    --comparison "$comparison" --out "$measured" 2>&1 | tee "$logs/measure-$tag.log" | tail -n 25
+elif [ "${#tomeasure[@]}" -gt 0 ]; then
+  echo "measure: ${#tomeasure[@]} recording(s) left unmeasured ($left s left, POLICY_MEASURE=${POLICY_MEASURE:-1})"
 fi
 
 step "pack"
@@ -159,5 +175,6 @@ existing=(); for n in "${picked[@]}"; do [ -d "$runs/$n" ] && existing+=("$n"); 
 (cd "$runs" && tar czf "$out/policy-runs-$tag.tgz" -X /tmp/policy-exclude "${existing[@]}" times-*.tsv 2>/dev/null)
 tar czf "$out/policy-logs-$tag.tgz" -C "$logs" .
 cp "$runs/times.tsv" "$out/times-$tag.tsv" 2>/dev/null
+mkdir -p "$out/measured-$tag" && cp "$measured"/*.jsonl "$out/measured-$tag/" 2>/dev/null
 bring_back_vllm_cache
 ls -la "$out"

@@ -192,8 +192,14 @@ def _exp(x: tuple[float, float | None, float | None]) -> dict[str, float | None]
             "low": None if x[1] is None else math.exp(x[1]), "high": None if x[2] is None else math.exp(x[2])}
 
 
-def _plain(x: tuple[float, float | None, float | None]) -> dict[str, float | None]:
-    return {"value": x[0] if math.isfinite(x[0]) else None, "low": x[1], "high": x[2]}
+def _plain(x: tuple[float, float | None, float | None], low: float = -math.inf,
+           high: float = math.inf) -> dict[str, float | None]:
+    """A t-interval clipped to what the quantity can be (a rate in [0, 1], a count >= 0): a bound outside it says
+    nothing the clipped one does not, and the clipped interval covers whenever the raw one does."""
+    def clip(v: float | None) -> float | None:
+        return None if v is None else min(high, max(low, v))
+
+    return {"value": x[0] if math.isfinite(x[0]) else None, "low": clip(x[1]), "high": clip(x[2])}
 
 
 def best_speedups(programs: Iterable[Mapping[str, Any]], iterations: int) -> dict[tuple[str, str, int], float]:
@@ -241,24 +247,29 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
             row["speedupRatioToAll"] = {**_exp(t_interval(paired, confidence)), "pairs": len(paired)}
         for metric in ("compiled", "pass"):
             per_unit = [sum(r) / len(r) for t, s in units[a] if (r := rates[(a, t, s)][metric])]
-            row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence))
+            row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence), 0.0, 1.0)
         # Over the N iterations, not over the children: an iteration whose answer held no program (OpenEvolve keeps
         # no child) counts as one that gave nothing, so an arm cannot look better by answering less.
         row["childRate"] = _plain(t_interval([min(1.0, len(rates[(a, t, s)]["compiled"]) / iterations)
-                                              for t, s in units[a]], confidence))
+                                              for t, s in units[a]], confidence), 0.0, 1.0)
         row["compiledPerIteration"] = _plain(t_interval([min(1.0, sum(rates[(a, t, s)]["compiled"]) / iterations)
-                                                         for t, s in units[a]], confidence))
+                                                         for t, s in units[a]], confidence), 0.0, 1.0)
         # Per iteration: the share of that iteration's children (one per unit) that compiled / passed, with a
         # t-interval over them (none from fewer than two).
         row["alongIterations"] = [
             {"iteration": i, "programs": len(v), "compiled": sum(c for c, _ in v) / len(v),
              "pass": sum(p for _, p in v) / len(v),
-             "compiledInterval": list(t_interval([c for c, _ in v], confidence)[1:]),
-             "passInterval": list(t_interval([p for _, p in v], confidence)[1:])} for i, v in sorted(curve[a].items())]
+             "compiledInterval": _bounds(_plain(t_interval([c for c, _ in v], confidence), 0.0, 1.0)),
+             "passInterval": _bounds(_plain(t_interval([p for _, p in v], confidence), 0.0, 1.0))}
+            for i, v in sorted(curve[a].items())]
         for k in ("promptTokens", "completionTokens", "plannerTokens", "savedTokens", "gpuSeconds"):
-            row[k] = _plain(t_interval([spent[(a, t, s)][k] for t, s in units[a]], confidence))
+            row[k] = _plain(t_interval([spent[(a, t, s)][k] for t, s in units[a]], confidence), 0.0)
         out["arms"].append(row)
     return out
+
+
+def _bounds(x: Mapping[str, float | None]) -> list[float | None]:
+    return [x["low"], x["high"]]
 
 
 def _fmt(x: Mapping[str, Any], digits: int = 3, suffix: str = "") -> str:
