@@ -224,6 +224,22 @@ def task_usage(folder: Path, task: str) -> dict[str, float]:
     return {"promptTokens": prompt, "completionTokens": completion, "plannerTokens": planner, "savedTokens": saved}
 
 
+def task_tool_seconds(folder: Path, task: str) -> float:
+    """GPU seconds the recorder's tools (compute-sanitizer, Nsight Compute) ran on one task's distinct compiled
+    programs (evaluation logs: openevolve/TASK/evaluations/pass-*.jsonl), each source counted once: a repeat, or a
+    source another arm's recording evaluated first on the machine (shared evaluations), costs what its first run
+    did, and the time a tool waited for its slot is not counted."""
+    cost: dict[str, float] = {}
+    for log in sorted((folder / "openevolve" / task / "evaluations").glob("*.jsonl")):
+        for line in log.read_text().splitlines():
+            if not line.strip():
+                continue
+            e = json.loads(line)
+            if e.get("compiled") and e.get("sha256"):
+                cost[e["sha256"]] = sum(float(t.get("seconds") or 0) for t in (e.get("tools") or {}).values())
+    return sum(cost.values())
+
+
 def measured_rows(folder: Path) -> list[dict[str, Any]]:
     """Every recording's rows in a folder `measure` wrote (NAME.jsonl each)."""
     rows = []
@@ -270,7 +286,7 @@ def recording_usage(runs: Path, name: str, comparison: str, scratch: Path) -> li
     seconds = recording_seconds(runs, name)
     # The recording's GPU time, shared by its tasks (they ran at once on one server).
     return [{"recording": name, "arm": arm, "seed": seed, "task": t, **task_usage(folder, t),
-             "gpuSeconds": seconds / max(len(tasks), 1)} for t in tasks]
+             "gpuSeconds": seconds / max(len(tasks), 1), "toolSeconds": task_tool_seconds(folder, t)} for t in tasks]
 
 
 def cmd_analyse(args: argparse.Namespace) -> int:

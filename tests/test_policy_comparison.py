@@ -206,6 +206,16 @@ def recording_folder(runs: Path, name: str, tokens: tuple[int, int] = (1000, 100
     for i in range(2):
         (programs / f"p{i}.json").write_text(json.dumps(
             {"metadata": {"token_usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}}}))
+    # Two passes' evaluation logs: source a twice (a repeat costs what its first run did), b once, c did not compile.
+    evaluations = folder / "openevolve" / "bicg" / "evaluations"
+    evaluations.mkdir()
+    tools = {"compute-sanitizer": {"seconds": 10.0, "waitedSeconds": 99.0}, "nsight-compute": {"seconds": 20.0}}
+    (evaluations / "pass-1.jsonl").write_text(
+        json.dumps({"sha256": "a", "compiled": True, "tools": tools}) + "\n"
+        + json.dumps({"sha256": "c", "compiled": False, "tools": {}}) + "\n")
+    (evaluations / "pass-2.jsonl").write_text(
+        json.dumps({"sha256": "a", "compiled": True, "repeat": True, "tools": tools}) + "\n"
+        + json.dumps({"sha256": "b", "compiled": True, "tools": {"nsight-compute": {"seconds": 5.0}}}) + "\n")
     if saved:
         (folder / "openevolve" / "bicg" / "gating.jsonl").write_text(
             json.dumps({"iteration": 1, "savedTokens": saved}) + "\n")
@@ -259,6 +269,8 @@ def test_analyse_takes_tokens_and_gpu_seconds_from_the_recordings_kept_or_not(tm
     assert arms["all"]["promptTokens"]["value"] == 2000 and arms["learned"]["promptTokens"]["value"] == 1200
     assert arms["learned"]["savedTokens"]["value"] == 800
     assert arms["all"]["gpuSeconds"]["value"] == 360 and arms["learned"]["gpuSeconds"]["value"] == 240
+    assert arms["all"]["toolSeconds"]["value"] == 35  # a once (10 + 20, its wait left out) and b (5)
+    assert "| tool GPU s |" in (tmp_path / "page" / "README.md").read_text()
     assert math.isclose(arms["learned"]["speedupRatioToAll"]["value"], 2.0)
     # Without a recording's times: exit 2 naming the file, and no page.
     (runs / "times-pc-learned-s0.tsv").unlink()

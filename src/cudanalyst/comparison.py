@@ -28,6 +28,9 @@ from pydantic import Field, model_validator
 from cudanalyst.api.spec import EvaluationSpec, Model, ModelSpec
 
 ARMS = ("all", "none", "learned", "random", "split", "small")
+# Per (arm, task, seed), from the recordings (scripts/policy_comparison.py analyse): tokens; GPU seconds as the
+# recording's wall time shared by its tasks; and the GPU seconds its tools ran on its distinct compiled programs.
+USAGE = ("promptTokens", "completionTokens", "plannerTokens", "savedTokens", "gpuSeconds", "toolSeconds")
 REFERENCE = "all"
 ArmName = Literal["all", "none", "learned", "random", "split", "small"]
 
@@ -218,7 +221,7 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
             confidence: float = 0.95) -> dict[str, Any]:
     """Each arm's numbers with intervals over its units (task x seed). `programs`: one re-measured program a row
     (arm, task, seed, iteration, compiled, correct, speedup); `usage`: one recording's task a row (arm, task, seed,
-    promptTokens, completionTokens, plannerTokens, savedTokens, gpuSeconds)."""
+    promptTokens, completionTokens, plannerTokens, savedTokens, gpuSeconds, toolSeconds)."""
     best = best_speedups(programs, iterations)
     arms = sorted({k[0] for k in best}, key=lambda a: ARMS.index(a) if a in ARMS else len(ARMS))
     units = {a: sorted((t, s) for b, t, s in best if b == a) for a in arms}
@@ -233,7 +236,7 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
     spent: dict[tuple[str, str, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for u in usage:
         key = (u["arm"], u["task"], int(u["seed"]))
-        for k in ("promptTokens", "completionTokens", "plannerTokens", "savedTokens", "gpuSeconds"):
+        for k in USAGE:
             spent[key][k] += float(u.get(k) or 0)
     out: dict[str, Any] = {"iterations": iterations, "confidence": confidence, "reference": REFERENCE, "arms": []}
     for a in arms:
@@ -262,7 +265,7 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
              "compiledInterval": _bounds(_plain(t_interval([c for c, _ in v], confidence), 0.0, 1.0)),
              "passInterval": _bounds(_plain(t_interval([p for _, p in v], confidence), 0.0, 1.0))}
             for i, v in sorted(curve[a].items())]
-        for k in ("promptTokens", "completionTokens", "plannerTokens", "savedTokens", "gpuSeconds"):
+        for k in USAGE:
             row[k] = _plain(t_interval([spent[(a, t, s)][k] for t, s in units[a]], confidence), 0.0)
         out["arms"].append(row)
     return out
@@ -288,16 +291,18 @@ def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
              "stage on inputs the agent never saw; its ratio to `all` paired by unit; compile and pass rates of the "
              "children (mean over units); the share of the iterations that gave a child and that gave one that "
              "compiled (an iteration whose answer held no program gives none); tokens and GPU seconds per unit "
-             "(a recording's wall seconds: on a GPU it shared with the other arms when they ran side by side).", "",
+             "(GPU s: a recording's wall seconds, shared by its tasks, on a GPU it shared with the other arms when "
+             "they ran side by side; tool GPU s: what compute-sanitizer and Nsight Compute ran on the unit's distinct "
+             "compiled programs, waits for a tool's slot left out).", "",
              "| arm | units | best speedup | ratio to all | compile rate | pass rate | iterations with a child "
-             "| compiled per iteration | prompt tokens | saved tokens | GPU s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| compiled per iteration | prompt tokens | saved tokens | GPU s | tool GPU s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["arms"]:
         ratio = _fmt(r["speedupRatioToAll"], suffix="x") if "speedupRatioToAll" in r else "(reference)"
         lines.append(f"| {r['arm']} | {r['units']} | {_fmt(r['bestSpeedup'], suffix='x')} | {ratio} | "
                      f"{_fmt(r['compiledRate'])} | {_fmt(r['passRate'])} | {_fmt(r['childRate'])} | "
                      f"{_fmt(r['compiledPerIteration'])} | {_fmt(r['promptTokens'], 0)} | "
-                     f"{_fmt(r['savedTokens'], 0)} | {_fmt(r['gpuSeconds'], 0)} |")
+                     f"{_fmt(r['savedTokens'], 0)} | {_fmt(r['gpuSeconds'], 0)} | {_fmt(r['toolSeconds'], 0)} |")
     lines += ["", "Compile / pass rate along the iterations:", ""]
     for r in result["arms"]:
         lines.append(f"- {r['arm']}: " + ", ".join(f"{p['iteration']}: {p['compiled']:.2f}/{p['pass']:.2f}"
