@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from cudanalyst.api import ModelSpec
 from cudanalyst.runner.llm.serving import (
+    VLLM_LAUNCHER,
     Endpoint,
     ServingError,
     check_model_folder,
@@ -111,7 +114,7 @@ def test_server_command_carries_the_spec_options() -> None:
     spec = ModelSpec(model="/m", serve="local", tensor_parallel_size=2, max_model_len=4096, dtype="bfloat16",
                      gpu_memory_utilization=0.5, extra_args=["--enforce-eager"])
     cmd = server_command("/m", spec, served_name="coder", port=8123, seed=7)
-    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[1:4] == ["-c", VLLM_LAUNCHER, "serve"]
     pairs = {flag: cmd[i + 1] for i, flag in enumerate(cmd[:-1]) if flag.startswith("--")}
     assert pairs["--model"] == "/m" and pairs["--host"] == "127.0.0.1" and pairs["--port"] == "8123"
     assert pairs["--tensor-parallel-size"] == "2" and pairs["--max-model-len"] == "4096"
@@ -193,3 +196,54 @@ def test_a_temp_folder_too_deep_for_vllms_sockets_gets_a_short_one_that_goes_wit
     assert server.rpc_dir is not None and seen.read_text() == str(server.rpc_dir) and server.rpc_dir.is_dir()
     server.stop(grace_s=1.0)
     assert not server.rpc_dir.exists()
+
+
+@pytest.mark.parametrize("launch, reimported", [("launcher", False), ("module", True)])
+def test_the_engine_process_does_not_import_the_server_module_again(tmp_path: Path, launch: str,
+                                                                   reimported: bool) -> None:
+    """vLLM starts its engine with multiprocessing's spawn, which re-imports the parent's main module in the child.
+    A stand-in `vllm` whose CLI and API server module spawn a child the same way: under the server command's launcher
+    the child imports the engine's module only; under `python -m` the API server's package is imported again."""
+    pkg = tmp_path / "vllm"
+    (pkg / "entrypoints" / "cli").mkdir(parents=True)
+    (pkg / "entrypoints" / "openai").mkdir(parents=True)
+    for d in (pkg, pkg / "entrypoints", pkg / "entrypoints" / "cli", pkg / "entrypoints" / "openai"):
+        (d / "__init__.py").write_text("")
+    # The engine's own module, as vLLM's (vllm.v1.engine.core) imports nothing of the API server's.
+    (pkg / "engine_core.py").write_text(textwrap.dedent('''
+        import sys
+
+        def engine(path):
+            with open(path, "w") as f:
+                f.write(repr("vllm.entrypoints.openai" in sys.modules))
+    '''))
+    (pkg / "entrypoints" / "openai" / "api_server.py").write_text(textwrap.dedent('''
+        import multiprocessing, sys
+        from vllm.engine_core import engine
+
+        def serve(argv):
+            out = argv[argv.index("--model") + 1]
+            p = multiprocessing.get_context("spawn").Process(target=engine, args=(out,))
+            p.start(); p.join()
+
+        if __name__ == "__main__":
+            serve(sys.argv)
+    '''))
+    (pkg / "entrypoints" / "cli" / "main.py").write_text(textwrap.dedent('''
+        import sys
+        from vllm.entrypoints.openai.api_server import serve
+
+        def main():
+            assert sys.argv[1] == "serve", sys.argv
+            serve(sys.argv)
+            return 0
+    '''))
+    out = tmp_path / "child.txt"
+    spec = ModelSpec(model="/m", serve="local")
+    cmd = server_command(str(out), spec, served_name="coder", port=8123)
+    if launch == "module":
+        cmd = [cmd[0], "-m", "vllm.entrypoints.openai.api_server", *cmd[4:]]
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == repr(reimported)

@@ -102,6 +102,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+# `vllm serve` from a `-c` program, not `python -m vllm.entrypoints.openai.api_server`: vLLM starts its engine process
+# with multiprocessing's spawn, which re-imports the parent's main module in the child. Under `-m` that module is the
+# API server (7.5 s of the engine's imports on the H200: docs/performance.md); a `-c` program has none to re-import.
+VLLM_LAUNCHER = "import sys; from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; sys.exit(main())"
+
+
 def server_command(
     model_path: str,
     spec: ModelSpec,
@@ -114,7 +120,7 @@ def server_command(
 ) -> list[str]:
     """The vLLM server command line for a model spec (pure, so tests can check it)."""
     cmd = [
-        python, "-m", "vllm.entrypoints.openai.api_server",
+        python, "-c", VLLM_LAUNCHER, "serve",
         "--model", model_path,
         "--served-model-name", served_name,
         "--host", host,
