@@ -16,10 +16,11 @@
 #    ports and the recordings run side by side, POLICY_SIDE_BY_SIDE at once (default: all picked), so a recording's
 #    wall seconds are its time on a GPU it shared with the others. POLICY_IMPORTTIME=1: the servers' Python imports
 #    timed (-X importtime, in $OUT/policy-logs-GLOB.tgz, servers/).
-# 3. Every picked recording with its trajectory and no measured rows yet (neither /tmp/runs/NAME-measured/ of this
-#    machine nor docs/results/*/measured/NAME.jsonl kept in git): measure, alone on the GPU once the recordings have
-#    stopped -> /tmp/runs/COMPARISON-measured/NAME.jsonl, one recording at a time (keep_running.sh snapshots the
-#    folder each call when FOLDER names it), within what is left of POLICY_BUDGET; a copy in $OUT/measured-GLOB/.
+# 3. Every picked recording with its trajectory and no measured rows yet (neither /tmp/runs/COMPARISON-measured/NAME.jsonl
+#    of this machine nor docs/results/*/measured/NAME.jsonl kept in git): measure, alone on the GPU once the
+#    recordings have stopped -> /tmp/runs/COMPARISON-measured/NAME.jsonl, one recording at a time (keep_running.sh
+#    snapshots the folder each call when FOLDER names it), within what is left of POLICY_BUDGET; a copy in
+#    $OUT/measured-GLOB/.
 # 4. Brings back $OUT/policy-runs-GLOB.tgz (each folder with its last checkpoint only: what a resume and `measure`
 #    read) and the consoles in $OUT/policy-logs-GLOB.tgz.
 set -uo pipefail
@@ -134,15 +135,12 @@ if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null; wait "$serve
 
 # A recording's GPU seconds: the sum of its passes.
 cat "$runs"/times-*.tsv 2>/dev/null | awk -F'\t' '{s[$1]+=$2} END {for (n in s) printf "%s\t%d\n", n, s[n]}' > "$runs/times.tsv"
-# Measured rows kept in git (docs/results/*/measured/NAME.jsonl, the newest page first) are not measured again.
-mkdir -p "$measured"
-for name in "${picked[@]}"; do
-  kept=$(ls -d docs/results/*/measured/"$name".jsonl 2>/dev/null | sort -r | head -n 1)
-  [ -n "$kept" ] && [ ! -e "$measured/$name.jsonl" ] && cp "$kept" "$measured/" && echo "$name: measured rows from $kept"
-done
+# A recording measured before, on this machine or in git (docs/results/*/measured/NAME.jsonl), is not measured again.
 tomeasure=()
 for name in "${picked[@]}"; do
-  [ -d "$runs/$name/trajectory" ] && [ ! -e "$measured/$name.jsonl" ] && tomeasure+=("$runs/$name")
+  [ -d "$runs/$name/trajectory" ] && [ ! -e "$measured/$name.jsonl" ] || continue
+  kept=$(ls -d docs/results/*/measured/"$name".jsonl 2>/dev/null | sort -r | head -n 1)
+  if [ -n "$kept" ]; then echo "$name: measured before ($kept)"; else tomeasure+=("$runs/$name"); fi
 done
 left=$((budget - SECONDS - 30))
 if [ "${#tomeasure[@]}" -gt 0 ] && [ "${POLICY_MEASURE:-1}" = 1 ] && [ "$left" -gt 60 ]; then
@@ -175,6 +173,6 @@ existing=(); for n in "${picked[@]}"; do [ -d "$runs/$n" ] && existing+=("$n"); 
 (cd "$runs" && tar czf "$out/policy-runs-$tag.tgz" -X /tmp/policy-exclude "${existing[@]}" times-*.tsv 2>/dev/null)
 tar czf "$out/policy-logs-$tag.tgz" -C "$logs" .
 cp "$runs/times.tsv" "$out/times-$tag.tsv" 2>/dev/null
-mkdir -p "$out/measured-$tag" && cp "$measured"/*.jsonl "$out/measured-$tag/" 2>/dev/null
+[ -d "$measured" ] && mkdir -p "$out/measured-$tag" && cp "$measured"/*.jsonl "$out/measured-$tag/" 2>/dev/null
 bring_back_vllm_cache
 ls -la "$out"
