@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from numbers_support import same_numbers
 
 from cudanalyst.cli import main as cli
 
@@ -42,7 +43,7 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_pilot_page_is_what_its_outcomes_give(rebuilt: Path) -> None:
     shipped = (ROOT / PILOT / "README.md").read_text()
     assert (rebuilt / "README.md").read_text() == shipped
-    assert json.loads((rebuilt / "study.json").read_text()) == json.loads((ROOT / PILOT / "study.json").read_text())
+    same_numbers(json.loads((rebuilt / "study.json").read_text()), json.loads((ROOT / PILOT / "study.json").read_text()))
 
 
 def test_the_pilot_page_says_what_it_replays_and_sizes_from_its_own_run(rebuilt: Path) -> None:
@@ -54,3 +55,12 @@ def test_the_pilot_page_says_what_it_replays_and_sizes_from_its_own_run(rebuilt:
     assert sizing["comparisons"] == page["holmFamily"] and sizing["effect"] == 0.15 and sizing["rollouts"] == 1
     drawn = page["frozen"]["drawn"]
     assert sum(sum(row.values()) for row in drawn.values()) == 60 and len(drawn) == 16
+
+
+def test_a_zero_difference_prints_one_sign_whatever_the_last_bits() -> None:
+    from cudanalyst.analysis.study import _fmt
+
+    # An estimate of equal rates (+-1e-17 by numpy's summation order) is the zero it is; a bound just below zero
+    # keeps its sign, which says the interval reaches below it.
+    assert _fmt(-1e-17) == _fmt(1e-17) == _fmt(0.0) == "+0.000"
+    assert _fmt(-0.0004) == "-0.000" and _fmt(0.0004) == "+0.000" and _fmt(None) == "n/a"

@@ -804,9 +804,16 @@ def study(specs: Mapping[str, tuple[str, AttributionRun]], stores: Mapping[str, 
 # ------------------------------------------------------------------------------------------ the README
 
 
+# A difference of equal rates comes out as +-1e-17 depending on the order numpy sums in (its version, its SIMD path):
+# below this it is printed as the zero it is, so a page rebuilt elsewhere does not flip "+0.000" to "-0.000".
+FLOAT_NOISE = 1e-9
+
+
 def _fmt(x: float | None, sign: bool = True) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else (
-        f"{x:+.3f}" if sign else f"{x:.3f}")
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    x = 0.0 if abs(x) < FLOAT_NOISE else x
+    return f"{x:+.3f}" if sign else f"{x:.3f}"
 
 
 def _interval(r: Mapping[str, Any], sign: bool = True) -> str:
