@@ -30,6 +30,9 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import recording_archive  # noqa: E402  (a kept recording's archive, as the other scripts read it)
+
 EXIT_INVALID = 2
 
 
@@ -274,12 +277,9 @@ def recording_usage(runs: Path, name: str, comparison: str, scratch: Path) -> li
         archive = runs / f"{name}.tar.xz"
         if not archive.is_file():
             raise SystemExit(bad(f"{runs}: neither {name}/ nor {name}.tar.xz (the recording of measured rows)"))
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from recording_archive import ArchiveError, unpack
-
         try:
-            folder = unpack(archive, scratch / name) / name
-        except ArchiveError as exc:
+            folder = recording_archive.unpack(archive, scratch / name) / name
+        except recording_archive.ArchiveError as exc:
             raise SystemExit(bad(str(exc))) from None
     arm, seed = arm_and_seed(name, comparison)
     tasks = sorted(p.name for p in (folder / "openevolve").iterdir() if p.is_dir())
