@@ -292,9 +292,9 @@ def recording_usage(runs: Path, name: str, comparison: str, scratch: Path) -> li
 def cmd_analyse(args: argparse.Namespace) -> int:
     import tempfile
 
-    from cudanalyst.comparison import analyse, readme
+    from cudanalyst.comparison import analyse, readme, recordings
 
-    spec, _ = load_comparison(args.comparison)
+    spec, policy = load_comparison(args.comparison)
     folder = Path(args.measured)
     rows = measured_rows(folder) if folder.is_dir() else []
     if not rows:
@@ -303,6 +303,11 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         usage = [u for n in names for u in recording_usage(Path(args.recordings), n, spec.name, Path(scratch))]
     result = analyse(rows, usage, spec.iterations)
+    # The comparison's recordings without rows: the page says which, so a partial page never reads as the whole.
+    runs = Path(args.recordings)
+    result["notMeasured"] = [
+        {"recording": n, "recorded": (runs / n).is_dir() or (runs / f"{n}.tar.xz").is_file()}
+        for n in sorted(recordings(spec, policy.spec)) if n not in names]
     preface = Path(args.preface).read_text() if args.preface else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

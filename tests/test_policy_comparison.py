@@ -272,6 +272,16 @@ def test_analyse_takes_tokens_and_gpu_seconds_from_the_recordings_kept_or_not(tm
     assert arms["all"]["toolSeconds"]["value"] == 35  # a once (10 + 20, its wait left out) and b (5)
     assert "| tool GPU s |" in (tmp_path / "page" / "README.md").read_text()
     assert math.isclose(arms["learned"]["speedupRatioToAll"]["value"], 2.0)
+    # The comparison's other 16 recordings have no rows: the page names them, the one recorded apart.
+    recording_folder(runs, "pc-split-s1", tokens=(10, 1))
+    missing = json.loads((tmp_path / "page" / "comparison.json").read_text())["notMeasured"]
+    assert len(missing) == 16 and not any(m["recording"] in ("pc-all-s0", "pc-learned-s0") for m in missing)
+    proc = run_script("analyse", str(measured), "--recordings", str(runs), "--comparison", str(COMPARISON),
+                      "--out", str(tmp_path / "page"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "page" / "README.md").read_text()
+    assert "**Not on this page:** pc-split-s1 (recorded, not measured yet); pc-all-s1," in page, page
+    assert "pc-split-s1" not in page.split("(recorded, not measured yet)")[1]
     # Without a recording's times: exit 2 naming the file, and no page.
     (runs / "times-pc-learned-s0.tsv").unlink()
     proc = run_script("analyse", str(measured), "--recordings", str(runs), "--comparison", str(COMPARISON),

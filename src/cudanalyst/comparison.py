@@ -285,7 +285,15 @@ def _fmt(x: Mapping[str, Any], digits: int = 3, suffix: str = "") -> str:
 def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
     """The results page: one row per arm, then the curves (markdown)."""
     conf = f"{result['confidence']:.0%}"
-    lines = [f"# {title}", "", preface.strip(), "",
+    missing = result.get("notMeasured") or []
+    gaps = []
+    if missing:
+        recorded = [m["recording"] for m in missing if m["recorded"]]
+        absent = [m["recording"] for m in missing if not m["recorded"]]
+        gaps = ["**Not on this page:** " + "; ".join(
+            part for part in (f"{', '.join(recorded)} (recorded, not measured yet)" if recorded else "",
+                              f"{', '.join(absent)} (not recorded)" if absent else "") if part) + ".", ""]
+    lines = [f"# {title}", "", preface.strip(), "", *gaps,
              f"Best verified speedup over the task's baseline after {result['iterations']} iterations (geometric mean "
              f"over units = task x seed, {conf} t-interval on the log scale), re-verified and re-timed by the kernel "
              "stage on inputs the agent never saw; its ratio to `all` paired by unit; compile and pass rates of the "
