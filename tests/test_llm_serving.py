@@ -114,9 +114,9 @@ def test_server_command_carries_the_spec_options() -> None:
     spec = ModelSpec(model="/m", serve="local", tensor_parallel_size=2, max_model_len=4096, dtype="bfloat16",
                      gpu_memory_utilization=0.5, extra_args=["--enforce-eager"])
     cmd = server_command("/m", spec, served_name="coder", port=8123, seed=7)
-    assert cmd[1:4] == ["-c", VLLM_LAUNCHER, "serve"]
+    assert cmd[1:5] == ["-c", VLLM_LAUNCHER, "serve", "/m"] and "--model" not in cmd  # positional, not deprecated
     pairs = {flag: cmd[i + 1] for i, flag in enumerate(cmd[:-1]) if flag.startswith("--")}
-    assert pairs["--model"] == "/m" and pairs["--host"] == "127.0.0.1" and pairs["--port"] == "8123"
+    assert pairs["--host"] == "127.0.0.1" and pairs["--port"] == "8123"
     assert pairs["--tensor-parallel-size"] == "2" and pairs["--max-model-len"] == "4096"
     assert pairs["--dtype"] == "bfloat16" and pairs["--seed"] == "7" and pairs["--served-model-name"] == "coder"
     assert cmd[-1] == "--enforce-eager"
@@ -221,13 +221,12 @@ def test_the_engine_process_does_not_import_the_server_module_again(tmp_path: Pa
         import multiprocessing, sys
         from vllm.engine_core import engine
 
-        def serve(argv):
-            out = argv[argv.index("--model") + 1]
+        def serve(out):
             p = multiprocessing.get_context("spawn").Process(target=engine, args=(out,))
             p.start(); p.join()
 
         if __name__ == "__main__":
-            serve(sys.argv)
+            serve(sys.argv[sys.argv.index("--model") + 1])
     '''))
     (pkg / "entrypoints" / "cli" / "main.py").write_text(textwrap.dedent('''
         import sys
@@ -235,14 +234,14 @@ def test_the_engine_process_does_not_import_the_server_module_again(tmp_path: Pa
 
         def main():
             assert sys.argv[1] == "serve", sys.argv
-            serve(sys.argv)
+            serve(sys.argv[2])
             return 0
     '''))
     out = tmp_path / "child.txt"
     spec = ModelSpec(model="/m", serve="local")
     cmd = server_command(str(out), spec, served_name="coder", port=8123)
     if launch == "module":
-        cmd = [cmd[0], "-m", "vllm.entrypoints.openai.api_server", *cmd[4:]]
+        cmd = [cmd[0], "-m", "vllm.entrypoints.openai.api_server", "--model", *cmd[4:]]
     proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -120,8 +120,8 @@ def server_command(
 ) -> list[str]:
     """The vLLM server command line for a model spec (pure, so tests can check it)."""
     cmd = [
-        python, "-c", VLLM_LAUNCHER, "serve",
-        "--model", model_path,
+        # The model positional: `vllm serve --model` is deprecated (a warning in every server log, and to go).
+        python, "-c", VLLM_LAUNCHER, "serve", model_path,
         "--served-model-name", served_name,
         "--host", host,
         "--port", str(port),
