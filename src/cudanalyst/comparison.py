@@ -282,8 +282,13 @@ def _fmt(x: Mapping[str, Any], digits: int = 3, suffix: str = "") -> str:
     return f"{x['value']:.{digits}f}{suffix}{iv}"
 
 
+TABLE_MARK = "<!-- the table -->"
+
+
 def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
-    """The results page: one row per arm, then the curves (markdown)."""
+    """The results page: the preface, one row per arm, the curves (markdown). What follows TABLE_MARK in the
+    preface goes after them (what is kept, how it ran), so the reading comes first and the table next to it."""
+    preface, _, after = preface.partition(TABLE_MARK)
     conf = f"{result['confidence']:.0%}"
     missing = result.get("notMeasured") or []
     gaps = []
@@ -315,4 +320,6 @@ def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
     for r in result["arms"]:
         lines.append(f"- {r['arm']}: " + ", ".join(f"{p['iteration']}: {p['compiled']:.2f}/{p['pass']:.2f}"
                                                    for p in r["alongIterations"]))
+    if after.strip():
+        lines += ["", after.strip()]
     return "\n".join(lines) + "\n"
