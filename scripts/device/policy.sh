@@ -20,7 +20,7 @@
 #    of this machine nor docs/results/*/measured/NAME.jsonl kept in git): measure, alone on the GPU once the
 #    recordings have stopped -> /tmp/runs/COMPARISON-measured/NAME.jsonl, one recording at a time (keep_running.sh
 #    snapshots the folder each call when FOLDER names it), within what is left of POLICY_BUDGET; a copy in
-#    $OUT/measured-GLOB/.
+#    $OUT/measured-GLOB.tgz.
 # 4. Brings back $OUT/policy-runs-GLOB.tgz (each folder with its last checkpoint only: what a resume and `measure`
 #    read) and the consoles in $OUT/policy-logs-GLOB.tgz.
 set -uo pipefail
@@ -173,6 +173,7 @@ existing=(); for n in "${picked[@]}"; do [ -d "$runs/$n" ] && existing+=("$n"); 
 (cd "$runs" && tar czf "$out/policy-runs-$tag.tgz" -X /tmp/policy-exclude "${existing[@]}" times-*.tsv 2>/dev/null)
 tar czf "$out/policy-logs-$tag.tgz" -C "$logs" .
 cp "$runs/times.tsv" "$out/times-$tag.tsv" 2>/dev/null
-[ -d "$measured" ] && mkdir -p "$out/measured-$tag" && cp "$measured"/*.jsonl "$out/measured-$tag/" 2>/dev/null
+# One archive, not a file per recording: a call brings back only so many files (the rest are left out).
+[ -d "$measured" ] && tar czf "$out/measured-$tag.tgz" -C "$measured" .
 bring_back_vllm_cache
 ls -la "$out"
