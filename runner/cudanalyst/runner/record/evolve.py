@@ -235,6 +235,34 @@ def restore_gating_log(store: ObjectStore, local: Path, done: int) -> None:
     local.write_text("".join(f"{ln}\n" for ln in lines))
 
 
+def in_generations(controller: Any, width: int) -> None:
+    """Make OpenEvolve run its iterations in generations of `width` (the spec's parallel, at least one per island).
+
+    OpenEvolve's process-parallel controller submits min(2 x workers, iterations) iterations at once and draws each
+    one's parent when it submits it: the first 2 x parallel iterations of a pass all evolve the baseline, and a
+    recording of 8 iterations at parallel 4 had no generations at all (docs/results/policy-2026-12-04). Here each
+    generation's iterations are submitted together, once the generation before has been added to the database, so
+    from the second on a parent can be a child. The pool of workers stays up between generations."""
+    run_once = controller._run_evolution_with_checkpoints
+
+    async def run(start: int, count: int, target: float | None) -> None:
+        parallel = controller.parallel_controller
+        completed = successful = 0
+        end = start + count
+        while start < end and not parallel.shutdown_event.is_set() and not getattr(
+                parallel, "early_stopping_triggered", False):
+            step = min(width, end - start)
+            await run_once(start, step, target)
+            completed += parallel.completed_iterations
+            successful += parallel.successful_iterations
+            start += step
+        # What OpenEvolve judges the whole run by (no iteration gave a program: it fails), over every generation.
+        parallel.completed_iterations, parallel.successful_iterations = completed, successful
+        parallel.produced_no_candidates = completed > 0 and successful == 0 and not parallel.shutdown_event.is_set()
+
+    controller._run_evolution_with_checkpoints = run
+
+
 def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str, gpu: bool,
                 workdir: Path, planner: tuple[str, str] | None = None) -> int:
     from openevolve import OpenEvolve
@@ -299,6 +327,7 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
         last["n"] = max(last["n"], iteration)
 
     controller._save_checkpoint = save_and_upload  # type: ignore[method-assign]
+    in_generations(controller, max(rec.spec.parallel, rec.spec.islands))
     # Fresh: iterations 1..total. Resumed from N: OpenEvolve runs `remaining` more from N + 1.
     with sync:
         try:
