@@ -91,6 +91,24 @@ def test_shared_servers_on_one_port_exit_2_naming_the_field(tmp_path: Path) -> N
     assert not (tmp_path / "out").exists()
 
 
+def test_a_comparison_of_one_generation_exits_2_naming_iterations_and_parallel(tmp_path: Path) -> None:
+    doc = yaml.safe_load(COMPARISON.read_text())
+    doc.update(iterations=4, parallel=4)  # one generation: every child would evolve the baseline
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    (tmp_path / doc["policy"]).write_text((COMPARISON.parent / doc["policy"]).read_text())
+    proc = specs(tmp_path / "c.yaml", tmp_path / "out")
+    assert proc.returncode == 2 and "iterations (4) must exceed parallel (4)" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_comparison_in_generations_differs_from_the_first_only_in_its_name_and_parallel() -> None:
+    first = yaml.safe_load(COMPARISON.read_text())
+    again = yaml.safe_load((COMPARISON.parent / "comparison-h200-generations.yaml").read_text())
+    assert again.pop("name") != first.pop("name")  # none of the first's kept recordings is resumed
+    assert (again.pop("parallel"), first.pop("parallel")) == (2, 4) and again == first
+    assert again["iterations"] // 2 == 4  # four generations of two
+
+
 @pytest.mark.parametrize("change, said", [
     ({"sharedServers": None}, "sharedServers: absent"),
     ({"large": {"model": "no-such-model-here", "serve": "local"}}, "large.model: model path 'no-such-model-here'"),

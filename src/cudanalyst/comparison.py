@@ -78,6 +78,10 @@ class ComparisonSpec(Model):
     def _reference(self) -> ComparisonSpec:
         if REFERENCE not in self.arms:
             raise ValueError(f"arms: the reference arm {REFERENCE!r} must be one of them")
+        if self.iterations <= self.parallel:
+            # The recorder runs generations of `parallel` iterations: one generation only evolves the baseline.
+            raise ValueError(f"iterations ({self.iterations}) must exceed parallel ({self.parallel}): with one "
+                             "generation every child evolves the baseline and no policy is tried on an evolving agent")
         return self
 
 
