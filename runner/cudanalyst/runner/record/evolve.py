@@ -243,22 +243,29 @@ def in_generations(controller: Any, width: int) -> None:
     recording of 8 iterations at parallel 4 had no generations at all (docs/results/policy-2026-12-04). Here each
     generation's iterations are submitted together, once the generation before has been added to the database, so
     from the second on a parent can be a child. The pool of workers stays up between generations."""
-    run_once = controller._run_evolution_with_checkpoints
-
     async def run(start: int, count: int, target: float | None) -> None:
+        # OpenEvolve's _run_evolution_with_checkpoints, with its one run_evolution call made once a generation.
         parallel = controller.parallel_controller
         completed = successful = 0
-        end = start + count
+        first, end = start, start + count
         while start < end and not parallel.shutdown_event.is_set() and not getattr(
                 parallel, "early_stopping_triggered", False):
             step = min(width, end - start)
-            await run_once(start, step, target)
+            # The callback looked up each time: the recorder replaces it with its own (save and upload).
+            await parallel.run_evolution(start, step, target, checkpoint_callback=controller._save_checkpoint)
             completed += parallel.completed_iterations
             successful += parallel.successful_iterations
             start += step
         # What OpenEvolve judges the whole run by (no iteration gave a program: it fails), over every generation.
         parallel.completed_iterations, parallel.successful_iterations = completed, successful
         parallel.produced_no_candidates = completed > 0 and successful == 0 and not parallel.shutdown_event.is_set()
+        if parallel.shutdown_event.is_set():
+            return
+        # Its final checkpoint once, at the pass's end: one at each generation's end would add checkpoints at
+        # iterations that gave no program (OpenEvolve checkpoints after those that did).
+        last = first + count - 1
+        if last > 0 and last % controller.config.checkpoint_interval == 0:
+            controller._save_checkpoint(last)
 
     controller._run_evolution_with_checkpoints = run
 
