@@ -74,6 +74,7 @@ def factorised(values: npt.ArrayLike, m: Matrix) -> FloatArray:
     return a
 
 
+@lru_cache(maxsize=8)  # pure, and asked for on every table
 def _variants(m: Matrix) -> tuple[Matrix, Matrix, Matrix, Matrix]:
     """(c, |c|, c^2, sign(c) c^2) maps of a factorised index."""
     def each(f) -> Matrix:  # type: ignore[no-untyped-def]
@@ -230,32 +231,40 @@ class Intervals:
 def _extremes(xc: FloatArray, yc: FloatArray, l11: FloatArray, l21: FloatArray, l22: FloatArray,
               radius: FloatArray, s_pos: FloatArray, s_neg: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Smallest and largest s+ expit(x) - s- expit(y) on the ellipse (x, y) = c + radius L (cos, sin)."""
-    def f(phi: FloatArray) -> FloatArray:
-        x = xc[:, None] + radius[:, None] * l11[:, None] * np.cos(phi)
-        y = yc[:, None] + radius[:, None] * (l21[:, None] * np.cos(phi) + l22[:, None] * np.sin(phi))
-        return s_pos[:, None] * expit(x) - s_neg[:, None] * expit(y)
+    k = len(xc)
+    # Both searches in one batch of 2K rows (the first K for the smallest f, as the largest -f; the others for the
+    # largest): every step is elementwise, so the values are those of two searches, in half the numpy calls.
+    sign = np.repeat([-1.0, 1.0], k)
+    xc2, yc2, radius2, l21_2, l22_2 = (np.tile(v, 2) for v in (xc, yc, radius, l21, l22))
+    s_pos2, s_neg2 = np.tile(s_pos, 2), np.tile(s_neg, 2)
+    r_l11 = radius2 * np.tile(l11, 2)
+
+    def g_of(phi: FloatArray) -> FloatArray:  # sign * f(phi), one angle per row
+        cos = np.cos(phi)
+        x = xc2 + r_l11 * cos
+        y = yc2 + radius2 * (l21_2 * cos + l22_2 * np.sin(phi))
+        return sign * (s_pos2 * expit(x) - s_neg2 * expit(y))
 
     grid = _GRID
     x = xc[:, None] + radius[:, None] * l11[:, None] * _COS
     y = yc[:, None] + radius[:, None] * (l21[:, None] * _COS + l22[:, None] * _SIN)
     on_grid = s_pos[:, None] * expit(x) - s_neg[:, None] * expit(y)
     step, ratio = 2 * np.pi / ANGLES, (np.sqrt(5) - 1) / 2
-    out = []
-    for sign in (-1.0, 1.0):  # the smallest f is the largest -f
-        g = sign * on_grid
-        best = np.argmax(g, axis=1)
-        a, b = grid[best] - step, grid[best] + step  # the extreme lies within a grid step of the best point
-        c, d = b - ratio * (b - a), a + ratio * (b - a)
-        gc, gd = sign * f(c[:, None])[:, 0], sign * f(d[:, None])[:, 0]
-        for _ in range(REFINE):  # golden section: one new point per step
-            left = gc > gd  # the maximum lies in [a, d]: d becomes the old c; else in [c, b]: c becomes d
-            a, b = np.where(left, a, c), np.where(left, d, b)
-            new = np.where(left, b - ratio * (b - a), a + ratio * (b - a))
-            g_new = sign * f(new[:, None])[:, 0]
-            c, d, gc, gd = (np.where(left, new, d), np.where(left, c, new),
-                            np.where(left, g_new, gd), np.where(left, gc, g_new))
-        out.append(sign * np.maximum(np.maximum(gc, gd), g.max(axis=1)))
-    return out[0], out[1]
+    g = np.concatenate([-1.0 * on_grid, on_grid])
+    best = np.argmax(g, axis=1)
+    a, b = grid[best] - step, grid[best] + step  # the extreme lies within a grid step of the best point
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    gc, gd = g_of(c), g_of(d)
+    for _ in range(REFINE):  # golden section: one new point per step
+        left = gc > gd  # the maximum lies in [a, d]: d becomes the old c; else in [c, b]: c becomes d
+        a, b = np.where(left, a, c), np.where(left, d, b)
+        part = ratio * (b - a)
+        new = np.where(left, b - part, a + part)
+        g_new = g_of(new)
+        c, d, gc, gd = (np.where(left, new, d), np.where(left, c, new),
+                        np.where(left, g_new, gd), np.where(left, gc, g_new))
+    out = sign * np.maximum(np.maximum(gc, gd), g.max(axis=1))
+    return out[:k], out[k:]
 
 
 # A game is carried by a few units when fewer than FEW_CHANGING change between coalitions, and under one in

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -104,14 +105,17 @@ def simulate_columns(design: Design, rng: np.random.Generator) -> OutcomeColumns
     shape = (design.units, gens, 1 << n, design.rollouts, design.samples)
     success = rng.random(shape) < q[..., None, None]
     u, g, c, r, s = (a.reshape(-1) for a in np.indices(shape))
-    tasks = np.array([f"task{i}" for i in range(design.units)] if design.pooled else ["task"] * design.units)
-    names = np.array([[f"p{i}-{j}" for j in range(gens)] for i in range(design.units)])
+    tasks = [f"task{i}" for i in range(design.units)] if design.pooled else ["task"] * design.units
+    names = [f"p{i}-{j}" for i in range(design.units) for j in range(gens)]
     count = u.size
+    # Records are in C order of `shape`: each unit's (each program's) records are consecutive, so the string
+    # columns are each name repeated (cheaper than indexing arrays of strings and converting them back).
+    per_program = count // len(names)
     return OutcomeColumns(
         arm=(GAME_ARM,) * count,
-        task=tuple(tasks[u].tolist()),
+        task=tuple(chain.from_iterable(repeat(t, per_program * gens) for t in tasks)),
         generation=g * 10,
-        program=tuple(names[u, g].tolist()),
+        program=tuple(chain.from_iterable(repeat(p, per_program) for p in names)),
         mask=c.astype(np.int64),
         rollout=r.astype(np.int64),
         sample=s.astype(np.int64),

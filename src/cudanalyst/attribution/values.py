@@ -27,8 +27,9 @@ and the game says so; with `unchanged: exclude` the counts differ by design, so 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -156,11 +157,71 @@ def columns_of(records: Sequence[UnitOutcome], players: Sequence[str]) -> Outcom
     )
 
 
+def _starts(values: Sequence[Any]) -> tuple[npt.NDArray[np.object_], BoolArray]:
+    """The values as an object array, and whether each differs from the one before (True for the first). Records
+    come grouped (a program's together), so only these run heads need a lookup each (most of `tabulate`'s time
+    went to a lookup per record)."""
+    obj = np.fromiter(values, dtype=object, count=len(values))
+    new = np.ones(len(obj), bool)
+    np.not_equal(obj[1:], obj[:-1], out=new[1:])
+    return obj, new
+
+
+def _head_codes(heads: list[Any], new: BoolArray, key: Callable[[Any], Any] | None = None) -> tuple[list[Any], IntArray]:
+    """Sorted distinct values (by `key`) of the runs' heads and each entry's index among them (entry i is in run
+    cumsum(new)[i] - 1); every distinct value heads some run."""
+    distinct = sorted(set(heads), key=key)
+    index = {v: i for i, v in enumerate(distinct)}
+    return distinct, np.fromiter(map(index.__getitem__, heads), dtype=np.int64, count=len(heads))[np.cumsum(new) - 1]
+
+
 def _codes(values: Sequence[Any]) -> tuple[list[Any], IntArray]:
     """Sorted distinct values and each entry's index among them."""
-    distinct = sorted(set(values))
-    index = {v: i for i, v in enumerate(distinct)}
-    return distinct, np.fromiter((index[v] for v in values), dtype=np.int64, count=len(values))
+    obj, new = _starts(values)
+    return _head_codes(obj[new].tolist(), new)
+
+
+def _mixed_radix(keys: Sequence[IntArray]) -> IntArray | None:
+    """One int64 per row that orders the rows as their keys do lexicographically (first key first); None when
+    there are no rows or the keys' ranges together do not fit in an int64."""
+    if not len(keys[0]):
+        return None
+    lows = [int(k.min()) for k in keys]
+    spans = [int(k.max()) - lo + 1 for k, lo in zip(keys, lows, strict=True)]
+    if math.prod(spans) >= 1 << 63:
+        return None
+    out = np.zeros(len(keys[0]), dtype=np.int64)
+    for k, lo, span in zip(keys, lows, spans, strict=True):
+        out = out * span + (k.astype(np.int64) - lo)
+    return out
+
+
+def _sorted_cells(keys: Sequence[IntArray]) -> tuple[IntArray, IntArray, IntArray]:
+    """Rows sorted by their keys lexicographically (stable, as np.lexsort), grouped by all keys but the last:
+    (order, first sorted row of each group, each sorted row's group). Sorting one mixed-radix int64 (stable) is
+    a fraction of np.lexsort's and np.unique(axis=0)'s time; the result is the same."""
+    lead = _mixed_radix(keys[:-1])
+    full = _mixed_radix([lead, keys[-1]]) if lead is not None else None
+    new = np.ones(len(keys[0]), bool)
+    if lead is None or full is None:
+        order = np.lexsort(list(keys)[::-1])
+        sorted_lead = np.stack(keys[:-1], axis=1)[order]
+        new[1:] = (sorted_lead[1:] != sorted_lead[:-1]).any(axis=1)
+    else:
+        order = np.argsort(full, kind="stable")
+        sorted_key = lead[order]
+        new[1:] = sorted_key[1:] != sorted_key[:-1]
+    return order, np.flatnonzero(new), np.cumsum(new) - 1
+
+
+def _program_codes(cols: OutcomeColumns) -> tuple[list[tuple[str, int, str]], IntArray]:
+    """`_codes` of the records' (task, generation, program) keys, built for the run heads only."""
+    task, new = _starts(cols.task)
+    program, new_program = _starts(cols.program)
+    new |= new_program
+    new[1:] |= cols.generation[1:] != cols.generation[:-1]
+    heads = list(zip(task[new].tolist(), cols.generation[new].tolist(), program[new].tolist(), strict=True))
+    return _head_codes(heads, new)
 
 
 def tabulate(
@@ -184,21 +245,20 @@ def tabulate(
         raise OutcomeError("no outcome records")
     keep = ~cols.unchanged if unchanged == "exclude" else np.ones(len(cols), bool)
 
-    arms = tuple(sorted(set(cols.arm), key=lambda a: (a != GAME_ARM, a)))
-    arm_index = {a: i for i, a in enumerate(arms)}
-    arm = np.fromiter((arm_index[a] for a in cols.arm), dtype=np.int64, count=len(cols))
-    prog_keys, prog = _codes(list(zip(cols.task, cols.generation.tolist(), cols.program, strict=True)))
+    arm_values, new_arm = _starts(cols.arm)
+    arm_list, arm = _head_codes(arm_values[new_arm].tolist(), new_arm, key=lambda a: (a != GAME_ARM, a))
+    arms = tuple(arm_list)
+    prog_keys, prog = _program_codes(cols)
     tasks, task_of_prog = _codes([k[0] for k in prog_keys])
     generations = tuple(int(g) for g in np.unique(cols.generation))
     reasons = cols.reason or ("",) * len(cols)
 
     rows = np.flatnonzero(keep)
     # Cells: (arm, program, coalition, rollout); samples ranked by index within each cell.
-    cell_keys = np.stack([arm[rows], prog[rows], cols.mask[rows], cols.rollout[rows], cols.sample[rows]], axis=1)
-    order = np.lexsort(cell_keys.T[::-1])
-    rows, cell_keys = rows[order], cell_keys[order]
-    cells, first, cell = np.unique(cell_keys[:, :4], axis=0, return_index=True, return_inverse=True)
-    cell = cell.reshape(-1)
+    cell_keys = [arm[rows], prog[rows], cols.mask[rows], cols.rollout[rows], cols.sample[rows]]
+    order, first, cell = _sorted_cells(cell_keys)
+    rows = rows[order]
+    cells = np.stack([k[order[first]] for k in cell_keys[:4]], axis=1)
     count = np.bincount(cell, minlength=len(cells))
     rank = np.arange(len(rows)) - first[cell]
 
@@ -217,15 +277,17 @@ def tabulate(
             short = int((count[in_arm] < hi).sum())
             notes[a] = (lo, f"cells hold {lo} to {hi} samples ({short} of {int(in_arm.sum())} cells short): "
                             f"best-of-{lo} everywhere (each cell's first {lo} samples by index)")
-    k_of_cell = np.array([notes[int(a)][0] for a in cells[:, 0]]) if len(cells) else np.zeros(0, np.int64)
+    k_of_arm = np.array([notes[a][0] if a in notes else 0 for a in range(len(arms))], dtype=np.int64)
+    k_of_cell = k_of_arm[cells[:, 0]]
     use = rank < k_of_cell[cell] if unchanged == "count" else np.ones(len(rows), bool)
     rows, cell = rows[use], cell[use]
     n_used = np.bincount(cell, minlength=len(cells))
 
     c_arm, c_prog, c_mask, c_roll = (cells[:, i] for i in range(4))
     present_cell = n_used > 0
-    c_gen = np.array([prog_keys[p][1] for p in c_prog], dtype=np.int64)
+    c_gen = np.array([k[1] for k in prog_keys], dtype=np.int64)[c_prog]
 
+    arm_prog = arm[rows] * len(prog_keys) + prog[rows]  # each row's (arm, program), flat
     games: dict[tuple[str, str, int | None], ProgramOutcomes] = {}
     for metric in metrics:
         need = METRIC_THRESHOLD[metric].rank
@@ -236,7 +298,7 @@ def tabulate(
         label, ceiling = all_labels[rows], all_ceilings[rows]
         # How far each program's evaluation could see, per arm (the highest evaluatedUpTo of its records).
         top = np.zeros((len(arms), len(prog_keys)), dtype=np.int64)
-        np.maximum.at(top, (arm[rows], prog[rows]), ceiling)
+        np.maximum.at(top.reshape(-1), arm_prog, ceiling)  # a flat index: ufunc.at's fast path
         reached = np.bincount(cell, weights=label >= need, minlength=len(cells)) > 0
         undetermined_row = (label < need) & (label >= ceiling)
         short = np.bincount(cell, weights=~undetermined_row & (label < need), minlength=len(cells))
@@ -284,11 +346,9 @@ def _dense(
     else:
         unit, unit_names = np.arange(len(progs)), names
     unknown: dict[int, str] = {}
-    for i, p in enumerate(progs):
-        bad = present[i] & ~know[i]
-        if bad.any():
-            texts = why.get(int(p), Counter())
-            unknown[i] = "; ".join(t for t, _ in texts.most_common(2)) or "not established"
+    for i in np.flatnonzero((present & ~know).any(axis=(1, 2))).tolist():  # programs with an undetermined cell
+        texts = why.get(int(progs[i]), Counter())
+        unknown[i] = "; ".join(t for t, _ in texts.most_common(2)) or "not established"
     return ProgramOutcomes(
         masks=masks.astype(np.int64), rollouts=rollouts.astype(np.int64), programs=names,
         unit=np.asarray(unit, dtype=np.int64).reshape(-1), unit_names=unit_names,
