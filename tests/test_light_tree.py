@@ -35,7 +35,8 @@ def make_repo(tmp_path: Path) -> Path:
              "docs/results/study-2026-12-02/README.md", "docs/results/old/report.html",
              "docs/results/study-2026-12-02/recordings-extra/y.txt",
              "docs/results/policy-2026-12-04/recordings/pc-all-s0.tar.xz",
-             "docs/results/policy-2026-12-04/measured/pc-all-s0.jsonl", "docs/results/policy-2026-12-04/README.md"]
+             "docs/results/policy-2026-12-04/measured/pc-all-s0.jsonl", "docs/results/policy-2026-12-04/README.md",
+             "docs/results/policy-2026-12-09/recordings/pcg-all-s0.tar.xz", "docs/results/policy-2026-12-09/README.md"]
     for f in files:
         (repo / f).parent.mkdir(parents=True, exist_ok=True)
         (repo / f).write_text(f)
@@ -55,10 +56,12 @@ def test_on_leaves_the_rest_of_docs_results_behind_and_off_restores_it(tmp_path:
                              # the policy comparison's recordings in progress and its measured rows: policy.sh
                              # restores them there and measures only what has no rows yet
                              "docs/results/policy-2026-12-04/recordings/pc-all-s0.tar.xz",
-                             "docs/results/policy-2026-12-04/measured/pc-all-s0.jsonl"}
+                             "docs/results/policy-2026-12-04/measured/pc-all-s0.jsonl",
+                             # a later comparison's, in a folder of its own date
+                             "docs/results/policy-2026-12-09/recordings/pcg-all-s0.tar.xz"}
     # A KEEP path is a folder, not a prefix of a name: recordings-extra/ stays behind.
     assert (repo / "docs/results/old/report.html").read_text() == "docs/results/old/report.html"  # still on disk
-    assert light(repo, "status").stdout.startswith("on: 5 files")
+    assert light(repo, "status").stdout.startswith("on: 6 files")
     assert light(repo, "on").returncode == 2  # twice would lose the list of what to restore
     # A commit now would delete what was left behind from the repository: refused until `off`.
     commit = subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm",

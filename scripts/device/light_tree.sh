@@ -7,7 +7,7 @@
 #   scripts/device/light_tree.sh off    # after its last call, before any commit
 #   scripts/device/light_tree.sh status
 # KEEP (space-separated paths under docs/results/) names what still travels; by default the study's recordings and
-# its runs in progress, and the policy comparison's recordings and measured rows (policy.sh reads both). `on` refuses when changes are staged (`off` restores the index of docs/results/ from HEAD, and
+# its runs in progress, and every policy comparison's recordings and measured rows (policy.sh reads both). `on` refuses when changes are staged (`off` restores the index of docs/results/ from HEAD, and
 # would drop them) or when it is on already. While it is on, a pre-commit hook of its own refuses every commit (one
 # would delete the files left behind from the repository); `off` removes the hook. Exit 2 on misuse.
 set -euo pipefail
@@ -18,7 +18,9 @@ mark="$gitdir/cudanalyst-light-tree"
 exclude="$gitdir/info/exclude"
 hook="$gitdir/hooks/pre-commit"
 hook_tag="# cudanalyst light_tree.sh hook"
-keep="${KEEP:-docs/results/study-2026-12-02/recordings docs/results/study-2026-12-02/in-progress docs/results/policy-2026-12-04/recordings docs/results/policy-2026-12-04/measured}"
+# Every policy comparison's folder (policy-DATE), as a new comparison's recordings are kept in one of its own.
+policy_folders="$(ls -d docs/results/policy-*/recordings docs/results/policy-*/measured 2>/dev/null | tr '\n' ' ' || true)"
+keep="${KEEP:-docs/results/study-2026-12-02/recordings docs/results/study-2026-12-02/in-progress ${policy_folders% }}"
 begin="# cudanalyst light_tree.sh: begin"
 end="# cudanalyst light_tree.sh: end"
 
