@@ -97,7 +97,7 @@ def test_a_comparison_of_one_generation_exits_2_naming_iterations_and_parallel(t
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
     (tmp_path / doc["policy"]).write_text((COMPARISON.parent / doc["policy"]).read_text())
     proc = specs(tmp_path / "c.yaml", tmp_path / "out")
-    assert proc.returncode == 2 and "iterations (4) must exceed parallel (4)" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "c.yaml: iterations (4) must exceed parallel (4)" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
 
 

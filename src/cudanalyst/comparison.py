@@ -101,7 +101,9 @@ def load_spec(path: str | Path) -> ComparisonSpec:
     try:
         return ComparisonSpec.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        # A check of the whole spec has no location: its message names the fields itself.
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"]
+                             else e["msg"].removeprefix("Value error, ") for e in exc.errors())
         raise ComparisonSpecError(f"{path}: {problems}") from None
 
 

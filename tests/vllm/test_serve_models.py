@@ -32,8 +32,8 @@ def test_the_large_model_answers_on_its_fixed_port_under_the_recordings_name_unt
     port = free_port()
     model = {"model": str(tiny_models["tiny-llama"]), "serve": "local", "api": "chat", "maxModelLen": CONTEXT,
              "dtype": "float32", "extraArgs": SERVER_ARGS}
-    doc = {"name": "pc", "policy": "policy.yaml", "tasks": ["bicg"], "seeds": [0], "iterations": 1, "arms": ["all"],
-           "large": model, "small": {**model}, "sharedServers": {"large": port, "small": free_port()}}
+    doc = {"name": "pc", "policy": "policy.yaml", "tasks": ["bicg"], "seeds": [0], "iterations": 2, "parallel": 1,
+           "arms": ["all"], "large": model, "small": {**model}, "sharedServers": {"large": port, "small": free_port()}}
     path = tmp_path / "comparison.yaml"
     path.write_text(yaml.safe_dump(doc))
     ready = tmp_path / "ready"
