@@ -89,16 +89,34 @@ def test_rule_an_artifact_that_is_not_a_player_is_shown_as_is() -> None:
     assert not any(decisions[c].shown for c in REPORTS)
 
 
-def test_rule_the_random_control_withholds_as_many_components_as_the_policy() -> None:
-    from cudanalyst.runner.record.gate import random_decisions
+def test_rule_the_random_control_withholds_as_many_components_as_the_policy_drawn_per_program() -> None:
+    from cudanalyst.gating import decisions, withheld_components
 
     p = policy(broken={"profiler": {"show": False}, "analyzer": {"show": False}})
     assert withheld_count(p, "broken") == 2 and withheld_count(p, "fast") == 0
-    draws = [random_decisions(p, "broken", REPORTS, seed=3, iteration=i) for i in range(1, 40)]
+    sources = [f"__global__ void k{i}() {{}}" for i in range(40)]
+    draws = [decisions(p, "broken", REPORTS, "random", 3, s) for s in sources]
     assert all(sum(not d.shown for d in ds) == 2 for ds in draws)
     assert len({tuple(d.shown for d in ds) for ds in draws}) == 3  # every pair gets drawn, not the policy's one
-    assert random_decisions(p, "broken", REPORTS, 3, 7) == random_decisions(p, "broken", REPORTS, 3, 7)
-    assert all(d.shown for d in random_decisions(p, "fast", REPORTS, 3, 7))
+    # One program, one draw: its evaluation (which leaves the drawn tools unrun) and each of its children's prompts
+    # agree, whatever the line ends OpenEvolve's file round trip gives it.
+    assert decisions(p, "broken", REPORTS, "random", 3, sources[7]) == draws[7]
+    assert (withheld_components(p, "broken", "random", 3, "a\nb\n")
+            == withheld_components(p, "broken", "random", 3, "a\r\nb\r\n"))
+    assert {withheld_components(p, "broken", "random", seed, sources[0]) for seed in range(20)} != {
+        withheld_components(p, "broken", "random", 0, sources[0])}  # the recording's seed draws too
+    assert all(d.shown for d in decisions(p, "fast", REPORTS, "random", 3, sources[0]))
+    # The policy's own rule does not draw.
+    assert withheld_components(p, "broken") == {"profiler", "analyzer"} and not withheld_components(p, "fast")
+
+
+def test_rule_a_component_whose_tool_was_not_run_is_withheld_and_says_why() -> None:
+    from cudanalyst.gating import decisions
+
+    p = policy(broken={"profiler": {"show": False}})
+    made = decisions(p, "broken", {"debugger": "d", "analyzer": "a"}, not_run=["profiler"])
+    assert [(d.artifact, d.shown) for d in made] == [("debugger", True), ("analyzer", True), ("profiler", False)]
+    assert "not run" in made[-1].reason
 
 
 def test_rule_noise_is_never_a_signal() -> None:
@@ -268,6 +286,44 @@ def test_the_gate_leaves_withheld_reports_out_of_openevolves_prompt_and_logs_why
     again = gated_prompt(s, lambda **kw: sampler.build_prompt(**kw),
                          {**kwargs, "program_metrics": {"compiled": 1.0, "gpu_evaluated": 1.0, "correct": 1.0}})
     assert all(f"### {c}" in again["user"] for c in REPORTS) and again["gating"]["savedTokens"] == 0
+    assert entry["notRun"] == [] and again["gating"]["notRun"] == []
+
+
+def test_under_run_tools_shown_a_report_never_made_is_logged_not_run_and_never_stands_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The evaluator left the profiler unrun for a broken parent (runTools: shown): the prompt has no profiler section,
+    # no stand-in text, and the log says which report was never made (its tokens are not in savedTokens).
+    pytest.importorskip("openevolve", reason="OpenEvolve is the `record` extra")
+    from openevolve.config import PromptConfig
+    from openevolve.prompt.sampler import PromptSampler
+
+    from cudanalyst.runner.record.gate import GateSettings, gated_prompt, not_run
+
+    p = policy(broken={"profiler": {"show": False}, "analyzer": {"show": False}})
+    s = GateSettings(policy=p, gating="policy", seed=0, log_path=str(tmp_path / "gating.jsonl"),
+                     coder_url="http://127.0.0.1:9/v1", coder_model="m", run_tools="shown")
+    broken = {"compiled": 0.0}
+    assert not_run(s, broken, "x") == {"profiler", "analyzer"}
+    assert not_run(s, {"compiled": 1.0, "gpu_evaluated": 1.0, "correct": 1.0}, "x") == set()
+    assert not_run(GateSettings(**{**s.__dict__, "run_tools": "all"}), broken, "x") == set()
+    assert not_run(None, broken, "x") == set()
+    sampler = PromptSampler(PromptConfig(include_artifacts=True, max_artifact_bytes=65536,
+                                         artifact_security_filter=False))
+    kwargs = dict(current_program="__global__ void k() {}", parent_program="", program_metrics=broken,
+                  previous_programs=[], top_programs=[], inspirations=[], language="cuda", evolution_round=2,
+                  diff_based_evolution=False, program_artifacts={"debugger": REPORTS["debugger"]})
+    prompt = gated_prompt(s, lambda **kw: sampler.build_prompt(**kw), kwargs)
+    assert REPORTS["debugger"] in prompt["user"] and "### profiler" not in prompt["user"]
+    assert "### analyzer" not in prompt["user"]
+    entry = prompt["gating"]
+    assert entry["notRun"] == ["analyzer", "profiler"] and entry["withheld"] == ["analyzer", "profiler"]
+    assert entry["shown"] == ["debugger"] and entry["savedTokens"] == 0
+    # The settings reach the evaluator's process through the same file as the gate's.
+    from cudanalyst.runner.record import gate as gate_module
+
+    (tmp_path / "gating.json").write_text(s.to_json())
+    monkeypatch.setenv(gate_module.ENV, str(tmp_path / "gating.json"))
+    assert gate_module.current() == s
 
 
 def test_gating_lines_sum_a_recordings_log(tmp_path: Path) -> None:
@@ -276,11 +332,12 @@ def test_gating_lines_sum_a_recordings_log(tmp_path: Path) -> None:
 
     store = open_store(tmp_path)
     lines = [{"iteration": i, "state": "broken", "shown": ["debugger"], "withheld": ["analyzer", "profiler"],
-              "savedTokens": 100, "tokensExact": True} for i in (1, 2)]
+              "savedTokens": 100, "tokensExact": True, **({"notRun": ["profiler"]} if i == 2 else {})} for i in (1, 2)]
     store.put_bytes("openevolve/conv2d/gating.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode())
     out = gating_lines(store, ["conv2d", "gemm"])
     assert "gating conv2d: 2 prompts (parents broken 2)" in out[0] and "200 prompt tokens saved" in out[0]
-    assert "analyzer shown 0/withheld 2" in out[0] and "debugger shown 2/withheld 0" in out[0]
+    assert "analyzer shown 0/withheld 2," in out[0] and "debugger shown 2/withheld 0," in out[0]
+    assert "profiler shown 0/withheld 2 (not run 1);" in out[0]
     assert out[1] == "gating gemm: no log (no iteration built a prompt)"
 
 

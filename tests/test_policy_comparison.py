@@ -101,12 +101,35 @@ def test_a_comparison_of_one_generation_exits_2_naming_iterations_and_parallel(t
     assert not (tmp_path / "out").exists()
 
 
-def test_the_comparison_in_generations_differs_from_the_first_only_in_its_name_and_parallel() -> None:
+def test_the_comparison_in_generations_differs_from_the_first_only_in_its_name_parallel_and_tools_run() -> None:
     first = yaml.safe_load(COMPARISON.read_text())
     again = yaml.safe_load((COMPARISON.parent / "comparison-h200-generations.yaml").read_text())
     assert again.pop("name") != first.pop("name")  # none of the first's kept recordings is resumed
-    assert (again.pop("parallel"), first.pop("parallel")) == (2, 4) and again == first
+    assert (again.pop("parallel"), first.pop("parallel")) == (2, 4)
+    assert again.pop("runTools") == "shown" and "runTools" not in first and again == first
     assert again["iterations"] // 2 == 4  # four generations of two
+
+
+def test_run_tools_shown_reaches_every_arms_recording_and_the_first_comparisons_specs_stay_as_they_were(
+        tmp_path: Path) -> None:
+    proc = specs(COMPARISON.parent / "comparison-h200-generations.yaml", tmp_path / "pcg")
+    assert proc.returncode == 0, proc.stderr
+    docs = {p.stem: yaml.safe_load(p.read_text()) for p in (tmp_path / "pcg").glob("*.yaml")}
+    assert len(docs) == 18 and all(d["spec"]["runTools"] == "shown" for d in docs.values())
+    assert load_recording(tmp_path / "pcg" / "pcg-none-s0.yaml").spec.run_tools == "shown"
+    # pc's kept recordings resume only under the spec they were made with: no new field in it.
+    proc = specs(COMPARISON, tmp_path / "pc")
+    assert proc.returncode == 0, proc.stderr
+    assert not any("runTools" in p.read_text() for p in (tmp_path / "pc").glob("*.yaml"))
+    import tarfile
+
+    from cudanalyst.recording import CHANGEABLE, recorded_spec
+
+    kept = ROOT / "docs" / "results" / "policy-2026-12-04" / "recordings" / "pc-random-s1.tar.xz"
+    with tarfile.open(kept) as tar:
+        spec_json = json.load(tar.extractfile("pc-random-s1/spec.json"))  # type: ignore[arg-type]
+    ours = recorded_spec(load_recording(tmp_path / "pc" / "pc-random-s1.yaml"))
+    assert {k: v for k, v in spec_json["spec"].items() if k not in CHANGEABLE.values()} == ours  # prepare_store's
 
 
 @pytest.mark.parametrize("change, said", [

@@ -325,9 +325,9 @@ def test_recordings_on_one_machine_evaluate_a_source_once_even_at_the_same_momen
     baseline = get_task("conv2d").baseline_source
     real, started = evaluator._evaluate, threading.Barrier(2)
 
-    def slow(*args: object) -> object:  # the tools take a while: the other evaluator asks meanwhile
+    def slow(*args: object, **kwargs: object) -> object:  # the tools take a while: the other evaluator asks meanwhile
         time.sleep(0.5)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(evaluator, "_evaluate", slow)
     results: list[object] = []
@@ -353,6 +353,52 @@ def test_recordings_on_one_machine_evaluate_a_source_once_even_at_the_same_momen
     evaluator.evaluate_source(baseline, "conv2d", evaluation={"trials": 7})
     assert json.loads(log.read_text().splitlines()[-1])["repeat"] is False
     assert len(list((tmp_path / "shared").glob("*.json"))) == 2
+
+
+@needs_nvcc
+def test_under_run_tools_shown_only_the_reports_a_state_shows_are_made_and_a_shared_evaluation_is_completed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A policy arm's recorder (runTools: shown) makes only the reports its program's state shows: no stand-in for the
+    # others, and the log says which it answered with. The `all` arm on the same machine, asking for the same source,
+    # gets the missing reports made and kept beside the first ones; the policy arm asking again is a repeat answered
+    # from them, still without what it withholds.
+    from cudanalyst.api.policy import ComponentRule, PolicySpec, StateRule
+    from cudanalyst.runner.record import evaluator, gate
+    from cudanalyst.tasks import get_task
+
+    rules = {"broken": ["debugger", "profiler"], "unverified": ["analyzer"]}  # withheld, per state
+    policy = PolicySpec(states={s: StateRule(components=[ComponentRule(component=c, show=False) for c in cs])
+                                for s, cs in rules.items()})
+    settings = gate.GateSettings(policy=policy, gating="policy", seed=0, log_path=str(tmp_path / "g.jsonl"),
+                                 coder_url="", coder_model="", run_tools="shown")
+    (tmp_path / "gating.json").write_text(settings.to_json())
+    monkeypatch.setenv(gate.ENV, str(tmp_path / "gating.json"))
+    monkeypatch.setenv(evaluator.SHARED_ENV, str(tmp_path / "shared"))
+    monkeypatch.delenv(evaluator.EVALUATED_ENV, raising=False)
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv(evaluator.EVALUATIONS_ENV, str(log))
+    baseline = get_task("conv2d").baseline_source
+
+    broken = evaluator.evaluate_source("this is not CUDA", "conv2d")
+    assert set(broken.artifacts) == {"analyzer"} and broken.metrics["compiled"] == 0.0
+    gated = evaluator.evaluate_source(baseline, "conv2d")  # compiles, no GPU: unverified
+    assert set(gated.artifacts) == {"debugger", "profiler"}
+    assert not any("not run" in text.lower() and "policy" in text.lower() for text in gated.artifacts.values())
+
+    monkeypatch.delenv(gate.ENV)  # the `all` arm: no policy
+    full = evaluator.evaluate_source(baseline, "conv2d")
+    assert set(full.artifacts) == {"debugger", "analyzer", "profiler"} and full.metrics == gated.metrics
+    assert full.artifacts["debugger"] == gated.artifacts["debugger"]  # the first evaluation's reports are kept
+    monkeypatch.setenv(gate.ENV, str(tmp_path / "gating.json"))
+    again = evaluator.evaluate_source(baseline, "conv2d")
+    assert (again.metrics, again.artifacts) == (gated.metrics, gated.artifacts)
+
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [(x["compiled"], x["repeat"], x["reports"]) for x in lines] == [
+        (False, False, ["analyzer"]), (True, False, ["debugger", "profiler"]),
+        (True, False, ["analyzer", "debugger", "profiler"]), (True, True, ["debugger", "profiler"])]
+    stored = [json.loads(f.read_text()) for f in (tmp_path / "shared").glob("*.json")]
+    assert sorted(tuple(d["reports"]) for d in stored) == [("analyzer",), ("analyzer", "debugger", "profiler")]
 
 
 def test_the_fitness_orders_fail_built_correct_and_faster() -> None:

@@ -5,7 +5,7 @@ Arms (each a TrajectoryRecording per seed over the same held-out tasks, iteratio
   all       every report shown raw: today's recorder (no policy)
   none      every report withheld in every state
   learned   the learned policy
-  random    the learned policy's number of withheld components per state, drawn at random per iteration
+  random    the learned policy's number of withheld components per state, drawn at random per parent program
   split     every report shown, a planner (the large model) writes a plan, the small model writes the code
   small     every report shown, the small model alone (the split's own baseline: the paper compares the split with
             the planner model alone, which is `all`)
@@ -70,6 +70,9 @@ class ComparisonSpec(Model):
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec,
                                        description="How `measure` re-verifies and re-times (the AttributionRun's).")
     output: str = Field("/tmp/runs", description="The recordings' output.uri.")
+    run_tools: Literal["all", "shown"] = Field(
+        "all", description="Each recording's spec.runTools. shown: an arm runs only the tools whose reports its "
+        "prompts show (none runs no tool), so each arm's tool GPU seconds are what that agent would spend.")
     shared_servers: SharedServers | None = Field(
         None, description="Absent: each recording serves its own model(s). Set: `scripts/serve_models.py` serves "
         "large and small once on these ports and every recording is pointed at them (serve: endpoint).")
@@ -170,6 +173,8 @@ def recordings(spec: ComparisonSpec, learned: Any) -> dict[str, dict[str, Any]]:
                 body["policy"] = policy
             if arm == "random":
                 body["gating"] = "random"
+            if spec.run_tools != "all":  # only when set: the specs of comparisons before the field stay as they were
+                body["runTools"] = spec.run_tools
             if arm == "split":
                 body["planner"] = models["large"]
             name = recording_name(spec, arm, seed)

@@ -7,7 +7,10 @@ Used by the recorder (runner.record.gate), which renders what is shown into the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+import random
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -77,6 +80,41 @@ def withheld_count(policy: PolicySpec, state: str) -> int:
     return sum(1 for p in policy.players if not policy.rule(state, p).show)
 
 
+def program_key(source: str) -> str:
+    """A program's identity for the random control's draw: its source's digest, line ends as OpenEvolve's evaluator
+    reads them back from the file it writes (universal newlines), so the evaluation and the prompt agree."""
+    return hashlib.sha256(re.sub(r"\r\n?", "\n", source).encode()).hexdigest()
+
+
+def withheld_components(policy: PolicySpec, state: str, gating: str = "policy", seed: int = 0,
+                        source: str = "") -> frozenset[str]:
+    """The policy's components a program in this state does not show. `random` (the control): as many as the policy
+    withholds in this state, drawn among its players, seeded by the recording's seed and the program itself: the
+    evaluator (which leaves their tools unrun under `runTools: shown`) and the prompt of every child of the program
+    draw the same."""
+    if gating == "random":
+        players = sorted(policy.players)
+        k = min(withheld_count(policy, state), len(players))
+        return frozenset(random.Random(f"{seed}:{program_key(source)}").sample(players, k))
+    return frozenset(p for p in policy.players if not policy.rule(state, p).show)
+
+
+def decisions(policy: PolicySpec, state: str, artifacts: Mapping[str, Any], gating: str = "policy", seed: int = 0,
+              source: str = "", not_run: Collection[str] = ()) -> list[Decision]:
+    """One decision per artifact (the policy's rule, or the random control's draw), then one per component whose
+    tool was not run for this program (`not_run`: withheld, there is no report to show)."""
+    if gating == "random":
+        drop = withheld_components(policy, state, gating, seed, source)
+        why = f"{state}: random control, {len(drop)} of {len(policy.players)} withheld"
+        out = [Decision(a, a, a not in drop, "raw", why) if a in policy.players
+               else Decision(a, None, True, "raw", "not a component the policy speaks of") for a in artifacts]
+    else:
+        out = gate(policy, state, artifacts)
+    out += [Decision(c, c, False, "raw", f"{state}: withheld; its tool was not run for this program (runTools: shown)")
+            for c in sorted(not_run) if c not in artifacts]
+    return out
+
+
 def read_gating_log(text: str) -> list[dict[str, Any]]:
     """The recorder's per-iteration gating log (runner.record.gate): one JSON object a line."""
     import json
@@ -86,7 +124,8 @@ def read_gating_log(text: str) -> list[dict[str, Any]]:
 
 def gating_lines(store: Any, tasks: Sequence[str]) -> list[str]:
     """Per task, what the gate did over the recording: iterations by parent state, each component's times shown
-    and withheld, and the prompt tokens it saved (`store`: the recording's folder)."""
+    and withheld (and of those, never made: `runTools: shown`), and the prompt tokens it saved (`store`: the
+    recording's folder)."""
     from collections import Counter
 
     lines = []
@@ -99,12 +138,15 @@ def gating_lines(store: Any, tasks: Sequence[str]) -> list[str]:
         states = Counter(r["state"] for r in records)
         shown = Counter(a for r in records for a in r["shown"])
         withheld = Counter(a for r in records for a in r["withheld"])
+        unrun = Counter(a for r in records for a in r.get("notRun", []))  # runTools: shown
         saved = sum(int(r.get("savedTokens", 0)) for r in records)
         exact = all(r.get("tokensExact") for r in records)
         names = sorted(set(shown) | set(withheld))
+        counts = [f"{a} shown {shown[a]}/withheld {withheld[a]}" + (f" (not run {unrun[a]})" if unrun[a] else "")
+                  for a in names]
         lines.append(
             f"gating {task}: {len(records)} prompts (parents {', '.join(f'{s} {n}' for s, n in sorted(states.items()))}"
-            f"); {', '.join(f'{a} shown {shown[a]}/withheld {withheld[a]}' for a in names) or 'no reports'}; "
+            f"); {', '.join(counts) or 'no reports'}; "
             f"{saved} prompt tokens saved{'' if exact else ' (estimated: the server has no /tokenize)'}"
             f" -> {store.uri_of(key)}")
     return lines

@@ -91,10 +91,10 @@ def recorded_spec(rec: TrajectoryRecording) -> dict[str, Any]:
     """The spec fields that decide what is recorded (CHANGEABLE's may change between passes)."""
     dumped = rec.spec.model_dump(by_alias=True, mode="json", exclude=set(CHANGEABLE))
     # Absent when unused, so a recording made before the field existed still matches its spec.json: `search` at
-    # its defaults (issue 29), no gating (issue 30).
+    # its defaults (issue 29), no gating (issue 30), every tool run (runTools).
     if rec.spec.search == type(rec.spec.search)():
         dumped.pop("search", None)
-    for key, default in (("policy", None), ("planner", None), ("gating", "policy")):
+    for key, default in (("policy", None), ("planner", None), ("gating", "policy"), ("runTools", "all")):
         if dumped.get(key) == default:
             dumped.pop(key, None)
     return dumped

@@ -40,3 +40,33 @@ def test_a_program_that_builds_but_computes_nothing_scores_built_only() -> None:
     assert (m["compiled"], m["contract"], m["correct"]) == (1.0, 1.0, 0.0), m
     assert m["combined_score"] == evaluator.BUILT, m
     assert "Status: compiled" in res.artifacts["debugger"]
+
+
+def test_under_run_tools_shown_a_withheld_report_s_gpu_tool_does_not_run(tmp_path, monkeypatch) -> None:
+    # A policy that withholds the profiler from correct programs and the debugger from wrong ones: the correct
+    # baseline's evaluation runs compute-sanitizer and not Nsight Compute; the wrong program's the reverse.
+    import json
+
+    from cudanalyst.api.policy import ComponentRule, PolicySpec, StateRule
+    from cudanalyst.runner.record import gate
+
+    policy = PolicySpec(states={
+        "correct": StateRule(components=[ComponentRule(component="profiler", show=False)]),
+        "fast": StateRule(components=[ComponentRule(component="profiler", show=False)]),
+        "wrong": StateRule(components=[ComponentRule(component="debugger", show=False)])})
+    settings = gate.GateSettings(policy=policy, gating="policy", seed=0, log_path=str(tmp_path / "g.jsonl"),
+                                 coder_url="", coder_model="", run_tools="shown")
+    (tmp_path / "gating.json").write_text(settings.to_json())
+    monkeypatch.setenv(gate.ENV, str(tmp_path / "gating.json"))
+    monkeypatch.setenv(evaluator.EVALUATIONS_ENV, str(tmp_path / "log.jsonl"))
+    monkeypatch.delenv(evaluator.SHARED_ENV, raising=False)
+    monkeypatch.delenv(evaluator.EVALUATED_ENV, raising=False)
+    source = get_task("gemm").baseline_source
+    good = evaluator.evaluate_source(source, "gemm", SETTINGS, gpu=True)
+    assert good.metrics["correct"] == 1.0 and set(good.artifacts) == {"debugger", "analyzer"}
+    wrong = evaluator.evaluate_source(re.sub(r"(__global__[^{]*\{)", r"\1 return;", source), "gemm", SETTINGS,
+                                      gpu=True)
+    assert wrong.metrics["correct"] == 0.0 and set(wrong.artifacts) == {"analyzer", "profiler"}
+    first, second = [json.loads(x)["tools"] for x in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert first["nsight-compute"]["status"] == "not-run" and first["compute-sanitizer"]["status"] != "not-run"
+    assert second["compute-sanitizer"]["status"] == "not-run" and second["nsight-compute"]["status"] != "not-run"

@@ -243,3 +243,38 @@ def test_a_gated_recording_leaves_out_what_its_policy_withholds(tmp_path: Path, 
         assert e["ungatedPromptTokens"] - e["promptTokens"] == e["savedTokens"]
         assert e["planner"] == "tiny" and e["plannerCompletionTokens"] > 0
     assert f"{sum(e['savedTokens'] for e in log)} prompt tokens saved" in console
+
+
+def test_a_recording_that_runs_only_the_shown_tools_never_makes_the_withheld_reports(
+        tmp_path: Path, vllm_server: Any) -> None:
+    """Issue 30, `spec.runTools: shown`: the policy withholds the analyzer and the profiler from broken and unchecked
+    parents (every program here: no GPU, and the tiny model writes no CUDA), so OpenEvolve's evaluator processes make
+    only the debugger's report: the trajectory holds no other, no prompt shows another or a stand-in, each evaluation
+    is logged with the reports it made, and the gate logs the two as never run."""
+    model = {"serve": "endpoint", "endpoint": vllm_server.endpoint.base_url, "model": "tiny"}
+    out = tmp_path / "recordings"
+    path = recording(tmp_path, "rec-shown", model, str(out), 1, runTools="shown")
+    withhold = [{"component": c, "show": False, "reason": "test"} for c in ("analyzer", "profiler")]
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump({
+        "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "FeedbackPolicy", "metadata": {"name": "withhold"},
+        "spec": {"states": {"broken": {"components": withhold}, "unverified": {"components": withhold}}}}))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "cudanalyst", "record", str(path), "--policy", str(policy_file)],
+                          text=True, capture_output=True, timeout=1800, env={**os.environ, "TMPDIR": str(work)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    programs = load_trajectory((out / "rec-shown" / "trajectory").as_uri() + "/").programs
+    assert len(programs) >= 2 and any(p.parent_id for p in programs)
+    for p in programs:
+        assert set(p.feedback) == {"debugger"}, p.program_id  # the two others were never made
+        if p.parent_id:
+            assert "### debugger" in p.context.prompt
+            assert "### analyzer" not in p.context.prompt and "### profiler" not in p.context.prompt
+    task = out / "rec-shown" / "openevolve" / "conv2d"
+    evaluations = [json.loads(x) for log in sorted((task / "evaluations").glob("*.jsonl"))
+                   for x in log.read_text().splitlines() if x.strip()]
+    assert evaluations and all(e["reports"] == ["debugger"] for e in evaluations)
+    log = [json.loads(line) for line in (task / "gating.jsonl").read_text().splitlines()]
+    assert log and all(e["notRun"] == ["analyzer", "profiler"] and e["shown"] == ["debugger"] for e in log)

@@ -101,8 +101,14 @@ class RecordingSpec(Model):
         "--policy FILE` puts it here): per parent program state, which reports the child's prompt shows and in "
         "which form, and whether a planner writes a plan first. Unset: every report shown raw (ungated).")
     gating: Literal["policy", "random"] = Field(
-        "policy", description="policy: withhold what the policy withholds; random (the control): per iteration, "
-        "the same number of components, drawn at random.")
+        "policy", description="policy: withhold what the policy withholds; random (the control): per parent "
+        "program, the same number of components, drawn at random (seeded by spec.seed and the program's source).")
+    run_tools: Literal["all", "shown"] = Field(
+        "all", description="all: every feedback tool runs on every program, whatever its children's prompts show "
+        "(the checkpoints hold every report). shown: with a policy, a tool runs on a program only when the policy "
+        "(or the random control's draw) shows its report in the program's state; the others are not run and their "
+        "reports are absent from the checkpoints, so the recording costs what the gated agent would (Nsight Compute "
+        "is most of an evaluation's GPU time). Without a policy every report is shown, so every tool runs.")
     planner: ModelSpec | None = Field(
         None, description="The model that writes a plan before each child when the policy names a planner "
         "(policy.models.planner); served like `model`.")

@@ -21,19 +21,23 @@ from typing import Any
 
 from openevolve.evaluation_result import EvaluationResult
 
+from cudanalyst import players
 from cudanalyst.runner.kernels.feedback.reports import all_reports, program_facts
 from cudanalyst.runner.kernels.timing.trials import speedup
 from cudanalyst.runner.kernels.workers.requests import EvalSettings
 from cudanalyst.runner.record import gate
 from cudanalyst.tasks import get_task
 from cudanalyst.tasks.conformance import contract_problems
-from cudanalyst.trajectory.toolruns import TOOL_NAMES, ToolRun
+from cudanalyst.trajectory.toolruns import HOST_PLAYER, TOOL_NAMES, ToolRun
 
 # combined_score, the fitness OpenEvolve selects by (docs/decisions.md): a program that does not build or
 # breaks the task's contract scores 0; one that builds but is not shown correct (wrong, or no GPU to tell)
 # BUILT; a correct one CORRECT plus up to (1 - CORRECT) by its speedup over the task baseline, s / (1 + s).
 BUILT = 0.1
 CORRECT = 0.5
+
+# Every registered tool's report (artifact) name: what an evaluation makes unless a policy leaves some unrun.
+REPORTS = frozenset(t.name for t in players.TOOLS)
 
 # OpenEvolve's workers load this file before they build a prompt: a recording with a policy gates the reports there.
 gate.install_from_env()
@@ -78,35 +82,60 @@ def combined_score(built: bool, correct: bool | None, ratio: float | None) -> fl
 
 def evaluate_source(source: str, task: str, evaluation: dict[str, Any] | None = None,
                     gpu: bool = False) -> EvaluationResult:
-    """Metrics (numbers only, as OpenEvolve wants) and the three reports of one program."""
+    """Metrics (numbers only, as OpenEvolve wants) and the reports of one program: all three, or under a policy's
+    `runTools: shown` those its state shows (gate.not_run). A stored evaluation of the same source answers when it
+    holds every report wanted; one that lacks some gets them made now and kept beside the rest."""
     started = time.monotonic()
+    settings = gate.current()
     stored = evaluated_path(source, task, evaluation, gpu)
     shared_folder = os.environ.get(SHARED_ENV)
     shared = evaluated_path(source, task, evaluation, gpu, shared_folder) if shared_folder else None
     with _claimed(shared):
         done = next((json.loads(p.read_text()) for p in (stored, shared) if p is not None and p.exists()), None)
+        missing: set[str] | None = None
         if done is not None:
-            if stored is not None and not stored.exists():
-                _write_whole(stored, done)  # into this recording's store too, with the rest of its evaluations
-            log_evaluation(task, source, time.monotonic() - started, done["compiled"], done["tools"], repeat=True)
-            return EvaluationResult(metrics=done["metrics"], artifacts=done["artifacts"])
-        result, done = _evaluate(source, task, evaluation, gpu, started)
+            wanted = REPORTS - gate.not_run(settings, done["metrics"], source)
+            missing = wanted - set(done.get("reports", REPORTS))
+            if not missing:
+                if stored is not None and not stored.exists():
+                    _write_whole(stored, done)  # into this recording's store too, with the rest of its evaluations
+                log_evaluation(task, source, time.monotonic() - started, done["compiled"], tools_of(done, wanted),
+                               repeat=True, reports=wanted)
+                return answer(done, wanted)
+        fresh = _evaluate(source, task, evaluation, gpu, settings, only=missing)
+        if done is not None:  # the stored metrics stay (the state they gave chose `missing`); the new reports join
+            fresh = {**done, "artifacts": {**done["artifacts"], **fresh["artifacts"]},
+                     "tools": {**done["tools"], **{t: r for t, r in fresh["tools"].items()
+                                                   if HOST_PLAYER[t] in fresh["reports"]}},
+                     "reports": sorted(set(done.get("reports", REPORTS)) | set(fresh["reports"]))}
+        wanted = REPORTS - gate.not_run(settings, fresh["metrics"], source)
+        log_evaluation(task, source, time.monotonic() - started, fresh["compiled"], tools_of(fresh, wanted),
+                       reports=wanted)
         for path in (stored, shared):
             if path is not None:
-                _write_whole(path, done)
-    return result
+                _write_whole(path, fresh)
+    return answer(fresh, wanted)
 
 
-def _evaluate(source: str, task: str, evaluation: dict[str, Any] | None, gpu: bool,
-              started: float) -> tuple[EvaluationResult, dict[str, Any]]:
+def answer(done: dict[str, Any], wanted: set[str] | frozenset[str]) -> EvaluationResult:
+    """OpenEvolve's result: the metrics and the wanted reports (a report left unrun is absent, never a stand-in)."""
+    return EvaluationResult(metrics=done["metrics"],
+                            artifacts={k: v for k, v in done["artifacts"].items() if k in wanted or k not in REPORTS})
+
+
+def tools_of(done: dict[str, Any], wanted: set[str] | frozenset[str]) -> dict[str, Any]:
+    """How each GPU tool ran for the wanted reports: a tool whose report is not wanted did not run for them."""
+    return {t: run if HOST_PLAYER[t] in wanted else {"status": "not-run", "cause": None, "timings": False}
+            for t, run in done["tools"].items()}
+
+
+def _evaluate(source: str, task: str, evaluation: dict[str, Any] | None, gpu: bool, settings: gate.GateSettings | None,
+              only: set[str] | None = None) -> dict[str, Any]:
+    """One evaluation, as stored: metrics, the reports made (`only` these, else the ones the program's state wants),
+    whether it compiled and how each GPU tool ran."""
     cfg = EvalSettings.of(evaluation)
     spec = get_task(task)
     facts = program_facts(spec, source, cfg, gpu=gpu, pool=_gpu_pool() if gpu else None)
-    reports = all_reports(facts)
-    tools = {name: facts.tools.get(name, ToolRun(status="not-run")).model_dump(by_alias=True, mode="json",
-                                                                                exclude={"detail"})
-             for name in TOOL_NAMES}
-    log_evaluation(task, source, time.monotonic() - started, bool(facts.compiled.ok), tools)
     contract_ok = not contract_problems(spec, source)
     built = facts.compiled.ok and contract_ok
     metrics: dict[str, float] = {
@@ -125,8 +154,14 @@ def _evaluate(source: str, task: str, evaluation: dict[str, Any] | None, gpu: bo
         if ratio is not None:
             metrics["speedup"] = round(ratio, 4)
     metrics["combined_score"] = round(combined_score(built, correct, ratio), 6)
-    done = {"metrics": metrics, "artifacts": reports, "compiled": bool(facts.compiled.ok), "tools": tools}
-    return EvaluationResult(metrics=metrics, artifacts=reports), done
+    # The state comes from these metrics, so the reports it wants are known only now.
+    wanted = only if only is not None else REPORTS - gate.not_run(settings, metrics, source)
+    reports = all_reports(facts, only=wanted)
+    tools = {name: facts.tools.get(name, ToolRun(status="not-run")).model_dump(by_alias=True, mode="json",
+                                                                                exclude={"detail"})
+             for name in TOOL_NAMES}
+    return {"metrics": metrics, "artifacts": reports, "compiled": bool(facts.compiled.ok), "tools": tools,
+            "reports": sorted(wanted)}
 
 
 def _write_whole(path: Path, done: dict[str, Any]) -> None:
@@ -165,14 +200,15 @@ def evaluated_path(source: str, task: str, evaluation: dict[str, Any] | None, gp
 
 
 def log_evaluation(task: str, source: str, seconds: float, compiled: bool, tools: dict[str, Any],
-                   repeat: bool = False) -> None:
+                   repeat: bool = False, reports: set[str] | frozenset[str] = REPORTS) -> None:
     """One line in the evaluations' log, when the recorder named one. A repeat took its result from the first
-    evaluation of the same source; its tools' seconds are that one's."""
+    evaluation of the same source; its tools' seconds are that one's. `reports`: the ones this evaluation answered
+    with (fewer than all under `runTools: shown`)."""
     path = os.environ.get(EVALUATIONS_ENV)
     if not path:
         return
     line = {"task": task, "sha256": hashlib.sha256(source.encode()).hexdigest()[:16], "seconds": round(seconds, 3),
-            "compiled": compiled, "repeat": repeat, "pid": os.getpid(), "tools": tools}
+            "compiled": compiled, "repeat": repeat, "pid": os.getpid(), "tools": tools, "reports": sorted(reports)}
     with open(path, "a") as f:  # one write per line, appended: OpenEvolve's workers share the file
         f.write(json.dumps(line) + "\n")
 

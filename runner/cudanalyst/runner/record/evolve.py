@@ -223,7 +223,7 @@ def gating_settings(rec: TrajectoryRecording, workdir: Path, endpoint: str, serv
     url, name = planner if planner and spec.policy.models.planner else ("", "")
     return GateSettings(policy=spec.policy, gating=spec.gating, seed=spec.seed, log_path=str(workdir / GATING_LOG),
                         coder_url=endpoint, coder_model=served, planner_url=url, planner_model=name,
-                        max_tokens=spec.max_tokens, temperature=spec.temperature)
+                        max_tokens=spec.max_tokens, temperature=spec.temperature, run_tools=spec.run_tools)
 
 
 def restore_gating_log(store: ObjectStore, local: Path, done: int) -> None:

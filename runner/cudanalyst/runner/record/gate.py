@@ -4,12 +4,15 @@ OpenEvolve renders a parent's artifacts (our three reports) into its child's pro
 inside its worker processes. `install_from_env` wraps that method in every process that loads our evaluation file
 (OpenEvolve's workers do, before they build a prompt): the parent's state comes from its own metrics
 (cudanalyst.gating.program_state), each report is shown raw, summarised or withheld as the policy says (or, the
-control, the same number withheld at random), and when the policy names a planner its plan is asked for on the
-gated prompt and put under the coder's prompt. Each iteration's decisions, the prompt tokens the gating saved
+control, the same number withheld at random, drawn per parent program), and when the policy names a planner its plan
+is asked for on the gated prompt and put under the coder's prompt. Each iteration's decisions, the prompt tokens the gating saved
 (the ungated prompt's count minus the gated one's, by the served model's tokenizer) and the planner's tokens are
 appended as one JSON line to the gating log, and go with the prompt (key `gating`) into the checkpoint.
 
-The settings reach the workers through one environment variable naming a JSON file (evolve.py writes it).
+The settings reach the workers through one environment variable naming a JSON file (evolve.py writes it); the
+evaluator reads them too (`current`): under `runTools: shown` it runs only the tools whose reports the program's
+state shows, and the gate logs the others as `notRun` (their reports were never made, so `savedTokens` leaves
+them out).
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudanalyst import players
 from cudanalyst.api.policy import PolicySpec
-from cudanalyst.gating import Decision, gate, program_state, withheld_count
+from cudanalyst.gating import decisions, program_state, withheld_components
 
 ENV = "CUDANALYST_RECORD_GATING"
 CHARS_PER_TOKEN = 4  # only when the server has no /tokenize (a hosted endpoint): the count says "estimated"
@@ -42,6 +45,7 @@ class GateSettings:
     planner_model: str = ""
     max_tokens: int = 512
     temperature: float = 0.8
+    run_tools: str = "all"  # all | shown (RecordingSpec.run_tools)
 
     def to_json(self) -> str:
         return json.dumps({**self.__dict__, "policy": self.policy.model_dump(by_alias=True, mode="json")})
@@ -52,16 +56,27 @@ class GateSettings:
         return cls(**{**data, "policy": PolicySpec.model_validate(data["policy"])})
 
 
-def random_decisions(policy: PolicySpec, state: str, artifacts: dict[str, Any], seed: int,
-                     iteration: int) -> list[Decision]:
-    """The control: as many of the policy's components withheld as the policy withholds in this state, drawn at
-    random per iteration (seeded by the recording's seed and the iteration, so a resumed run draws the same)."""
-    k = withheld_count(policy, state)
-    present = [a for a in artifacts if a in policy.players]
-    drop = set(random.Random(seed * 1_000_003 + iteration).sample(present, min(k, len(present))))
-    return [Decision(a, a if a in policy.players else None, a not in drop, "raw",
-                     f"{state}: random control, {k} of {len(policy.players)} withheld" if a in policy.players
-                     else "not a component the policy speaks of") for a in artifacts]
+def not_run(s: GateSettings | None, metrics: dict[str, Any], source: str) -> frozenset[str]:
+    """The feedback tools the evaluator leaves unrun for this program: under `runTools: shown`, those whose report its
+    state withholds (the rule, or the random control's draw for this program); none otherwise."""
+    if s is None or s.run_tools != "shown":
+        return frozenset()
+    withheld = withheld_components(s.policy, program_state(metrics)[0], s.gating, s.seed, source)
+    return withheld & {t.name for t in players.TOOLS}
+
+
+_current: tuple[str, GateSettings] | None = None
+
+
+def current() -> GateSettings | None:
+    """This process's settings (the file ENV names), or None: no policy."""
+    global _current
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    if _current is None or _current[0] != path:
+        _current = (path, GateSettings.from_json(Path(path).read_text()))
+    return _current[1]
 
 
 # ---- the model calls --------------------------------------------------------------------------------------
@@ -125,12 +140,14 @@ def gated_prompt(s: GateSettings, build: Any, kwargs: dict[str, Any]) -> dict[st
     """`build(**kwargs)` (OpenEvolve's build_prompt, bound) with the parent's reports gated; adds `gating`."""
     artifacts = dict(kwargs.get("program_artifacts") or {})
     iteration = int(kwargs.get("evolution_round") or 0)
-    state, why = program_state(kwargs.get("program_metrics") or {})
-    decisions = (random_decisions(s.policy, state, artifacts, s.seed, iteration) if s.gating == "random"
-                 else gate(s.policy, state, artifacts))
+    metrics = kwargs.get("program_metrics") or {}
+    source = str(kwargs.get("current_program") or "")
+    state, why = program_state(metrics)
+    unrun = sorted(c for c in not_run(s, metrics, source) if c not in artifacts)
+    made = decisions(s.policy, state, artifacts, s.gating, s.seed, source, unrun)
     shown: dict[str, Any] = {}
-    for d in decisions:
-        if d.shown:
+    for d in made:
+        if d.shown and d.artifact in artifacts:
             text = artifacts[d.artifact]
             if d.form == "summary" and d.component is not None:
                 text = summarize(s, d.component, text if isinstance(text, str) else text.decode(errors="replace"),
@@ -142,8 +159,9 @@ def gated_prompt(s: GateSettings, build: Any, kwargs: dict[str, Any]) -> dict[st
     gated_tokens, exact2 = count_tokens(s.coder_url, s.coder_model, prompt["user"])
     record: dict[str, Any] = {
         "iteration": iteration, "state": state, "why": why, "gating": s.gating,
-        "decisions": [d.to_dict() for d in decisions],
-        "shown": [d.artifact for d in decisions if d.shown], "withheld": [d.artifact for d in decisions if not d.shown],
+        "decisions": [d.to_dict() for d in made],
+        "shown": [d.artifact for d in made if d.shown], "withheld": [d.artifact for d in made if not d.shown],
+        "notRun": unrun,
         "promptTokens": gated_tokens, "ungatedPromptTokens": full_tokens, "savedTokens": full_tokens - gated_tokens,
         "tokensExact": exact and exact2,
     }

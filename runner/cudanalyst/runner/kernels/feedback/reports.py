@@ -15,7 +15,7 @@ import importlib
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,13 +132,14 @@ def reporter(tool: players.FeedbackTool) -> Callable[[ProgramFacts], str]:
     return getattr(importlib.import_module(module), attr)
 
 
-def all_reports(facts: ProgramFacts) -> dict[str, str]:
-    """Every registered tool's report by name, the tools side by side. One after the other, an evaluation waited
+def all_reports(facts: ProgramFacts, only: Collection[str] | None = None) -> dict[str, str]:
+    """Every registered tool's report by name (`only` these: the recorder under a policy's `runTools: shown`; the
+    others are not made, and their GPU tools not run), the tools side by side. One after the other, an evaluation waited
     for Nsight Compute's one slot only once compute-sanitizer was done (H200, 2026-12-02: sanitizer 24 s, then the
     wait for ncu 97 s, a compiled program's evaluation 162 s, median); each tool still takes its own queue's slot
     (gpu_queue), so running them together adds no GPU load that other programs' tools did not already add."""
     with ThreadPoolExecutor(max_workers=len(players.TOOLS), thread_name_prefix="report") as tools:
-        running = {t.name: tools.submit(reporter(t), facts) for t in players.TOOLS}
+        running = {t.name: tools.submit(reporter(t), facts) for t in players.TOOLS if only is None or t.name in only}
     return {name: future.result() for name, future in running.items()}
 
 
