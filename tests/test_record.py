@@ -362,17 +362,12 @@ def test_under_run_tools_shown_only_the_reports_a_state_shows_are_made_and_a_sha
     # others, and the log says which it answered with. The `all` arm on the same machine, asking for the same source,
     # gets the missing reports made and kept beside the first ones; the policy arm asking again is a repeat answered
     # from them, still without what it withholds.
-    from cudanalyst.api.policy import ComponentRule, PolicySpec, StateRule
+    from gate_support import shown_tools_only
+
     from cudanalyst.runner.record import evaluator, gate
     from cudanalyst.tasks import get_task
 
-    rules = {"broken": ["debugger", "profiler"], "unverified": ["analyzer"]}  # withheld, per state
-    policy = PolicySpec(states={s: StateRule(components=[ComponentRule(component=c, show=False) for c in cs])
-                                for s, cs in rules.items()})
-    settings = gate.GateSettings(policy=policy, gating="policy", seed=0, log_path=str(tmp_path / "g.jsonl"),
-                                 coder_url="", coder_model="", run_tools="shown")
-    (tmp_path / "gating.json").write_text(settings.to_json())
-    monkeypatch.setenv(gate.ENV, str(tmp_path / "gating.json"))
+    settings = shown_tools_only(monkeypatch, tmp_path, {"broken": ["debugger", "profiler"], "unverified": ["analyzer"]})
     monkeypatch.setenv(evaluator.SHARED_ENV, str(tmp_path / "shared"))
     monkeypatch.delenv(evaluator.EVALUATED_ENV, raising=False)
     log = tmp_path / "log.jsonl"
@@ -389,7 +384,7 @@ def test_under_run_tools_shown_only_the_reports_a_state_shows_are_made_and_a_sha
     full = evaluator.evaluate_source(baseline, "conv2d")
     assert set(full.artifacts) == {"debugger", "analyzer", "profiler"} and full.metrics == gated.metrics
     assert full.artifacts["debugger"] == gated.artifacts["debugger"]  # the first evaluation's reports are kept
-    monkeypatch.setenv(gate.ENV, str(tmp_path / "gating.json"))
+    monkeypatch.setenv(gate.ENV, str(settings))
     again = evaluator.evaluate_source(baseline, "conv2d")
     assert (again.metrics, again.artifacts) == (gated.metrics, gated.artifacts)
 

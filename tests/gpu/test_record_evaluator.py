@@ -47,17 +47,9 @@ def test_under_run_tools_shown_a_withheld_report_s_gpu_tool_does_not_run(tmp_pat
     # baseline's evaluation runs compute-sanitizer and not Nsight Compute; the wrong program's the reverse.
     import json
 
-    from cudanalyst.api.policy import ComponentRule, PolicySpec, StateRule
-    from cudanalyst.runner.record import gate
+    from gate_support import shown_tools_only
 
-    policy = PolicySpec(states={
-        "correct": StateRule(components=[ComponentRule(component="profiler", show=False)]),
-        "fast": StateRule(components=[ComponentRule(component="profiler", show=False)]),
-        "wrong": StateRule(components=[ComponentRule(component="debugger", show=False)])})
-    settings = gate.GateSettings(policy=policy, gating="policy", seed=0, log_path=str(tmp_path / "g.jsonl"),
-                                 coder_url="", coder_model="", run_tools="shown")
-    (tmp_path / "gating.json").write_text(settings.to_json())
-    monkeypatch.setenv(gate.ENV, str(tmp_path / "gating.json"))
+    shown_tools_only(monkeypatch, tmp_path, {"correct": ["profiler"], "fast": ["profiler"], "wrong": ["debugger"]})
     monkeypatch.setenv(evaluator.EVALUATIONS_ENV, str(tmp_path / "log.jsonl"))
     monkeypatch.delenv(evaluator.SHARED_ENV, raising=False)
     monkeypatch.delenv(evaluator.EVALUATED_ENV, raising=False)
