@@ -211,6 +211,28 @@ def test_each_arm_gets_an_interval_over_tasks_and_seeds_and_a_paired_ratio_to_al
     assert "| learned | 6 | 5.657x" in page and "2.000x [2.000, 2.000]" in page
 
 
+def test_the_learned_policy_is_set_against_its_random_control_and_the_split_against_the_small_model() -> None:
+    # Paired by unit, as the ratio to all: learned is 1.5x random on task a and equal on b (seeds 0-1); split has
+    # seed 0 only, so it is paired with small on the units both have.
+    rows = []
+    for task, seed in (("a", 0), ("a", 1), ("b", 0), ("b", 1)):
+        for arm, s in (("all", 2.0), ("random", 2.0), ("learned", 3.0 if task == "a" else 2.0), ("small", 1.5)):
+            rows += [row(arm, task, seed, 0, speedup=1.0), row(arm, task, seed, 1, speedup=s)]
+        if seed == 0:
+            rows += [row("split", task, seed, 0, speedup=1.0), row("split", task, seed, 1, speedup=3.0)]
+    result = analyse(rows, [], iterations=8)
+    by = {(c["arm"], c["against"]): c["speedupRatio"] for c in result["contrasts"]}
+    assert set(by) == {("learned", "random"), ("split", "small")}
+    assert math.isclose(by[("learned", "random")]["value"], math.sqrt(1.5)) and by[("learned", "random")]["pairs"] == 4
+    assert by[("learned", "random")]["low"] < 1.0 < by[("learned", "random")]["high"]
+    assert math.isclose(by[("split", "small")]["value"], 2.0) and by[("split", "small")]["pairs"] == 2
+    page = readme(result, "t")
+    assert "learned against random 1.225x [" in page and "(4 units)" in page and "split against small 2.000x" in page
+    # Without the control there is nothing to set the policy against.
+    alone = analyse([r for r in rows if r["arm"] != "random"], [], iterations=8)
+    assert [(c["arm"], c["against"]) for c in alone["contrasts"]] == [("split", "small")]
+
+
 def test_one_unit_gives_a_value_without_an_interval() -> None:
     result = analyse([row("all", "a", 0, 0, speedup=1.0), row("all", "a", 0, 1, speedup=3.0)], [], 8)
     best = result["arms"][0]["bestSpeedup"]

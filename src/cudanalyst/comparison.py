@@ -32,6 +32,10 @@ ARMS = ("all", "none", "learned", "random", "split", "small")
 # recording's wall time shared by its tasks; and the GPU seconds its tools ran on its distinct compiled programs.
 USAGE = ("promptTokens", "completionTokens", "plannerTokens", "savedTokens", "gpuSeconds", "toolSeconds")
 REFERENCE = "all"
+# Besides each arm against `all`: the learned policy against its own control (does the attribution's choice of what
+# to withhold matter, or only how much is withheld?) and the split against the small model alone (does the plan help
+# the model that writes the code?). Each paired by unit, as the ratio to all.
+CONTRASTS = (("learned", "random"), ("split", "small"))
 ArmName = Literal["all", "none", "learned", "random", "split", "small"]
 
 
@@ -228,6 +232,15 @@ def best_speedups(programs: Iterable[Mapping[str, Any]], iterations: int) -> dic
     return best
 
 
+def paired_ratio(best: Mapping[tuple[str, str, int], float], arm: str, other: str, confidence: float
+                 ) -> dict[str, Any]:
+    """`arm`'s best speedup over `other`'s, unit by unit (the units both have): the geometric mean of the ratios
+    with a t-interval on the log scale, and the number of pairs."""
+    paired = [math.log(v) - math.log(best[(other, t, s)]) for (a, t, s), v in sorted(best.items())
+              if a == arm and (other, t, s) in best]
+    return {**_exp(t_interval(paired, confidence)), "pairs": len(paired)}
+
+
 def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, Any]], iterations: int,
             confidence: float = 0.95) -> dict[str, Any]:
     """Each arm's numbers with intervals over its units (task x seed). `programs`: one re-measured program a row
@@ -256,9 +269,7 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
                                "tasks": sorted({t for t, _ in units[a]}), "seeds": sorted({s for _, s in units[a]}),
                                "bestSpeedup": _exp(t_interval(logs, confidence))}
         if REFERENCE in arms and a != REFERENCE:
-            paired = [math.log(best[(a, t, s)]) - math.log(best[(REFERENCE, t, s)])
-                      for t, s in units[a] if (REFERENCE, t, s) in best]
-            row["speedupRatioToAll"] = {**_exp(t_interval(paired, confidence)), "pairs": len(paired)}
+            row["speedupRatioToAll"] = paired_ratio(best, a, REFERENCE, confidence)
         for metric in ("compiled", "pass"):
             per_unit = [sum(r) / len(r) for t, s in units[a] if (r := rates[(a, t, s)][metric])]
             row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence), 0.0, 1.0)
@@ -279,6 +290,8 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
         for k in USAGE:
             row[k] = _plain(t_interval([spent[(a, t, s)][k] for t, s in units[a]], confidence), 0.0)
         out["arms"].append(row)
+    out["contrasts"] = [{"arm": a, "against": b, "speedupRatio": paired_ratio(best, a, b, confidence)}
+                        for a, b in CONTRASTS if a in arms and b in arms]
     return out
 
 
@@ -327,6 +340,11 @@ def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
                      f"{_fmt(r['compiledRate'])} | {_fmt(r['passRate'])} | {_fmt(r['childRate'])} | "
                      f"{_fmt(r['compiledPerIteration'])} | {_fmt(r['promptTokens'], 0)} | "
                      f"{_fmt(r['savedTokens'], 0)} | {_fmt(r['gpuSeconds'], 0)} | {_fmt(r['toolSeconds'], 0)} |")
+    contrasts = [c for c in result.get("contrasts", []) if c["speedupRatio"]["pairs"]]
+    if contrasts:
+        lines += ["", "Paired by unit, as the ratio to all: " + "; ".join(
+            f"{c['arm']} against {c['against']} {_fmt(c['speedupRatio'], suffix='x')} ({c['speedupRatio']['pairs']} "
+            "units)" for c in contrasts) + "."]
     lines += ["", "Compile / pass rate along the iterations:", ""]
     for r in result["arms"]:
         lines.append(f"- {r['arm']}: " + ", ".join(f"{p['iteration']}: {p['compiled']:.2f}/{p['pass']:.2f}"
