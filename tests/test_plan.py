@@ -149,3 +149,23 @@ def test_openevolve_folder_is_planned_directly():
                                   "programsPerGeneration": 1, "tasks": ["gemm"]}
     plan = plan_run(parse_run(data))
     assert plan.programs and all(p.task == "gemm" for p in plan.programs)
+
+
+def test_a_recording_that_ran_only_the_shown_tools_is_not_replayed_as_if_its_tools_gave_no_report(tmp_path):
+    # runTools: shown leaves a withheld report unmade; replayed, the agent would read "(the profiler produced no
+    # report for this program)" where no tool was asked. The plan refuses it, naming the field and a program.
+    progs = programs()
+    progs[0] = progs[0].model_copy(update={"feedback": {"debugger": "ok", "analyzer": "regs 32"}})
+    (tmp_path / "programs.jsonl").write_text(dump_programs(progs))
+    shown = manifest_for(progs, source={"format": "openevolve", "recording": "pcg-none-s0", "runTools": "shown"})
+    (tmp_path / "trajectory.json").write_text(shown.model_dump_json(by_alias=True))
+    run = run_for(str(tmp_path), trajectory={"uri": str(tmp_path), "generations": [0, 10], "programsPerGeneration": 5})
+    with pytest.raises(PlanError, match=r"spec.players: 1 report\(s\) .*profiler of gemm program gemm-g0-p0.*"
+                                        r"pcg-none-s0.*runTools: shown"):
+        plan_run(run)
+    # The players whose reports were all made can still be attributed; and a missing report in any other
+    # trajectory is what its tool gave (none), replayed as such.
+    assert plan_run(run_for(str(tmp_path), players=["debugger", "analyzer"],
+                            trajectory={"uri": str(tmp_path), "generations": [0, 10], "programsPerGeneration": 5}))
+    (tmp_path / "trajectory.json").write_text(manifest_for(progs).model_dump_json(by_alias=True))
+    assert len(plan_run(run).programs) == 20

@@ -19,7 +19,14 @@ from cudanalyst.cache import models_cache
 from cudanalyst.plan import Plan, make_plan
 from cudanalyst.runfolder import run_store
 from cudanalyst.store import ObjectStore, S3Settings, StoreError, open_store
-from cudanalyst.trajectory import StratumDraw, TrajectoryError, freeze, freeze_strata, load_trajectory
+from cudanalyst.trajectory import (
+    FrozenProgram,
+    StratumDraw,
+    TrajectoryError,
+    freeze,
+    freeze_strata,
+    load_trajectory,
+)
 
 
 class PlanError(ValueError):
@@ -52,7 +59,25 @@ def plan_run(run: AttributionRun, s3: S3Settings | None = None) -> Plan:
         message = str(exc)
         # Name the field the user has to fix; freezing errors already do.
         raise PlanError(message if message.startswith("spec.") else f"spec.trajectory.uri: {message}") from None
+    unmade = unmade_reports(trajectory.manifest.source, programs, spec.players)
+    if unmade:
+        program, player = unmade[0]
+        raise PlanError(
+            f"spec.players: {len(unmade)} report(s) of the frozen programs were never made (e.g. {player} of "
+            f"{program.task} program {program.program_id}): the trajectory's recording "
+            f"({trajectory.manifest.source.get('recording', '?')}) ran only the tools its policy showed "
+            "(runTools: shown), and a replay would show the agent 'no report' where no tool was asked; attribute a "
+            "recording made with runTools: all, or leave those players out")
     return make_plan(run, programs, draws)
+
+
+def unmade_reports(source: dict[str, object], programs: list[FrozenProgram], players: list[str]
+                   ) -> list[tuple[FrozenProgram, str]]:
+    """(program, player) whose report the recorder never made: only a `runTools: shown` recording leaves one out on
+    purpose (elsewhere a missing report is what the tool gave: none)."""
+    if source.get("runTools") != "shown":
+        return []
+    return [(p, player) for p in programs for player in players if player not in p.feedback]
 
 
 def model_problems(run: AttributionRun, local_paths: bool, s3: S3Settings | None = None) -> list[str]:

@@ -216,13 +216,18 @@ def import_recording(rec: TrajectoryRecording, store: ObjectStore | None = None)
         sources[task] = provenance
     progress = {t.task: read_task_progress(store, t.task) for t in read_recording_progress(rec, store)}
     gpu = all(p.get("gpu") for p in progress.values())
+    # A policy's recording that ran only the shown tools lacks the others' reports: the plan must not replay those as
+    # reports a tool gave (planned_run.plan_run refuses them).
+    shown_only = rec.spec.run_tools == "shown" and rec.spec.policy is not None
     manifest = manifest_for(
         programs,
         description=f"Recorded by `cudanalyst record` ({rec.name}): OpenEvolve with {rec.spec.model.model or ''} "
         f"for {rec.spec.iterations} iterations per task; feedback is the artifacts each program's evaluation "
         f"returned, as its children's prompts showed them ("
-        + ("verified and timed on a GPU" if gpu else "compiled only: no GPU, so no timings or counters") + ").",
-        source={"format": "openevolve", "recording": rec.name, "gpu": gpu, "tasks": sources},
+        + ("verified and timed on a GPU" if gpu else "compiled only: no GPU, so no timings or counters") + ")"
+        + ("; only the reports its policy showed were made (runTools: shown)" if shown_only else "") + ".",
+        source={"format": "openevolve", "recording": rec.name, "gpu": gpu, "tasks": sources,
+                **({"runTools": "shown"} if shown_only else {})},
     )
     folder = store.child(TRAJECTORY_FOLDER)
     folder.put_bytes(PROGRAMS, dump_programs(programs).encode(), "application/x-ndjson")

@@ -278,3 +278,16 @@ def test_a_recording_that_runs_only_the_shown_tools_never_makes_the_withheld_rep
     assert evaluations and all(e["reports"] == ["debugger"] for e in evaluations)
     log = [json.loads(line) for line in (task / "gating.jsonl").read_text().splitlines()]
     assert log and all(e["notRun"] == ["analyzer", "profiler"] and e["shown"] == ["debugger"] for e in log)
+    # An attribution over it would replay "no report" where no tool was asked: the plan refuses it, exit 2's error.
+    from cudanalyst.api import parse_run
+    from cudanalyst.planned_run import PlanError, plan_run
+
+    uri = (out / "rec-shown" / "trajectory").as_uri() + "/"
+    assert json.loads((out / "rec-shown" / "trajectory" / "trajectory.json").read_text())["source"]["runTools"] == "shown"
+    run = parse_run({
+        "apiVersion": "cudanalyst.dev/v1alpha1", "kind": "AttributionRun", "metadata": {"name": "over-shown"},
+        "spec": {"trajectory": {"uri": uri, "generations": [0], "programsPerGeneration": 1},
+                 "players": ["debugger", "analyzer", "profiler"], "models": {"planner": {"model": "x"}},
+                 "output": {"uri": str(tmp_path / "runs")}}})
+    with pytest.raises(PlanError, match="runTools: shown"):
+        plan_run(run)
