@@ -37,7 +37,7 @@ BUILT = 0.1
 CORRECT = 0.5
 
 # Every registered tool's report (artifact) name: what an evaluation makes unless a policy leaves some unrun.
-REPORTS = frozenset(t.name for t in players.TOOLS)
+REPORTS = frozenset(players.tool_names())
 
 # OpenEvolve's workers load this file before they build a prompt: a recording with a policy gates the reports there.
 gate.install_from_env()

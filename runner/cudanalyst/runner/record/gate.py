@@ -5,9 +5,9 @@ inside its worker processes. `install_from_env` wraps that method in every proce
 (OpenEvolve's workers do, before they build a prompt): the parent's state comes from its own metrics
 (cudanalyst.gating.program_state), each report is shown raw, summarised or withheld as the policy says (or, the
 control, the same number withheld at random, drawn per parent program), and when the policy names a planner its plan
-is asked for on the gated prompt and put under the coder's prompt. Each iteration's decisions, the prompt tokens the gating saved
-(the ungated prompt's count minus the gated one's, by the served model's tokenizer) and the planner's tokens are
-appended as one JSON line to the gating log, and go with the prompt (key `gating`) into the checkpoint.
+is asked for on the gated prompt and put under the coder's prompt. Each iteration's decisions, the prompt tokens the
+gating saved (the ungated prompt's count minus the gated one's, by the served model's tokenizer) and the planner's
+tokens are appended as one JSON line to the gating log, and go with the prompt (key `gating`) into the checkpoint.
 
 The settings reach the workers through one environment variable naming a JSON file (evolve.py writes it); the
 evaluator reads them too (`current`): under `runTools: shown` it runs only the tools whose reports the program's
@@ -62,7 +62,7 @@ def not_run(s: GateSettings | None, metrics: dict[str, Any], source: str) -> fro
     if s is None or s.run_tools != "shown":
         return frozenset()
     withheld = withheld_components(s.policy, program_state(metrics)[0], s.gating, s.seed, source)
-    return withheld & {t.name for t in players.TOOLS}
+    return withheld & set(players.tool_names())
 
 
 _current: tuple[str, GateSettings] | None = None
