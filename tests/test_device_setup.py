@@ -192,7 +192,10 @@ def test_later_specs_models_convert_ahead_at_low_priority_and_once(tmp_path: Pat
     # the second spec's own turn comes while m2 is still converting, waits for it, then finds it cached.
     result = run_models(root, env, tmp_path / "stash",
                         'prepare_models_ahead second.spec third.spec > ahead.log 2>&1\n'
-                        'sleep 0.3; prepare_models m2 || exit 5; wait "$ahead_pid"; prepare_models m1; cat ahead.log')
+                        # The foreground's turn once the background's conversion of m2 has begun (a fixed 0.3 s was
+                        # not always enough on a loaded machine: the foreground then converted m2 itself).
+                        'for i in $(seq 600); do grep -q "^start m2" "$LOG" 2>/dev/null && break; sleep 0.05; done\n'
+                        'prepare_models m2 || exit 5; wait "$ahead_pid"; prepare_models m1; cat ahead.log')
     assert result.returncode == 0, result.stdout + result.stderr
     log = (tmp_path / "log").read_text().splitlines()
     # m2 converted once, in the background at niceness 10; the foreground's m2 waited for the lock and took the
