@@ -454,3 +454,29 @@ def test_the_store_takes_a_checkpoint_once_the_interval_has_passed_whatever_the_
     assert not checkpoint_due(29, 26, 5, 30) and checkpoint_due(30, 29, 5, 30)
     config = openevolve_config(parse_recording(spec(tmp_path, iterations=30, checkpointInterval=5)), "conv2d", "http://h/v1", "m", False)
     assert config["checkpoint_interval"] == 1  # OpenEvolve's every checkpoint reaches checkpoint_due
+
+
+def test_a_prompt_too_long_for_the_context_names_the_served_models_length_to_raise(tmp_path: Path) -> None:
+    from cudanalyst.runner.local.record import failure_line
+    from cudanalyst.runner.record.evolve import EXIT_CONTEXT, EXIT_MODEL
+
+    folder = tmp_path / "work"
+    served = parse_recording(spec(tmp_path))
+    line = failure_line(served, "conv2d", EXIT_CONTEXT, "http://127.0.0.1:9/v1", folder)
+    assert "refused an iteration's prompt as longer than its context window" in line
+    assert "a pass with the same settings stops again" in line
+    assert "longer context (spec.model.maxModelLen), then run again to resume" in line
+    assert f"{folder}/task-conv2d.log" in line and "planner" not in line
+    # A model at an endpoint has no length of ours to raise: its server's is named.
+    remote = parse_recording(spec(tmp_path, model={"model": "m", "serve": "endpoint", "endpoint": "http://h/v1"}))
+    assert "(its server: vLLM --max-model-len)" in failure_line(remote, "conv2d", EXIT_CONTEXT, "http://h/v1", folder)
+    # A policy's planner served here: either model's prompt may be the one refused.
+    split = parse_recording(spec(
+        tmp_path, policy={"players": ["debugger", "analyzer", "profiler"],
+                          "models": {"planner": "big", "coder": "tiny-llama", "reason": "a test"}},
+        planner={"model": "big", "serve": "local", "maxModelLen": 8192}))
+    line = failure_line(split, "conv2d", EXIT_CONTEXT, "http://127.0.0.1:9/v1", folder)
+    assert "or the planner's" in line and "(spec.model.maxModelLen or spec.planner.maxModelLen)" in line
+    # A server away is another cause, and a rerun alone is the remedy.
+    away = failure_line(served, "conv2d", EXIT_MODEL, "http://127.0.0.1:9/v1", folder)
+    assert "did not answer an iteration" in away and away.endswith("; run again to resume")

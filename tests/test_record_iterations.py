@@ -10,12 +10,27 @@ from types import SimpleNamespace
 
 import pytest
 
-from cudanalyst.runner.record.iterations import IterationLog, ModelUnavailable, cause, restore, summary
+from cudanalyst.runner.record.iterations import (
+    IterationLog,
+    ModelUnavailable,
+    PromptTooLong,
+    cause,
+    restore,
+    summary,
+)
+
+# vLLM 0.32's 400 answer to a prompt longer than --max-model-len, as OpenEvolve's error carries it.
+TOO_LONG = ("LLM generation failed: Error code: 400 - This model's maximum context length is 4096 tokens. However, "
+            "your prompt contains at least 4097 input tokens, which exceeds this limit even without any output tokens.")
 
 
 @pytest.mark.parametrize("error, why", [
     ("LLM generation failed: Connection error.", "model"),
     ("LLM returned None response", "model"),
+    (TOO_LONG, "context"),
+    # The planner's request (runner.record.gate.chat) carries the server's words after its own.
+    ("LLM generation failed: planner at http://127.0.0.1:8101/v1: Error code: 400 - {'message': \"This model's "
+     "maximum context length is 16384 tokens. However, you requested 17000 tokens\"}", "context"),
     ("Iteration timed out after 3630s", "timeout"),
     ("No valid code found in response", "agent"),
     ("Rewrite is identical to the parent program", "agent"),
@@ -45,8 +60,21 @@ def test_the_log_keeps_every_outcome_and_a_model_failure_stops_the_run_as_openev
         (1, "c1", None), (2, None, "agent"), (3, None, "model")]
     assert seen == [("trace", 1), ("failure", 2), ("failure", 3), ("close", None)]  # OpenEvolve's own still called
     text = (tmp_path / "iterations.jsonl").read_text()
-    assert summary(text) == {"children": 1, "agent": 1, "timeout": 0, "model": 1}
-    assert summary(restore(text, 2)) == {"children": 1, "agent": 1, "timeout": 0, "model": 0}
+    assert summary(text) == {"children": 1, "agent": 1, "timeout": 0, "model": 1, "context": 0}
+    assert summary(restore(text, 2)) == {"children": 1, "agent": 1, "timeout": 0, "model": 0, "context": 0}
+
+
+def test_a_prompt_longer_than_the_context_stops_the_run_said_apart_from_a_server_away(tmp_path: Path) -> None:
+    # Stopped like a model failure (an iteration lost to it would be one the agent never took), but its own kind:
+    # the same prompt fails again on the next pass, so the console asks for a longer context, not only a rerun.
+    log = IterationLog(tmp_path / "iterations.jsonl")
+    with pytest.raises(PromptTooLong) as stopped:
+        log.log_failure(iteration=4, error=TOO_LONG)
+    assert isinstance(stopped.value, ModelUnavailable) and stopped.value._openevolve_strategy_error
+    assert "iteration 4: the prompt did not fit the model's context window" in str(stopped.value)
+    assert "4097 input tokens" in str(stopped.value)
+    text = (tmp_path / "iterations.jsonl").read_text()
+    assert summary(text) == {"children": 0, "agent": 0, "timeout": 0, "model": 0, "context": 1}
 
 
 def test_a_gate_request_the_server_does_not_answer_is_the_models_failure() -> None:

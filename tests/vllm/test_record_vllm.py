@@ -291,3 +291,27 @@ def test_a_recording_that_runs_only_the_shown_tools_never_makes_the_withheld_rep
                  "output": {"uri": str(tmp_path / "runs")}}})
     with pytest.raises(PlanError, match="runTools: shown"):
         plan_run(run)
+
+
+def test_a_prompt_longer_than_the_served_context_stops_the_task_and_names_the_length_to_raise(
+        tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """vLLM itself refuses a prompt longer than --max-model-len (a 400 answer, OpenEvolve's "LLM generation failed"
+    after its retries). Not a server that is away: every pass would stop at the same prompt. The task stops before the
+    iteration is counted, and the console names the setting that gets past it. Served here with a context of 1,024
+    tokens; OpenEvolve's first prompt (the task's contract, the baseline, its reports) is about 2,700."""
+    model = {"model": str(tiny_models["tiny-llama"]), "serve": "local", "maxModelLen": 1024, "dtype": "float32",
+             "gpuMemoryUtilization": 0.1, "extraArgs": ["--distributed-executor-backend", "uni"]}
+    out = tmp_path / "recordings"
+    path = recording(tmp_path, "rec-long", model, str(out), 2)
+    proc = record(path, tmp_path / "work", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    said, _ = proc.communicate(timeout=1800)
+    flat = " ".join(said.split())  # the console wraps its lines
+    assert proc.returncode == 1, said
+    assert "refused an iteration's prompt as longer than its context window" in flat, said
+    assert "give the model a longer context (spec.model.maxModelLen), then run again to resume" in flat, said
+    task_log = next((tmp_path / "work").glob("cudanalyst-record-rec-long-*/task-conv2d.log")).read_text()
+    assert "the prompt did not fit the model's context window" in task_log
+    assert "maximum context length is 1024 tokens" in task_log  # the server's own words, kept for the user
+    # Nothing past the baseline was counted: the next pass (with a longer context) starts from there.
+    assert not (out / "rec-long" / "progress").exists()
+    assert not list((out / "rec-long").glob("openevolve/conv2d/checkpoints/*"))

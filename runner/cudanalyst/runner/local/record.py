@@ -200,7 +200,29 @@ def iteration_line(rec: TrajectoryRecording, store: Any) -> str:
     total = summary("\n".join(s.get_text(ITERATIONS_LOG) for s in stores if s.exists(ITERATIONS_LOG)))
     return (f"iterations: {sum(total.values())}, {total['children']} with a child; without one: {total['agent']} "
             f"the agent's answer held no usable program, {total['timeout']} past OpenEvolve's time limit, "
-            f"{total['model']} the model did not answer")
+            f"{total['model']} the model did not answer, {total['context']} the prompt did not fit the model's context")
+
+
+def failure_line(rec: TrajectoryRecording, task: str, code: int, endpoint: str, folder: Path) -> str:
+    """Why a task's process stopped, from its exit status, and what to do, for the console (pure)."""
+    from cudanalyst.runner.record.evolve import EXIT_CONTEXT, EXIT_MODEL
+
+    planner = planner_spec(rec)
+    also = ", or the planner's" if planner else ""
+    advice = "run again to resume"
+    if code == EXIT_MODEL:
+        why = f"the model server ({endpoint}{also}) did not answer an iteration; stopped at its last checkpoint"
+    elif code == EXIT_CONTEXT:
+        why = (f"the model ({endpoint}{also}) refused an iteration's prompt as longer "
+               "than its context window; stopped at its last checkpoint, where a pass with the same settings stops "
+               "again")
+        fields = " or ".join(f"spec.{field}.maxModelLen" for field, spec in (("model", rec.spec.model),
+                                                                              ("planner", planner))
+                             if spec is not None and spec.serve == "local")
+        advice = f"give the model a longer context ({fields or 'its server: vLLM --max-model-len'}), then {advice}"
+    else:
+        why = f"exit status {code}"
+    return f"[red]{task} failed[/] ({why}): see {folder}/task-{task}.log; {advice}"
 
 
 def per_generation(store: Any) -> str:
@@ -261,13 +283,8 @@ def main(rec: TrajectoryRecording, args: argparse.Namespace) -> int:
         return ended_early(exc, console, folder, "finished checkpoints are in the store")
     bad = {task: code for task, code in codes.items() if code != 0}
     if bad:
-        from cudanalyst.runner.record.evolve import EXIT_MODEL
-
         for task, code in bad.items():
-            why = (f"the model server ({endpoint}, or the planner's) did not answer an iteration; stopped at its last "
-                   "checkpoint"
-                   if code == EXIT_MODEL else f"exit status {code}")
-            console.print(f"[red]{task} failed[/] ({why}): see {folder}/task-{task}.log; run again to resume")
+            console.print(failure_line(rec, task, code, endpoint, folder))
         return EXIT_FAILURE
     try:
         uri, programs = import_recording(rec, store)

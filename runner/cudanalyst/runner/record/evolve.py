@@ -12,7 +12,8 @@ Each iteration's outcome (a child, or why none) goes to `iterations.jsonl` besid
 (runner.record.iterations); an iteration the model did not answer stops the task before it is checkpointed.
 
 Exit status: 0 the task has all its iterations, 1 it failed, 3 it was stopped before the end, 4 the model did not
-answer (the task stopped at its last checkpoint; a later pass resumes there).
+answer (the task stopped at its last checkpoint; a later pass resumes there), 5 the model refused a prompt as longer
+than its context window (stopped the same way; a pass with the same settings stops there again).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from cudanalyst.store import ObjectStore
 
 EXIT_STOPPED = 3
 EXIT_MODEL = 4
+EXIT_CONTEXT = 5  # a prompt longer than the model's context window (iterations.PromptTooLong)
 ARTIFACT_BYTES = 64 * 1024  # a report is a few KiB; Nsight Compute's sections stay well below this
 log = logging.getLogger("cudanalyst.record")
 
@@ -340,8 +342,10 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
         try:
             asyncio.run(controller.run(iterations=total - done, checkpoint_path=resume))
         except iterations.ModelUnavailable as exc:
-            log.error("%s: %s; stopped at checkpoint %d (run again to resume there)", task, exc, last["n"])
-            return EXIT_MODEL
+            too_long = isinstance(exc, iterations.PromptTooLong)
+            log.error("%s: %s; stopped at checkpoint %d (%srun again to resume there)", task, exc, last["n"],
+                      "give the model a longer context, then " if too_long else "")
+            return EXIT_CONTEXT if too_long else EXIT_MODEL
         if last["n"] < total and controller.database.last_iteration >= total:
             save_and_upload(total)  # the last iterations fell between two checkpoint intervals
     return 0 if last["n"] >= total else EXIT_STOPPED
