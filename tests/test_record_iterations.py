@@ -17,6 +17,7 @@ from cudanalyst.runner.record.iterations import (
     cause,
     restore,
     summary,
+    taken,
 )
 
 # vLLM 0.32's 400 answer to a prompt longer than --max-model-len, as OpenEvolve's error carries it.
@@ -85,3 +86,9 @@ def test_a_gate_request_the_server_does_not_answer_is_the_models_failure() -> No
     with pytest.raises(RuntimeError) as failed:
         chat("http://127.0.0.1:9/v1", "planner", "system", "user", 8, 0.8, 0)
     assert cause(str(failed.value)) == "model" and "planner at http://127.0.0.1:9/v1" in str(failed.value)
+
+
+def test_the_iterations_a_pass_took_are_counted_past_its_checkpoint_once_each() -> None:
+    lines = [{"iteration": i, "child": None, "cause": "agent"} for i in (1, 2, 3, 3, 4)]
+    text = "".join(json.dumps(e) + "\n" for e in lines) + "\n"
+    assert taken(text, 0) == 4 and taken(text, 2) == 2 and taken(text, 4) == 0

@@ -9,7 +9,9 @@ the store's progress object always points at a complete checkpoint. A later star
 (checkpoints past it, half-copied by a killed process, are removed first).
 
 Each iteration's outcome (a child, or why none) goes to `iterations.jsonl` beside the checkpoints
-(runner.record.iterations); an iteration the model did not answer stops the task before it is checkpointed.
+(runner.record.iterations); an iteration the model did not answer stops the task before it is checkpointed. A pass
+whose iterations all ended without a program, for the agent's reasons, has taken them: OpenEvolve calls that run
+failed (EvolutionFailedError), the recorder counts them and goes on.
 
 Exit status: 0 the task has all its iterations, 1 it failed, 3 it was stopped before the end, 4 the model did not
 answer (the task stopped at its last checkpoint; a later pass resumes there), 5 the model refused a prompt as longer
@@ -276,6 +278,7 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
                 workdir: Path, planner: tuple[str, str] | None = None) -> int:
     from openevolve import OpenEvolve
     from openevolve.config import Config
+    from openevolve.controller import EvolutionFailedError
 
     from cudanalyst.runner.record import evaluator, iterations
     from cudanalyst.tasks import get_task
@@ -346,6 +349,18 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
             log.error("%s: %s; stopped at checkpoint %d (%srun again to resume there)", task, exc, last["n"],
                       "give the model a longer context, then " if too_long else "")
             return EXIT_CONTEXT if too_long else EXIT_MODEL
+        except EvolutionFailedError as exc:
+            # OpenEvolve fails a run none of whose iterations gave a program, so that a model that never answered
+            # does not pass for one that found nothing better. Ours stops at such a model before (ModelUnavailable):
+            # what is left are the agent's own answers (no code, a rewrite identical to its parent, no diff that
+            # applies), each logged in iterations.jsonl, and iterations it took. A rerun would only take them again.
+            ran = iterations.taken(outcomes.read_text(), done)
+            if ran < total - done:
+                raise
+            log.warning("%s: none of this pass's %d iteration(s) gave a program (%s); the task has its iterations",
+                        task, ran, exc)
+            if last["n"] < total:
+                save_and_upload(total)
         if last["n"] < total and controller.database.last_iteration >= total:
             save_and_upload(total)  # the last iterations fell between two checkpoint intervals
     return 0 if last["n"] >= total else EXIT_STOPPED

@@ -89,6 +89,12 @@ def restore(text: str, done: int) -> str:
     return "".join(f"{ln}\n" for ln in text.splitlines() if ln.strip() and int(json.loads(ln)["iteration"]) <= done)
 
 
+def taken(text: str, after: int) -> int:
+    """How many iterations past `after` a log holds an outcome of (pure)."""
+    return len({e["iteration"] for e in map(json.loads, filter(str.strip, text.splitlines()))
+                if int(e["iteration"]) > after})
+
+
 def summary(text: str) -> dict[str, int]:
     """{"children": n, "agent": n, "timeout": n, "model": n, "context": n} over a log's lines (pure)."""
     out = {"children": 0, "agent": 0, "timeout": 0, "model": 0, "context": 0}
