@@ -109,8 +109,9 @@ def test_runner_and_recorder_pods_are_admitted_under_restricted_pod_security(
             assert not any(m.mount_path.startswith("/var/run/secrets") for m in container.volume_mounts or [])
     events = runs.core.list_namespaced_event(runs.ns).items
     assert not [e.message for e in events if e.reason == "FailedCreate"], "a pod was refused"
-    run = runs.get("psa")
-    assert run["status"]["phase"] == "Running" and not is_true(run, "Stalled"), run["status"]
+    # The pods can run before the operator's status patch lands (the handler writes it when it returns): wait for it.
+    run = runs.wait("psa", lambda r: (r.get("status") or {}).get("phase") == "Running", 60, "phase Running", operator)
+    assert not is_true(run, "Stalled"), run["status"]
 
 
 def test_the_operator_pod_of_the_chart_is_admitted_under_restricted(cluster: Cluster, namespace: str) -> None:
