@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = cache.parent / f"{cache.name}-logs"
 
     cold = start_once(args.model, None, args, logs / "cold")
-    print(f"cold (the server's default, filling the cache): healthy after {cold['healthyAfter']:.1f} s ({cold['phases']})")
+    print(f"cold (the server's default, filling the cache): healthy after {cold['healthyAfter']:.1f} s "
+          f"({cold['phases']})")
     starts = []
     for r in range(args.rounds):
         for method in METHODS if r % 2 == 0 else METHODS[::-1]:

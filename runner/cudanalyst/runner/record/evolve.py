@@ -342,6 +342,7 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
     in_generations(controller, max(rec.spec.parallel, rec.spec.islands))
     # Fresh: iterations 1..total. Resumed from N: OpenEvolve runs `remaining` more from N + 1.
     with sync:
+        took_all = False  # every iteration of the pass ended, none with a program (EvolutionFailedError below)
         try:
             asyncio.run(controller.run(iterations=total - done, checkpoint_path=resume))
         except iterations.ModelUnavailable as exc:
@@ -359,10 +360,9 @@ def evolve_task(rec: TrajectoryRecording, task: str, endpoint: str, served: str,
                 raise
             log.warning("%s: none of this pass's %d iteration(s) gave a program (%s); the task has its iterations",
                         task, ran, exc)
-            if last["n"] < total:
-                save_and_upload(total)
-        if last["n"] < total and controller.database.last_iteration >= total:
-            save_and_upload(total)  # the last iterations fell between two checkpoint intervals
+            took_all = True
+        if last["n"] < total and (took_all or controller.database.last_iteration >= total):
+            save_and_upload(total)  # the last iterations fell between two checkpoint intervals, or gave no program
     return 0 if last["n"] >= total else EXIT_STOPPED
 
 

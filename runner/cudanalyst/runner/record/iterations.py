@@ -5,12 +5,12 @@ OpenEvolve ends an iteration without a child for the agent's own reasons (no cod
 to its parent, diffs that match nothing) and for one that is not the agent's: the model server did not answer
 ("LLM generation failed", after OpenEvolve's own retries). It counts both as iterations and checkpoints past them.
 On the H200 (2026-12-04) a shared model server went down mid-recording and four recordings went on for minutes,
-"finishing" tasks with no child at all. A prompt longer than the model's context window stops the task the same way,
-said apart (`PromptTooLong`): another pass with the same settings would stop there again. The controller hands each outcome to its evolution tracer (`log_trace` for a
+"finishing" tasks with no child at all. The controller hands each outcome to its evolution tracer (`log_trace` for a
 child, `log_failure` for none); `IterationLog` stands in that place: it appends one JSON line per iteration to
 `iterations.jsonl` (copied beside the task's checkpoints), and on a model failure raises `ModelUnavailable`, which
 OpenEvolve lets through (`_openevolve_strategy_error`): the run stops before that iteration reaches a checkpoint,
-and the next pass resumes from the last one.
+and the next pass resumes from the last one. A prompt longer than the model's context window stops the task the
+same way, said apart (`PromptTooLong`): another pass with the same settings would stop there again.
 """
 
 from __future__ import annotations
