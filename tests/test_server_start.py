@@ -60,3 +60,16 @@ def test_a_start_across_new_year_counts_forward() -> None:
 def test_a_log_without_vllms_lines_says_nothing() -> None:
     phases = start_phases("Traceback (most recent call last):\nImportError: no vllm\n", time.time(), 3.0)
     assert phases == StartPhases() and phases.describe() == ""
+
+
+def test_an_engine_vllm_spawned_where_it_was_asked_to_fork_is_named_with_vllms_reason() -> None:
+    # vLLM 0.22's words (vllm/utils/system_utils.py), as the API server logs them before starting its engine.
+    warning = ("(APIServer pid=1) WARNING 12-02 00:56:00 [system_utils.py:157] We must use the `spawn` "
+               "multiprocessing start method. Overriding VLLM_WORKER_MULTIPROC_METHOD to 'spawn'. See "
+               "https://docs.vllm.ai/en/latest/usage/troubleshooting.html#python-multiprocessing for more "
+               "information. Reasons: CUDA is initialized\n")
+    log = H200_LOG.read_text(errors="replace")
+    assert start_phases(log, _at("2026-12-02 00:55:40"), 70.0).forced_spawn is None  # asked to spawn, no warning
+    phases = start_phases(log + warning, _at("2026-12-02 00:55:40"), 70.0)
+    assert phases.forced_spawn == "CUDA is initialized" and phases.api_server_s == 19  # the phases as before
+    assert phases.describe().endswith("4 s to healthy, the engine spawned, not forked (vLLM: CUDA is initialized)")

@@ -21,6 +21,10 @@ _WEIGHTS = (re.compile(r"Model loading took [\d.]+ GiB memory and ([\d.]+) secon
 _COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
 _COMPILE_CACHED = re.compile(r"Directly load the compiled graph")
 _GRAPHS = re.compile(r"Graph capturing finished in ([\d.]+) secs")
+# Our GPU servers ask vLLM to fork its engine (serving.GPU_ENV: no second import of torch and vLLM); vLLM spawns it
+# instead where forking is unsafe, and says why in this warning (vllm/utils/system_utils.py: _maybe_force_spawn).
+_FORCED_SPAWN = re.compile(r"Overriding VLLM_WORKER_MULTIPROC_METHOD to 'spawn'.*?Reasons?: (?P<why>.+?)\s*$",
+                           re.MULTILINE)
 _ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 
 
@@ -36,6 +40,7 @@ class StartPhases:
     compile_s: float | None = None
     compile_cached: bool = False
     graphs_s: float | None = None
+    forced_spawn: str | None = None  # vLLM's reasons for spawning the engine where it was asked to fork it
 
     def describe(self) -> str:
         """One clause for the console's start note; empty when the log said nothing usable."""
@@ -53,6 +58,8 @@ class StartPhases:
             parts.append(f"{self.engine_s:.0f} s in the engine" + (f" ({', '.join(engine)})" if engine else ""))
         if self.ready_s is not None:
             parts.append(f"{self.ready_s:.0f} s to healthy")
+        if self.forced_spawn is not None:
+            parts.append(f"the engine spawned, not forked (vLLM: {self.forced_spawn})")
         return ", ".join(parts)
 
 
@@ -94,4 +101,5 @@ def start_phases(log: str, launched_at: float, healthy_after_s: float) -> StartP
         compile_s=_figure(log, _COMPILE),
         compile_cached=bool(_COMPILE_CACHED.search(log)),
         graphs_s=_figure(log, _GRAPHS),
+        forced_spawn=found["why"] if (found := _FORCED_SPAWN.search(log)) else None,
     )
