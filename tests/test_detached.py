@@ -245,3 +245,37 @@ def test_the_readmes_session_call_runs_its_steps_in_order(tmp_path: Path) -> Non
         assert "./console.log" in tar.getnames()
         console = tar.extractfile("./console.log").read().decode()  # type: ignore[union-attr]
     assert console.count("== chain ") == 2 and "exit 0: mkdir -p recordings" in console
+
+
+def test_keep_running_brings_back_new_compiled_artefacts_while_the_job_still_runs(tmp_path: Path) -> None:
+    # A machine lost mid-job (a call more than 30 s late) takes what the job's servers compiled with it, unless a
+    # call has brought it back before: each call does, once the store holds an archive it was not seeded with.
+    import tarfile
+
+    keep = SCRIPT.parent / "keep_running.sh"
+    store = tmp_path / "store"
+    (store / "m1").mkdir(parents=True)
+    (store / "m1" / "old.tar.gz").write_text("seeded")
+    (tmp_path / "store.seeded").write_text(f"{store}/m1/old.tar.gz\n")  # as models.sh's seed_vllm_store lists it
+    env = {**os.environ, "DETACHED_DIR": str(tmp_path / "dt"), "RUNS_DIR": str(tmp_path / "runs"), "JOB": "srv",
+           "FOLDER": "none", "VLLM_STORE": str(store)}
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+
+    def call(n: int, *command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(keep), *command], capture_output=True, text=True, timeout=60,
+                              cwd=checkout, env={**env, "OUT": str(tmp_path / f"out{n}"), "CALL_SECONDS": "26"})
+
+    # The job's first call: nothing new in the store yet, so nothing comes back.
+    job = f"sleep 3 && mkdir -p {store}/m2 && echo new > {store}/m2/.a.tar.gztmp && echo new > {store}/m2/a.tar.gz " \
+          f"&& sleep 30"
+    try:
+        first = call(1, "bash", "-c", job)
+        assert first.returncode == 3 and not (tmp_path / "out1" / "vllm-cache.tgz").exists(), first.stdout
+        time.sleep(4)
+        second = call(2)  # the job still runs; the store now holds a new model's archive
+        assert second.returncode == 3, second.stdout + second.stderr
+        with tarfile.open(tmp_path / "out2" / "vllm-cache.tgz") as tar:
+            assert sorted(tar.getnames()) == ["./m1/old.tar.gz", "./m2/a.tar.gz"]  # the whole store, no temporary
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop", "srv"], env=env, capture_output=True, timeout=60)
