@@ -9,11 +9,11 @@
 # each run folder /tmp/runs/FOLDER there is as $OUT/run-FOLDER.tgz (scripts/recording_archive.py snapshot: progress
 # first, so it resumes), so a machine taken away loses at most one call. Once the job has ended, its own files come
 # back: its folders as it packed them ($OUT/run-NAME.tgz), vLLM's compiled artefacts where it made new ones
-# ($OUT/vllm-cache.tgz; these also from the first call after they are made), the rest in $OUT/job-rest.tgz. Bound the job itself
-# (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to what the session has left, so it stops and
-# packs before the last call. While it runs, the calls run nothing else that sets the machine up (setup.sh copies
-# cudanalyst's package afresh, under the job's feet). Exit 0 once the job has ended, 3 while it runs (call again
-# within the machine's 30 s), 2 on bad input.
+# ($OUT/vllm-cache.tgz; these also from the first call after they are made), the rest in $OUT/job-rest.tgz. Bound
+# the job itself (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to what the session has left,
+# so it stops and packs before the last call. While it runs, the calls run nothing else that sets the machine up
+# (setup.sh copies cudanalyst's package afresh, under the job's feet). Exit 0 once the job has ended, 3 while it
+# runs (call again within the machine's 30 s), 2 on bad input.
 set -uo pipefail
 job="${JOB:?JOB: a name for the job}"
 folder="${FOLDER:?FOLDER: the run folders under /tmp/runs, space-separated}"
@@ -40,18 +40,11 @@ state=$?
 for f in $folder; do  # each of the job's folders that exists yet
   [ -d "$runs/$f" ] && python3 "$here/../recording_archive.py" snapshot "$f" "$runs" "$out/run-$f.tgz"
 done
-# vLLM's compiled artefacts as soon as the job's servers have made new ones (models.sh: seed_vllm_store lists what
-# the store held when the machine got it), not only at the job's end: a machine lost mid-job (a call late by more
-# than the machine's 30 s) would otherwise take them with it, and the next session's servers would start cold again.
-store="${VLLM_STORE:-/tmp/cudanalyst-vllm-store}"
-if [ "$state" != 0 ] && [ -e "$store.seeded" ] \
-    && ! find "$store" -name '*.tar.gz' | sort | cmp -s - "$store.seeded"; then
-  # Only the finished archives (the store writes each under a temporary name, then links it into place).
-  (cd "$store" && find . -name '*.tar.gz' ! -name '.*' | tar czf "$out/vllm-cache.tgz" -T -) \
-    && [ "$(stat -c %s "$out/vllm-cache.tgz")" -le $((15 * 1024 * 1024)) ] \
-    && echo "keep_running.sh: vLLM's compiled artefacts, new on this machine -> vllm-cache.tgz" \
-    || rm -f "$out/vllm-cache.tgz"
-fi
+# vLLM's compiled artefacts as soon as the job's servers have made new ones, not only at the job's end: a machine
+# lost mid-job (a call more than the machine's 30 s late) would otherwise take them with it, and the next session's
+# servers would start cold again. models.sh only defines functions and paths when sourced.
+# shellcheck source=scripts/device/models.sh
+[ "$state" != 0 ] && source "$here/models.sh" && bring_back_vllm_cache
 if [ "$state" = 0 ]; then
   # Its folders as it packed them once stopped (over the snapshots: the same names), and the rest in one file: the
   # device tool brings back at most 8 files, each under 16 MiB.

@@ -137,7 +137,9 @@ bring_back_vllm_cache() {
   # 16 MiB a file; the next session carries it as .device/vllm-cache.tgz (the whole store: what it had, and the new).
   [ -d "$vllm_store" ] || return 0
   find "$vllm_store" -name '*.tar.gz' | sort | cmp -s - "$vllm_store.seeded" && return 0
-  tar czf "$out/vllm-cache.tgz" -C "$vllm_store" .
+  # Only the finished archives: the store writes each under a hidden temporary name, then links it into place.
+  (cd "$vllm_store" && find . -name '*.tar.gz' ! -name '.*' | tar czf "$out/vllm-cache.tgz" -T -) \
+    || { rm -f "$out/vllm-cache.tgz"; return 0; }
   local bytes; bytes=$(stat -c %s "$out/vllm-cache.tgz")
   if [ "$bytes" -gt $((15 * 1024 * 1024)) ]; then
     echo "vLLM compile cache: $bytes bytes, over what a call brings back; not kept"; rm -f "$out/vllm-cache.tgz"
