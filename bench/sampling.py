@@ -1,0 +1,209 @@
+#!/usr/bin/env python
+"""What a request's own seed and its top-p cost vLLM's generation rate (issue 32).
+
+  python bench/sampling.py [MODEL_FOLDER] [--requests 64] [--n 1] [--max-tokens 64] [--rounds 2]
+                           [--batches 64,256,512] [--vocab 151936] [--skip-serve] [--json FILE]
+
+Every request the runner sends carries its own seed (stage.derive_seed) and top-p 0.95 (client.GenerationRequest).
+In vLLM's sampler a request with its own seed leaves the batched path: its noise is drawn row by row with its own
+torch.Generator (vllm/v1/sample/ops/topk_topp_sampler.py, random_sample: "This can be slow because we handle each
+request one by one"), and on a GPU any such request sends the whole batch's top-p filter to the PyTorch path. At
+512 running requests that is 512 kernel launches and a top-p filter over 512 x 151,936 logits in every decoding
+step. The H200's LLM stage generates 8,000-15,000 tokens/s with 400-500 requests running, the 0.5B as slowly as the
+1.5B (docs/performance.md): a cost that does not grow with the model, as this one would not.
+
+Two measurements of the four settings (seeded or not, x top-p 0.95 or 1.0), side by side in one run:
+1. ops: vLLM's own TopKTopPSampler on random logits (batch B x vocabulary V), the median of 20 calls each: what
+   the sampler adds to one decoding step, per setting.
+2. serve: one server (MODEL_FOLDER; default the tiny test model, on this CPU) answers the same R requests, all in
+   flight, each writing exactly --max-tokens tokens (ignore_eos, so every setting does the same work), under each
+   setting in turn, in rounds whose order reverses each round (ABCD, DCBA) so that a drift of the machine falls on
+   all; generated tokens/s each (the median over rounds) and the ratio to the runner's setting (seeded, top-p 0.95).
+   The server starts from a fresh compile cache of its own (a new temporary folder).
+
+Outcomes: a request without a seed draws from the server's generator, so a run made again draws other samples
+(with seeds it draws the same ones, as far as the GPU's batching is reproducible, which it is not bitwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+# (name, seeded, top_p): the runner's setting first, the ratio's denominator.
+SETTINGS = (("seeded, top-p 0.95", True, 0.95), ("unseeded, top-p 0.95", False, 0.95),
+            ("seeded, top-p 1.0", True, 1.0), ("unseeded, top-p 1.0", False, 1.0))
+
+
+def round_orders(rounds: int) -> list[list[int]]:
+    """The settings' order in each round: forward, then reversed, alternating (pure)."""
+    forward = list(range(len(SETTINGS)))
+    return [forward if r % 2 == 0 else forward[::-1] for r in range(rounds)]
+
+
+def summarise(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Median tokens/s per setting and its ratio to the runner's setting (pure)."""
+    base = statistics.median(rates[SETTINGS[0][0]])
+    return {name: {"tokensPerSecond": statistics.median(r), "ratio": statistics.median(r) / base}
+            for name, r in rates.items()}
+
+
+# ---- 1. the sampler alone ----------------------------------------------------------------------------------------
+
+
+def time_ops(batches: list[int], vocab: int, calls: int = 20) -> list[dict[str, Any]]:
+    """vLLM's TopKTopPSampler per setting and batch size: the median milliseconds of one call."""
+    import torch
+    import vllm._custom_ops  # noqa: F401  (registers vLLM's compiled ops, which the CPU's sampler calls)
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sampler = TopKTopPSampler()
+    rows = []
+    for b in batches:
+        logits = torch.randn(b, vocab, device=device, dtype=torch.float32)
+        for name, seeded, top_p in SETTINGS:
+            generators = {i: torch.Generator(device=device).manual_seed(i) for i in range(b)} if seeded else {}
+            p = torch.full((b,), top_p, device=device) if top_p < 1.0 else None
+            times = []
+            for _ in range(calls + 3):  # 3 warm-up calls (the triton filter compiles on its first)
+                x = logits.clone()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                sampler(x, generators, None, p)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            rows.append({"batch": b, "setting": name, "ms": statistics.median(times[3:]) * 1000, "device": device})
+    return rows
+
+
+# ---- 2. one server, the same requests ----------------------------------------------------------------------------
+
+
+async def one_phase(base_url: str, model: str, prompts: list[list[dict[str, str]]], n: int, max_tokens: int,
+                    seeded: bool, top_p: float) -> dict[str, float]:
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=base_url, api_key="none", timeout=1800, max_retries=0)
+
+    async def ask(i: int, msgs: list[dict[str, str]]) -> int:
+        extra: dict[str, Any] = {"ignore_eos": True}
+        if seeded:
+            extra["seed"] = 1000 + i
+        resp = await client.chat.completions.create(model=model, messages=msgs, n=n, max_tokens=max_tokens,
+                                                    temperature=0.8, top_p=top_p, extra_body=extra)
+        return resp.usage.completion_tokens if resp.usage else 0
+
+    t0 = time.perf_counter()
+    tokens = await asyncio.gather(*(ask(i, m) for i, m in enumerate(prompts)))
+    wall = time.perf_counter() - t0
+    await client.close()
+    return {"tokens": float(sum(tokens)), "seconds": wall, "tokensPerSecond": sum(tokens) / wall}
+
+
+def serve_phases(model: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from generation import CPU_ENV, MAX_MODEL_LEN, prompts
+
+    from cudanalyst.api import ModelSpec
+    from cudanalyst.runner.llm.compile_cache import DIR_ENV
+    from cudanalyst.runner.llm.serving import cpu_build, start_local_server
+
+    os.environ[DIR_ENV] = tempfile.mkdtemp(prefix="bench-sampling-cache-")  # nothing of an earlier run is found
+    cpu = cpu_build()
+    if cpu:
+        os.environ.update(CPU_ENV)
+        spec = ModelSpec(model=model, serve="local", max_model_len=MAX_MODEL_LEN, dtype="float32")
+    else:
+        spec = ModelSpec(model=model, serve="local", max_model_len=args.max_model_len,
+                         gpu_memory_utilization=args.gpu_memory_utilization)
+    msgs = prompts(args.requests)
+    rows = []
+    t0 = time.perf_counter()
+    with start_local_server(model, spec, served_name="bench", health_timeout_s=900) as server:
+        started = f"server healthy after {time.perf_counter() - t0:.1f} s"
+        print(started, flush=True)
+        url = server.endpoint.base_url
+        asyncio.run(one_phase(url, "bench", msgs[:1], 1, 4, True, 0.95))  # weights touched, the head cached
+        for r, order in enumerate(round_orders(args.rounds)):
+            for i in order:
+                name, seeded, top_p = SETTINGS[i]
+                got = asyncio.run(one_phase(url, "bench", msgs, args.n, args.max_tokens, seeded, top_p))
+                rows.append({"round": r, "setting": name, **got})
+                print(f"  round {r} {name:22s} {got['tokens']:8.0f} tokens in {got['seconds']:7.2f} s = "
+                      f"{got['tokensPerSecond']:9.1f} tokens/s", flush=True)
+    return rows, started
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", nargs="?", default="", help="a local model folder (default: the tiny test model)")
+    p.add_argument("--requests", type=int, default=64, help="requests, all in flight (default %(default)s)")
+    p.add_argument("--n", type=int, default=1, help="samples per request (the coder's is 5)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens each sample writes (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the four settings (default %(default)s)")
+    p.add_argument("--batches", default="64,256,512", help="ops: batch sizes (default %(default)s)")
+    p.add_argument("--vocab", type=int, default=151936, help="ops: vocabulary (default Qwen2.5's, %(default)s)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    p.add_argument("--max-model-len", type=int, default=16384)
+    p.add_argument("--skip-serve", action="store_true", help="the ops only (no server)")
+    p.add_argument("--json", default="", help="write every measurement and the summaries here")
+    args = p.parse_args(argv)
+    try:
+        batches = [int(b) for b in args.batches.split(",") if b]
+    except ValueError:
+        print(f"error: --batches {args.batches!r}: comma-separated integers", file=sys.stderr)
+        return 2
+    if min([args.requests, args.n, args.max_tokens, args.rounds, args.vocab, *batches]) < 1:
+        print("error: --requests, --n, --max-tokens, --rounds, --vocab and --batches: at least 1", file=sys.stderr)
+        return 2
+    model = args.model
+    if model and not (Path(model) / "config.json").is_file():
+        print(f"error: {model}: no config.json (a local model folder)", file=sys.stderr)
+        return 2
+    out: dict[str, Any] = {}
+
+    ops = time_ops(batches, args.vocab)
+    out["ops"] = ops
+    print(f"1. vLLM's sampler alone, {args.vocab} logits a row, on the {ops[0]['device'].upper()} "
+          "(median of 20 calls, ms):")
+    print(f"  {'batch':>6s}  " + "  ".join(f"{n:>22s}" for n, _, _ in SETTINGS))
+    for b in batches:
+        cells = [next(r["ms"] for r in ops if r["batch"] == b and r["setting"] == n) for n, _, _ in SETTINGS]
+        print(f"  {b:6d}  " + "  ".join(f"{c:22.2f}" for c in cells))
+
+    if not args.skip_serve:
+        if not model:
+            import build_tiny_model
+
+            model = str(build_tiny_model.build(build_tiny_model.default_root())["tiny-llama"])
+        print(f"2. one server ({Path(model).name}), {args.requests} requests x n={args.n} all in flight, "
+              f"{args.max_tokens} tokens each sample:")
+        rows, started = serve_phases(model, args)
+        rates: dict[str, list[float]] = {}
+        for r in rows:
+            rates.setdefault(r["setting"], []).append(r["tokensPerSecond"])
+        summary = summarise(rates)
+        out.update(serve=rows, summary=summary, server=started)
+        print(f"  median over {args.rounds} round(s), tokens/s and the ratio to the runner's setting:")
+        for name, s in summary.items():
+            print(f"  {name:22s} {s['tokensPerSecond']:9.1f} tokens/s  {s['ratio']:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

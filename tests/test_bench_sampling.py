@@ -1,0 +1,51 @@
+"""bench/sampling.py (issue 32): the order of its settings, its summary, and bad input refused before vLLM is
+imported. The bench itself serves a model (here the tiny one on the CPU; on the H200 its figures mean something)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "sampling.py"
+
+
+def bench():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("bench_sampling", BENCH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_round_reverses_the_last_so_a_drift_falls_on_every_setting() -> None:
+    orders = bench().round_orders(3)
+    assert orders[0] == [0, 1, 2, 3] and orders[1] == [3, 2, 1, 0] and orders[2] == [0, 1, 2, 3]
+    # Over two rounds every setting's mean position is the same.
+    assert len({(a + b) for a, b in zip(orders[0], orders[1], strict=True)}) == 1
+
+
+def test_the_ratio_is_to_the_runners_setting_seeded_with_top_p() -> None:
+    b = bench()
+    names = [n for n, _, _ in b.SETTINGS]
+    assert b.SETTINGS[0][1:] == (True, 0.95)  # what client.GenerationRequest sends today
+    got = b.summarise({names[0]: [100.0, 120.0, 80.0], names[1]: [150.0, 160.0], names[3]: [300.0]})
+    assert got[names[0]] == {"tokensPerSecond": 100.0, "ratio": 1.0}
+    assert got[names[1]]["ratio"] == pytest.approx(155.0 / 100.0)
+    assert got[names[3]]["ratio"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--batches", "64,x"], "--batches"),
+    (["--rounds", "0"], "at least 1"),
+    (["--batches", "0"], "at least 1"),
+])
+def test_bad_input_exits_2_naming_it(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench().main(args) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_folder_without_a_model_exits_2_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench().main([str(tmp_path)]) == 2
+    assert "no config.json" in capsys.readouterr().err
