@@ -7,10 +7,10 @@
 Every request the runner sends carries its own seed (stage.derive_seed) and top-p 0.95 (client.GenerationRequest).
 In vLLM's sampler a request with its own seed leaves the batched path: its noise is drawn row by row with its own
 torch.Generator (vllm/v1/sample/ops/topk_topp_sampler.py, random_sample: "This can be slow because we handle each
-request one by one"), and on a GPU any such request sends the whole batch's top-p filter to the PyTorch path. At
-512 running requests that is 512 kernel launches and a top-p filter over 512 x 151,936 logits in every decoding
-step. The H200's LLM stage generates 8,000-15,000 tokens/s with 400-500 requests running, the 0.5B as slowly as the
-1.5B (docs/performance.md): a cost that does not grow with the model, as this one would not.
+request one by one": on a GPU one kernel launch a row, 512 a step at 512 running requests), and top-p filters every
+row's logits (a sort of the vocabulary on the CPU; vLLM 0.22's Triton filter on a GPU). The H200's LLM stage
+generates 8,000-15,000 tokens/s with 400-500 requests running, the 0.5B as slowly as the 1.5B (docs/performance.md):
+a cost that does not grow with the model, as these would not.
 
 Two measurements of the four settings (seeded or not, x top-p 0.95 or 1.0), side by side in one run:
 1. ops: vLLM's own TopKTopPSampler on random logits (batch B x vocabulary V), the median of 20 calls each: what
