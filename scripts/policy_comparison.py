@@ -303,6 +303,7 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         usage = [u for n in names for u in recording_usage(Path(args.recordings), n, spec.name, Path(scratch))]
     result = analyse(rows, usage, spec.iterations)
+    result["runTools"] = spec.run_tools  # the page says what its saved tokens count under it
     # The comparison's recordings without rows: the page says which, so a partial page never reads as the whole.
     runs = Path(args.recordings)
     result["notMeasured"] = [

@@ -233,6 +233,23 @@ def test_the_learned_policy_is_set_against_its_random_control_and_the_split_agai
     assert [(c["arm"], c["against"]) for c in alone["contrasts"]] == [("split", "small")]
 
 
+def test_under_run_tools_shown_the_page_says_saved_tokens_count_only_reports_that_were_made() -> None:
+    rows = [row(a, t, 0, i, speedup=1.0) for a in ("all", "none") for t in "ab" for i in (0, 1)]
+    # none's prompts are half and a third of all's on the two units: a geometric mean of 1/sqrt(6).
+    usage = [{"arm": "all", "task": t, "seed": 0, "promptTokens": 600.0} for t in "ab"]
+    usage += [{"arm": "none", "task": "a", "seed": 0, "promptTokens": 300.0},
+              {"arm": "none", "task": "b", "seed": 0, "promptTokens": 200.0}]
+    result = analyse(rows, usage, iterations=8)
+    ratio = {r["arm"]: r for r in result["arms"]}["none"]["promptTokensRatioToAll"]
+    assert math.isclose(ratio["value"], 1 / math.sqrt(6)) and ratio["pairs"] == 2
+    assert ratio["low"] < ratio["value"] < ratio["high"]
+    assert "none saves 0" not in readme(result, "t")  # runTools unknown or all: no such sentence
+    result["runTools"] = "shown"
+    page = readme(result, "t")
+    assert "*saved tokens* count only the reports that were made and then withheld (none, which runs no tool, saves 0" in page
+    assert "none 0.408x [" in page
+
+
 def test_one_unit_gives_a_value_without_an_interval() -> None:
     result = analyse([row("all", "a", 0, 0, speedup=1.0), row("all", "a", 0, 1, speedup=3.0)], [], 8)
     best = result["arms"][0]["bestSpeedup"]
@@ -331,6 +348,13 @@ def test_analyse_takes_tokens_and_gpu_seconds_from_the_recordings_kept_or_not(tm
     arms = {a["arm"]: a for a in json.loads((tmp_path / "page" / "comparison.json").read_text())["arms"]}
     assert arms["all"]["promptTokens"]["value"] == 2000 and arms["learned"]["promptTokens"]["value"] == 1200
     assert arms["learned"]["savedTokens"]["value"] == 800
+    # The prompts' cost against all, unit by unit: 1,200 against 2,000 tokens (pc runs every tool, so the page
+    # says nothing of reports never made).
+    assert math.isclose(arms["learned"]["promptTokensRatioToAll"]["value"], 0.6)
+    assert arms["learned"]["promptTokensRatioToAll"]["pairs"] == 1 and "promptTokensRatioToAll" not in arms["all"]
+    first = (tmp_path / "page" / "README.md").read_text()
+    assert "as the ratio to all (each arm's own trajectory, so not the gating's effect alone): learned 0.600x (1 " in first
+    assert "runTools: shown" not in first
     assert arms["all"]["gpuSeconds"]["value"] == 360 and arms["learned"]["gpuSeconds"]["value"] == 240
     assert arms["all"]["toolSeconds"]["value"] == 35  # a once (10 + 20, its wait left out) and b (5)
     assert "| tool GPU s |" in (tmp_path / "page" / "README.md").read_text()

@@ -262,6 +262,9 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
         key = (u["arm"], u["task"], int(u["seed"]))
         for k in USAGE:
             spent[key][k] += float(u.get(k) or 0)
+    # What each arm's prompts cost against all feedback, unit by unit: the gating's saving in any runTools mode (the
+    # gating log's savedTokens count only reports that were made, and under runTools: shown a withheld one is not).
+    prompt_tokens = {k: v["promptTokens"] for k, v in spent.items() if v["promptTokens"] > 0}
     out: dict[str, Any] = {"iterations": iterations, "confidence": confidence, "reference": REFERENCE, "arms": []}
     for a in arms:
         logs = [math.log(best[(a, t, s)]) for t, s in units[a]]
@@ -270,6 +273,7 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
                                "bestSpeedup": _exp(t_interval(logs, confidence))}
         if REFERENCE in arms and a != REFERENCE:
             row["speedupRatioToAll"] = paired_ratio(best, a, REFERENCE, confidence)
+            row["promptTokensRatioToAll"] = paired_ratio(prompt_tokens, a, REFERENCE, confidence)
         for metric in ("compiled", "pass"):
             per_unit = [sum(r) / len(r) for t, s in units[a] if (r := rates[(a, t, s)][metric])]
             row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence), 0.0, 1.0)
@@ -345,6 +349,16 @@ def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
         lines += ["", "Paired by unit, as the ratio to all: " + "; ".join(
             f"{c['arm']} against {c['against']} {_fmt(c['speedupRatio'], suffix='x')} ({c['speedupRatio']['pairs']} "
             "units)" for c in contrasts) + "."]
+    tokens = [r for r in result["arms"] if (r.get("promptTokensRatioToAll") or {}).get("pairs")]
+    if tokens:
+        lines += ["", "Prompt tokens per unit, paired by unit, as the ratio to all (each arm's own trajectory, so not "
+                  "the gating's effect alone): " + "; ".join(
+                      f"{r['arm']} {_fmt(r['promptTokensRatioToAll'], suffix='x')} "
+                      f"({r['promptTokensRatioToAll']['pairs']} units)" for r in tokens) + "."]
+    if result.get("runTools") == "shown":
+        lines += ["", "Under `runTools: shown` an arm runs only the tools whose reports its prompts show, so a withheld "
+                  "report is never made: *saved tokens* count only the reports that were made and then withheld "
+                  "(none, which runs no tool, saves 0 there). The prompt tokens' ratio to all is its saving."]
     lines += ["", "Compile / pass rate along the iterations:", ""]
     for r in result["arms"]:
         lines.append(f"- {r['arm']}: " + ", ".join(f"{p['iteration']}: {p['compiled']:.2f}/{p['pass']:.2f}"
