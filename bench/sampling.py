@@ -13,13 +13,14 @@ generates 8,000-15,000 tokens/s with 400-500 requests running, the 0.5B as slowl
 a cost that does not grow with the model, as these would not.
 
 Two measurements of the four settings (seeded or not, x top-p 0.95 or 1.0), side by side in one run:
-1. ops: vLLM's own TopKTopPSampler on random logits (batch B x vocabulary V), the median of 20 calls each: what
-   the sampler adds to one decoding step, per setting.
-2. serve: one server (MODEL_FOLDER; default the tiny test model, on this CPU) answers the same R requests, all in
+1. serve: one server (MODEL_FOLDER; default the tiny test model, on this CPU) answers the same R requests, all in
    flight, each writing exactly --max-tokens tokens (ignore_eos, so every setting does the same work), under each
    setting in turn, in rounds whose order reverses each round (ABCD, DCBA) so that a drift of the machine falls on
    all; generated tokens/s each (the median over rounds) and the ratio to the runner's setting (seeded, top-p 0.95).
    The server starts from a fresh compile cache of its own (a new temporary folder).
+2. ops (after the server has stopped, so that this process's CUDA context is not in its memory budget): vLLM's own
+   TopKTopPSampler on random logits (batch B x vocabulary V), the median of 20 calls each: what the sampler adds to
+   one decoding step, per setting. --skip-serve: this part alone.
 
 Outcomes: a request without a seed draws from the server's generator, so a run made again draws other samples
 (with seeds it draws the same ones, as far as the GPU's batching is reproducible, which it is not bitwise).
@@ -175,21 +176,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out: dict[str, Any] = {}
 
-    ops = time_ops(batches, args.vocab)
-    out["ops"] = ops
-    print(f"1. vLLM's sampler alone, {args.vocab} logits a row, on the {ops[0]['device'].upper()} "
-          "(median of 20 calls, ms):")
-    print(f"  {'batch':>6s}  " + "  ".join(f"{n:>22s}" for n, _, _ in SETTINGS))
-    for b in batches:
-        cells = [next(r["ms"] for r in ops if r["batch"] == b and r["setting"] == n) for n, _, _ in SETTINGS]
-        print(f"  {b:6d}  " + "  ".join(f"{c:22.2f}" for c in cells))
-
     if not args.skip_serve:
         if not model:
             import build_tiny_model
 
             model = str(build_tiny_model.build(build_tiny_model.default_root())["tiny-llama"])
-        print(f"2. one server ({Path(model).name}), {args.requests} requests x n={args.n} all in flight, "
+        print(f"1. one server ({Path(model).name}), {args.requests} requests x n={args.n} all in flight, "
               f"{args.max_tokens} tokens each sample:")
         rows, started = serve_phases(model, args)
         rates: dict[str, list[float]] = {}
@@ -200,6 +192,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  median over {args.rounds} round(s), tokens/s and the ratio to the runner's setting:")
         for name, s in summary.items():
             print(f"  {name:22s} {s['tokensPerSecond']:9.1f} tokens/s  {s['ratio']:.2f}x")
+        if args.json:  # kept should the sampler's part fail
+            Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+
+    # After the server has stopped: this process's CUDA context and tensors are not in the server's memory budget.
+    ops = time_ops(batches, args.vocab)
+    out["ops"] = ops
+    print(f"2. vLLM's sampler alone, {args.vocab} logits a row, on the {ops[0]['device'].upper()} "
+          "(median of 20 calls, ms):")
+    print(f"  {'batch':>6s}  " + "  ".join(f"{n:>22s}" for n, _, _ in SETTINGS))
+    for b in batches:
+        cells = [next(r["ms"] for r in ops if r["batch"] == b and r["setting"] == n) for n, _, _ in SETTINGS]
+        print(f"  {b:6d}  " + "  ".join(f"{c:22.2f}" for c in cells))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
