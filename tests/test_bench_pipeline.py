@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,12 +32,7 @@ pytestmark = [pytest.mark.vllm,
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_pipeline", ROOT / "bench" / "pipeline.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "pipeline.py", "bench_pipeline")
 
 
 def _tiny_base_model() -> str:

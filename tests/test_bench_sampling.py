@@ -3,20 +3,16 @@ imported. The bench itself serves a model (here the tiny one on the CPU; on the 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from script_support import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "sampling.py"
 
 
 def bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_sampling", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "bench_sampling")
 
 
 def test_each_round_reverses_the_last_so_a_drift_falls_on_every_setting() -> None:

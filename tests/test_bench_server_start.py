@@ -3,20 +3,16 @@ itself runs vLLM (the H200 is where its ratio means something; vLLM's CPU build 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from script_support import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "server_start.py"
 
 
 def bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_server_start", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "bench_server_start")
 
 
 def test_the_ratio_is_fork_over_spawn_of_the_medians() -> None:

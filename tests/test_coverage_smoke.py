@@ -8,12 +8,11 @@ or one of 1.00 fails). MSR over every coalition must give the exact interval in 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from script_support import load_script
 
 from cudanalyst.attribution.simulate import Design
 
@@ -23,12 +22,7 @@ K = 2.5
 
 
 def bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("coverage_bench", ROOT / "bench" / "coverage.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "coverage.py", "coverage_bench")
 
 
 def band(runs: int) -> tuple[float, float]:

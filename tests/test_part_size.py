@@ -2,21 +2,19 @@
 untracked ones git does not ignore), and a clear refusal when the tree leaves too little room."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from script_support import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device" / "part_size.py"
 MIB = 1024 * 1024
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("part_size", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "part_size")
 
 
 def repo(tmp_path: Path) -> Path:

@@ -7,23 +7,18 @@ checks around it run against small fake chunk packages.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import script_support
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "prepare_model.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("prepare_model", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return script_support.load_script(SCRIPT, "prepare_model")
 
 
 @pytest.fixture

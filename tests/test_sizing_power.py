@@ -9,21 +9,16 @@ gives about 0.3 or 0.99 and fails. The full table (20 pilots x 100 runs, three d
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from script_support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 60
 
 
 def bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("sizing_power_bench", ROOT / "bench" / "sizing_power.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "sizing_power.py", "sizing_power_bench")
 
 
 def test_a_design_sized_from_its_pilot_sees_its_effect_at_about_the_promised_power() -> None:

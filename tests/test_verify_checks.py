@@ -6,12 +6,11 @@ here: every case below goes through both, per seed, as verify_candidate runs the
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from script_support import load_script
 
 from cudanalyst.runner.kernels.verify import correctness as verify
 from cudanalyst.tasks import Tolerance, get_task
@@ -22,11 +21,7 @@ TOL = Tolerance(rtol=1e-4, atol=1e-4)
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_verify_checks", ROOT / "bench" / "verify_checks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "verify_checks.py", "bench_verify_checks")
 
 
 def _both(bench, task, ins, want, runs):
