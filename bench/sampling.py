@@ -61,7 +61,7 @@ def summarise(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
             for name, r in rates.items()}
 
 
-# ---- 1. the sampler alone ----------------------------------------------------------------------------------------
+# ---- 2. the sampler alone ----------------------------------------------------------------------------------------
 
 
 def time_ops(batches: list[int], vocab: int, calls: int = 20) -> list[dict[str, Any]]:
@@ -92,7 +92,7 @@ def time_ops(batches: list[int], vocab: int, calls: int = 20) -> list[dict[str, 
     return rows
 
 
-# ---- 2. one server, the same requests ----------------------------------------------------------------------------
+# ---- 1. one server, the same requests ----------------------------------------------------------------------------
 
 
 async def one_phase(base_url: str, model: str, prompts: list[list[dict[str, str]]], n: int, max_tokens: int,
