@@ -70,3 +70,41 @@ def test_the_ratio_to_all_covers_at_the_comparison_size(design: str) -> None:
         assert ratio["pairs"] == 18
         covered += math.log(ratio["low"]) <= target <= math.log(ratio["high"])
     assert 0.93 <= covered / COMPARISONS <= 0.99, (design, covered / COMPARISONS, math.exp(target))
+
+
+# The page's prompt-token ratio to all (analyse's promptTokensRatioToAll) is the same paired t-interval of the log ratio
+# over units. A unit's prompt tokens: the task's level, times the arm's factor on that task (what it withholds), times
+# the unit's own trajectory (lognormal, sd by task), and in one unit of ten an agent that answered fewer iterations
+# (a factor 0.3-1). Per task: (log factor of the other arm against all, sd of a unit's log tokens).
+TOKEN_DESIGNS = {
+    "a policy that withholds more on some tasks": [(-0.6, 0.15), (-0.1, 0.3), (-0.3, 0.2), (0.0, 0.4), (-0.8, 0.1),
+                                                   (-0.2, 0.25)],
+    "no saving: every ratio is the trajectories' noise": [(0.0, 0.3)] * 6,
+}
+
+
+def tokens(rng: np.random.Generator, level: float, sd: float, size: int) -> np.ndarray:
+    short = np.where(rng.random(size) < 0.1, rng.uniform(0.3, 1.0, size), 1.0)
+    return np.exp(level + rng.normal(0.0, sd, size)) * short
+
+
+@pytest.mark.parametrize("design", list(TOKEN_DESIGNS))
+def test_the_prompt_token_ratio_to_all_covers_at_the_comparison_size(design: str) -> None:
+    tasks = TOKEN_DESIGNS[design]
+    target = float(np.mean([factor for factor, _ in tasks]))  # the short answers fall on both arms alike
+    rng = np.random.default_rng(2027)
+    rows = [{"arm": a, "task": f"t{t}", "seed": s, "iteration": 0, "compiled": True, "correct": True, "speedup": 1.0}
+            for a in ("all", "learned") for t in range(len(tasks)) for s in range(3)]
+    covered = 0
+    for _ in range(COMPARISONS):
+        usage = []
+        for t, (factor, sd) in enumerate(tasks):
+            level = 10.0 + t / 3
+            for arm, shift in (("all", 0.0), ("learned", factor)):
+                usage += [{"arm": arm, "task": f"t{t}", "seed": s, "promptTokens": float(v)}
+                          for s, v in enumerate(tokens(rng, level + shift, sd, 3))]
+        arms = {a["arm"]: a for a in analyse(rows, usage, ITERATIONS)["arms"]}
+        ratio = arms["learned"]["promptTokensRatioToAll"]
+        assert ratio["pairs"] == 18
+        covered += math.log(ratio["low"]) <= target <= math.log(ratio["high"])
+    assert 0.93 <= covered / COMPARISONS <= 0.99, (design, covered / COMPARISONS)
