@@ -3,6 +3,7 @@ scripts/device/pipeline.sh needs: SIGTERM through its `timeout`, so that the scr
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -255,8 +256,9 @@ def test_keep_running_brings_back_new_compiled_artefacts_while_the_job_still_run
     keep = SCRIPT.parent / "keep_running.sh"
     store = tmp_path / "store"
     (store / "m1").mkdir(parents=True)
-    (store / "m1" / "old.tar.gz").write_text("seeded")
-    (tmp_path / "store.seeded").write_text(f"{store}/m1/old.tar.gz\n")  # as models.sh's seed_vllm_store lists it
+    (store / "m1" / "old.tar.gz").write_bytes(b"seeded")
+    digest = hashlib.sha256(b"seeded").hexdigest()
+    (tmp_path / "store.seeded").write_text(f"{digest}  ./m1/old.tar.gz\n")  # as models.sh's seed_vllm_store lists it
     env = {**os.environ, "DETACHED_DIR": str(tmp_path / "dt"), "RUNS_DIR": str(tmp_path / "runs"), "JOB": "srv",
            "FOLDER": "none", "VLLM_STORE": str(store)}
     checkout = tmp_path / "checkout"

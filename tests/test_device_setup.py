@@ -131,6 +131,17 @@ def test_vllm_compiled_artefacts_travel_between_sessions(tmp_path: Path) -> None
         names = {n.lstrip("./") for n in tar.getnames() if n.endswith(".tar.gz")}
     assert names == {"qwen-3f2a/vllm-0.22.0/nvidia-h200.tar.gz", "gemma-9c1d/vllm-0.22.0/nvidia-h200.tar.gz"}
 
+    # A start from an archive that compiled what it lacked puts the fuller one in its place (compile_cache.py): the
+    # same name with other bytes comes back too.
+    (out / "vllm-cache.tgz").unlink()
+    refreshed = 'echo fuller > "$VLLM_STORE/qwen-3f2a/vllm-0.22.0/nvidia-h200.tar.gz"'
+    shutil.rmtree(store)
+    third = session(f"{refreshed}; bring_back_vllm_cache")
+    assert third.returncode == 0 and "-> $OUT/vllm-cache.tgz" in third.stdout, third.stdout + third.stderr
+    with tarfile.open(out / "vllm-cache.tgz") as tar:
+        member = tar.extractfile("./qwen-3f2a/vllm-0.22.0/nvidia-h200.tar.gz")
+        assert member is not None and member.read() == b"fuller\n"
+
     # A torn copy costs a cold start, never the call.
     shutil.rmtree(store)
     (root / ".device" / "vllm-cache.tgz").write_bytes(b"not a tar")

@@ -100,12 +100,27 @@ def test_a_fresh_machine_fetches_what_the_first_cold_start_kept_in_s3(roots: Pat
     got = sorted(str(p.relative_to(fresh.folder)) for p in fresh.folder.rglob("*") if p.is_file())
     assert got == ["triton/k1/kernel.cubin", "vllm/torch_compile_cache/abc123/rank_0_0/model.bin"]
     assert (fresh.folder / got[1]).read_bytes() == b"compiled graph"
-    # A start that found the cache puts nothing back; the first cold start's archive stays the one kept.
+    # A start from the archive that compiled nothing more puts nothing back ...
     before = store.get_bytes(first.archive_key)
-    (fresh.folder / "vllm" / "extra").write_text("x")
     fresh.keep()
     fresh.wait()
     assert store.get_bytes(first.archive_key) == before
+    # ... one that compiled what the archive lacked (the sampler's kernels at the first requests) puts the fuller
+    # folder in its place, so the next fresh machine finds them too
+    (fresh.folder / "vllm" / "torch_compile_cache" / "abc123" / "triton_cache").mkdir(parents=True)
+    (fresh.folder / "vllm" / "torch_compile_cache" / "abc123" / "triton_cache" / "topp.cubin").write_bytes(b"k")
+    fresh.keep()
+    fresh.wait()
+    with tarfile.open(fileobj=io.BytesIO(store.get_bytes(first.archive_key)), mode="r:gz") as tar:
+        assert sorted(tar.getnames()) == got + ["vllm/torch_compile_cache/abc123/triton_cache/topp.cubin"]
+    # ... and a start from this machine's own folder puts nothing, whatever it compiled
+    after = store.get_bytes(first.archive_key)
+    again = CompileCache.for_model(path, s3=s3_settings)
+    assert again is not None and again.fetch() == "local"
+    (again.folder / "vllm" / "more").write_text("x")
+    again.keep()
+    again.wait()
+    assert store.get_bytes(first.archive_key) == after
 
 
 def test_a_volume_the_pods_mount_is_a_store_too(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,3 +161,56 @@ def test_an_unusable_store_uri_starts_without_it(roots: Path, monkeypatch: pytes
     monkeypatch.setenv(compile_cache.CACHE_URI_ENV, "s3://")
     cache = CompileCache.for_model(str(model(roots / "m")))
     assert cache is not None and cache.store is None and cache.fetch() == "cold"
+
+
+HEALTHY = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_the_store_keeps_what_the_warm_up_compiled(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM JIT-compiles its sampler's kernels at the first requests, into the cache folder: the archive a fresh
+    machine fetches is taken after the warm-up, not at /health (a server that answers /health stands in for vLLM)."""
+    import sys
+
+    from cudanalyst.api import ModelSpec
+    from cudanalyst.runner.llm import serving
+
+    volume = roots / "volume"
+    volume.mkdir()
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+    path = str(model(roots / "m"))
+    launched: dict[str, str] = {}
+    launch = serving.launch_server
+
+    def stand_in(cmd, endpoint, *, env=None, log_dir=None, unset=()):
+        launched.update(env or {})
+        port = endpoint.root.rsplit(":", 1)[1]
+        return launch([sys.executable, "-c", HEALTHY, port], endpoint, env=env, log_dir=log_dir)
+
+    monkeypatch.setattr(serving, "launch_server", stand_in)
+    store = open_store(str(volume))
+    seen_at_warm_up: list[bool] = []
+
+    def warm_up(endpoint: serving.Endpoint) -> None:
+        cache_dir = Path(launched["VLLM_CACHE_ROOT"])
+        seen_at_warm_up.append(any(volume.rglob("*.tar.gz")))
+        kernel = cache_dir / "torch_compile_cache" / "h1" / "triton_cache" / "topp" / "kernel.cubin"
+        kernel.parent.mkdir(parents=True)
+        kernel.write_bytes(b"sampler kernel, compiled at the first request")
+
+    spec = ModelSpec(model=path, serve="local")
+    with serving.start_local_server(path, spec, served_name="m", health_timeout_s=30, log_dir=str(roots),
+                                    warm_up=warm_up) as server:
+        cache = server.compile_cache
+        assert cache is not None and cache.found == "cold"
+        assert server.warm_up_s is not None and server.warm_up_s >= 0
+    assert seen_at_warm_up == [False]  # nothing kept before the warm-up had run
+    with tarfile.open(fileobj=io.BytesIO(store.get_bytes(cache.archive_key)), mode="r:gz") as tar:
+        assert "vllm/torch_compile_cache/h1/triton_cache/topp/kernel.cubin" in tar.getnames()

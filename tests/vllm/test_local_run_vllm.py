@@ -52,9 +52,10 @@ def test_run_reports_then_resumes_without_work(tmp_path, tiny_models):
     for row in ("start (to the model server ready)", "LLM stage: plans", "LLM stage: kernels after the last plan",
                 "kernel stage's tail after it", "report", "wall", "units/h from the command", "tokens/s"):
         assert row in table, table
-    # ... with where the server's own start went, read from the real server's log (server_start.py)
+    # ... with where the server's own start went, read from the real server's log (server_start.py), then its warm-up
     assert re.search(r"healthy after [\d.]+ s \(\d+ s to the API server's first log line, \d+ s more to the engine "
-                     r"process's, \d+ s in the engine \(weights [\d.]+ s\), \d+ s to healthy\)", table), table
+                     r"process's, \d+ s in the engine \(weights [\d.]+ s\), \d+ s to healthy\), then warmed up in [\d.]+ s",
+                     table), table
     folder = out / "quickstart"
     units = json.loads((folder / "plan.json").read_text())["units"]
     assert units == 1 * (4 + 1) * 2  # one program x (2^2 coalitions + 1 control) x 2 samples

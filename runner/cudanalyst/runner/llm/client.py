@@ -36,7 +36,7 @@ import openai
 from openai import AsyncOpenAI
 
 from cudanalyst.runner.llm.credentials import redact
-from cudanalyst.runner.llm.serving import Endpoint
+from cudanalyst.runner.llm.serving import Endpoint, cpu_build
 
 log = logging.getLogger("cudanalyst.runner.llm")
 
@@ -372,6 +372,18 @@ def warm_up(endpoint: Endpoint, temperature: float, top_p: float, requests: int 
         log.warning("warm-up of %s: %d of %d requests failed: %s", endpoint.model, len(failed), len(results),
                     failed[0].error)
     return time.monotonic() - started
+
+
+def warming(temperature: float, top_p: float, short: str,
+            say: Callable[[str], None] = lambda _: None) -> Callable[[Endpoint], float]:
+    """The warm-up a server of `cudanalyst run` or `record` gets once healthy (start_local_server's `warm_up`),
+    said on the console. On the CPU build a short burst will do: the burst exists to compile GPU kernels, and on
+    two cores the full one costs half a minute of the quickstart's five."""
+    def run(endpoint: Endpoint) -> float:
+        say(f"warming up the model ({short})")
+        burst = {"requests": 2, "samples": 2} if cpu_build() else {}
+        return warm_up(endpoint, temperature, top_p, **burst)
+    return run
 
 
 async def generate_chained_async(

@@ -13,7 +13,13 @@ point into it. `<root>` is `$CUDANALYST_CACHE/vllm` (kept between runs on one ma
 `$CUDANALYST_VLLM_CACHE_DIR` moves it alone). Where
 `$CUDANALYST_VLLM_CACHE_URI` names a store (`s3://bucket/prefix`, or a folder: a volume the runner pods mount),
 the folder is also kept there as `<key>.tar.gz`: fetched before the server starts when the local folder is empty,
-and put there (put-if-absent: the first start of a key wins) after a start that found nothing.
+and put there (put-if-absent: the first start of a key wins) after a start that found nothing, once the server is
+healthy and warmed up. Not sooner: vLLM JIT-compiles its sampler's Triton kernels (top-p, slot mapping) at the
+first requests, into this folder's `triton/` (an H100's archive holds `_topk_topp_kernel`), so an archive taken at
+/health, in a thread racing the first requests, could lack them. The H200's consoles fit that: a start from the
+store's archive warmed up in 8-9 s, a later start from the machine's own folder, which had seen a warm-up, in 1-2 s
+(docs/performance.md). So a start from the archive that compiled files it lacked puts its fuller folder in its
+place (archives kept before this are made whole once).
 `CUDANALYST_VLLM_CACHE=off` leaves vLLM's own default alone.
 """
 
@@ -118,10 +124,10 @@ def _archive(folder: Path) -> bytes:
     return buf.getvalue()
 
 
-def _unpack(data: bytes, folder: Path) -> int:
-    """Unpack into `folder` (an archive's member may not leave it); returns the files written."""
+def _unpack(data: bytes, folder: Path) -> set[str]:
+    """Unpack into `folder` (an archive's member may not leave it); returns the files written (relative names)."""
     folder.mkdir(parents=True, exist_ok=True)
-    count = 0
+    written: set[str] = set()
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         for member in tar.getmembers():
             if not member.isfile():
@@ -135,8 +141,13 @@ def _unpack(data: bytes, folder: Path) -> int:
             with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
                 shutil.copyfileobj(src, tmp)
             os.replace(tmp.name, target)
-            count += 1
-    return count
+            written.add(str(target.relative_to(folder.resolve())))
+    return written
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")
+            if p.is_file() and not p.is_symlink() and not p.name.endswith((".lock", ".tmp"))}
 
 
 def _has_files(folder: Path) -> bool:
@@ -145,12 +156,13 @@ def _has_files(folder: Path) -> bool:
 
 @dataclass
 class CompileCache:
-    """One server's cache folder; `fetch()` before it starts, `keep()` once it is healthy."""
+    """One server's cache folder; `fetch()` before it starts, `keep()` once it is healthy and warmed up."""
 
     key: str
     folder: Path
     store: ObjectStore | None = None
     found: str = "cold"  # where the start found its artefacts: local, store or cold (nothing)
+    fetched: set[str] = field(default_factory=set)  # the files the store's archive held (found == "store")
     _upload: threading.Thread | None = field(default=None, repr=False)
 
     @classmethod
@@ -183,8 +195,8 @@ class CompileCache:
             self.found = "local"
         elif self.store is not None:
             try:
-                files = _unpack(self.store.get_bytes(self.archive_key), self.folder)
-                self.found = "store" if files else "cold"
+                self.fetched = _unpack(self.store.get_bytes(self.archive_key), self.folder)
+                self.found = "store" if self.fetched else "cold"
             except (StoreError, tarfile.TarError, OSError) as exc:
                 # Absent, unreachable or not a good archive: a cold start, said once (a cache never fails a run).
                 level = logging.INFO if isinstance(exc, ObjectNotFound) else logging.WARNING
@@ -197,16 +209,30 @@ class CompileCache:
         return self.found
 
     def keep(self) -> None:
-        """After a start that found nothing, put the folder into the store (in a thread: the server is serving
-        by then; `wait()` joins it)."""
-        if self.found != "cold" or self.store is None or not _has_files(self.folder):
+        """Put the folder into the store (in a thread: the server is serving by then; `wait()` joins it): after a
+        start that found nothing, unless another start of the key was first; after a start from the store's
+        archive that compiled files the archive lacked, in its place (an archive kept before the warm-up was
+        kept after it, the sampler's kernels were missing: the fuller archive wins). A start from this machine's
+        own folder puts nothing."""
+        if self.found not in ("cold", "store") or self.store is None or not _has_files(self.folder):
             return
+        added = len(_files(self.folder) - self.fetched) if self.found == "store" else 0
+        if self.found == "store" and not added:
+            return
+
+        store = self.store
 
         def upload() -> None:
             try:
                 data = _archive(self.folder)
-                if self.store is not None and self.store.put_if_absent(self.archive_key, data):
-                    log.info("vLLM compile cache: kept %d bytes at %s", len(data), self.store.uri_of(self.archive_key))
+                uri = store.uri_of(self.archive_key)
+                if self.found == "cold":
+                    if store.put_if_absent(self.archive_key, data):
+                        log.info("vLLM compile cache: kept %d bytes at %s", len(data), uri)
+                else:
+                    store.put_bytes(self.archive_key, data)
+                    log.info("vLLM compile cache: %d files compiled beyond the store's archive; kept %d bytes at %s "
+                             "in its place", added, len(data), uri)
             except (StoreError, OSError) as exc:
                 log.warning("vLLM compile cache: could not keep it in the store: %s", exc)
 

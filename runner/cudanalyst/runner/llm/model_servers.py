@@ -113,15 +113,14 @@ class ModelServers:
         ctx = self._start(path, spec, served_name=name, seed=self.seed,
                           health_timeout_s=self.settings.health_timeout_s,
                           env=self.settings.server_env, log_dir=self.settings.log_dir,
-                          s3=self.settings.s3)  # the run's S3 settings reach an s3:// compile-cache store too
+                          s3=self.settings.s3,  # the run's S3 settings reach an s3:// compile-cache store too
+                          warm_up=self._warm_up)  # before the compile cache is kept: it compiles kernels there
         self._server = ctx.__enter__()  # raises ServingError (the server already stopped) when not healthy
         self._ctx = ctx
         self._key = key
         self._since = time.monotonic()
         self._gpus = spec.tensor_parallel_size
         assert self._server is not None
-        if self._warm_up is not None:
-            self._warm_up(self._server.endpoint)
         return self._server.endpoint
 
     def stop(self) -> None:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,6 +169,7 @@ class LocalServer:
     rpc_dir: Path | None = None  # a short folder for vLLM's IPC sockets (rpc_base_path): removed on stop
     compile_cache: CompileCache | None = None  # where its compiled artefacts are kept (compile_cache.py)
     healthy_after_s: float | None = None  # seconds from the launch to /health answering 200
+    warm_up_s: float | None = None  # seconds of the warm-up after that (start_local_server's `warm_up`), if any
     launched_at: float = field(default_factory=time.time)  # the wall clock, as the log's stamps (server_start.py)
     start: StartPhases | None = None  # where the start went, read from the log once healthy
 
@@ -270,11 +271,13 @@ def start_local_server(
     cache_part: str = "",
     s3: S3Settings | None = None,
     port: int | None = None,
+    warm_up: Callable[[Endpoint], object] | None = None,
 ) -> Iterator[LocalServer]:
     """Serve a local model folder on a free loopback port (or `port`: a fixed one, which recordings resumed
     against it name in their specs) for the duration of the block. Its compiled artefacts are kept in and found
     from its compile cache (compile_cache.py; `cache_part`: a lane's subfolder, `s3`: the settings for an s3://
-    cache store)."""
+    cache store). `warm_up(endpoint)` runs once it is healthy, before the cache is kept: the first requests
+    JIT-compile vLLM's sampler kernels into the same folder (compile_cache.py says what it cost to miss them)."""
     check_model_folder(model_path)
     port = port or free_port()
     endpoint = Endpoint(f"http://127.0.0.1:{port}/v1", served_name, spec.api)
@@ -290,6 +293,10 @@ def start_local_server(
     server.compile_cache = cache
     try:
         server.wait_healthy(health_timeout_s)
+        if warm_up is not None:
+            began = time.monotonic()
+            warm_up(endpoint)
+            server.warm_up_s = time.monotonic() - began
         if cache is not None:
             cache.keep()
         yield server

@@ -44,14 +44,13 @@ from cudanalyst.runfolder import (
     write_start,
 )
 from cudanalyst.runner import lifeline
-from cudanalyst.runner.llm.client import warm_up
+from cudanalyst.runner.llm.client import warming
 from cudanalyst.runner.llm.compile_cache import SWITCH_ENV as COMPILE_CACHE_SWITCH
 from cudanalyst.runner.llm.credentials import CredentialError, check_keys, key_names, read_keys
 from cudanalyst.runner.llm.serving import (
     SERVED_HERE_ANNOTATION,
     Endpoint,
     LocalServer,
-    cpu_build,
     start_local_server,
 )
 from cudanalyst.runner.local.gpus import (
@@ -159,16 +158,10 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                 server = stack.enter_context(start_local_server(
                     path, spec_model, served_name=short, seed=run.spec.sampling.seed,
                     health_timeout_s=health_timeout_s, log_dir=log_dir, env=env, unset=key_names(run.spec),
-                    cache_part=cache_part, s3=planned.s3))
+                    cache_part=cache_part, s3=planned.s3, warm_up=warming(run.spec.sampling.temperature, run.spec.sampling.top_p, short, say)))
                 if started is not None:
                     started.append(server)
                 served[name] = server.endpoint
-                sampling = run.spec.sampling
-                say(f"warming up the model ({short})")
-                # Part of start-up. On the CPU build a short burst will do: the burst exists to compile GPU
-                # kernels, and on two cores the full one costs half a minute of the quickstart's five.
-                burst = {"requests": 2, "samples": 2} if cpu_build() else {}
-                warm_up(server.endpoint, sampling.temperature, sampling.top_p, **burst)
             endpoint = served[name]
             models[role] = {**model, "serve": "endpoint", "endpoint": endpoint.base_url, "model": endpoint.model}
         if served:  # ours: a shard keeps the retry count for them, and waits out outages of real endpoints only
@@ -223,6 +216,8 @@ class LaneServers:
             healthy = f"healthy after {server.healthy_after_s:.1f} s" if server.healthy_after_s is not None else ""
             if healthy and server.start is not None and (phases := server.start.describe()):
                 healthy += f" ({phases})"
+            if healthy and server.warm_up_s is not None:
+                healthy += f", then warmed up in {server.warm_up_s:.1f} s"
             out.append(f"model server {server.endpoint.model} at {server.endpoint.root}: {healthy}{where}")
         return out
 

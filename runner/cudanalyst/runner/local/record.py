@@ -36,8 +36,8 @@ from cudanalyst.recording import (
 )
 from cudanalyst.runner import lifeline
 from cudanalyst.runner.kernels.stage import gpu_status
-from cudanalyst.runner.llm.client import warm_up
-from cudanalyst.runner.llm.serving import cpu_build, remote_endpoint, start_local_server
+from cudanalyst.runner.llm.client import warming
+from cudanalyst.runner.llm.serving import remote_endpoint, start_local_server
 from cudanalyst.runner.local.display import ended_early
 from cudanalyst.runner.weights import WeightsError, resolve_model_path
 from cudanalyst.store import StoreError
@@ -115,10 +115,7 @@ def served_model(rec: TrajectoryRecording, log_dir: str, health_timeout_s: float
     short = Path(str(model.model).rstrip("/")).name or str(model.model)
     say(f"starting the model server ({short}, vLLM)")
     with start_local_server(path, model, served_name=short, seed=rec.spec.seed, health_timeout_s=health_timeout_s,
-                            log_dir=log_dir, s3=s3_settings(rec)) as server:
-        say(f"warming up the model ({short})")
-        burst = {"requests": 2, "samples": 2} if cpu_build() else {}  # as `cudanalyst run` does on a CPU
-        warm_up(server.endpoint, rec.spec.temperature, rec.spec.top_p, **burst)
+                            log_dir=log_dir, s3=s3_settings(rec), warm_up=warming(rec.spec.temperature, rec.spec.top_p, short, say)) as server:
         yield server.endpoint.base_url, server.endpoint.model
 
 
