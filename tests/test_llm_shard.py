@@ -172,6 +172,8 @@ class _KernelWriter:
         from cudanalyst.tasks import get_task
 
         answer = "Here it is.\n```cuda\n" + get_task("gemm").baseline_source + "\n```\n"
+        self.bodies: list[dict] = []  # every request as it came
+        bodies = self.bodies
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
@@ -179,6 +181,7 @@ class _KernelWriter:
 
             def do_POST(self) -> None:
                 body = _json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                bodies.append(body)
                 n, chat = body.get("n", 1), self.path.endswith("/chat/completions")
                 choices = [{"index": i, "finish_reason": "stop",
                             **({"message": {"role": "assistant", "content": answer}} if chat else {"text": answer})}
@@ -218,6 +221,30 @@ def test_the_llm_stage_writes_candidates_and_says_where_its_time_went(tmp_path: 
     assert f"{len(candidates)} candidates in" in line and "kernels back from" in line
     assert f"{2 * 9 * len(candidates)} tokens generated" in line  # a plan and a kernel per sample here
     assert not records(tmp_path / "out" / RUN, "outcomes")  # only the kernel stage writes outcomes
+
+
+@needs_nvcc
+@pytest.mark.parametrize("request_seeds", [True, False])
+def test_requests_carry_their_seeds_unless_the_spec_says_not(tmp_path: Path, trajectory: Path, monkeypatch,
+                                                              request_seeds: bool) -> None:
+    # vLLM draws a seeded row's noise alone (one launch a row): sampling.requestSeeds false sends none.
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path / "nvcc-cache"))
+    server = _KernelWriter()
+    try:
+        spec = spec_for(tmp_path, trajectory, {"endpoint": server.url, "model": "m"}, samples=1,
+                        sampling={"requestSeeds": request_seeds})
+        assert main(["--spec", str(spec), "--shard", "0", "--of", "1", "--stage", "llm"]) == 0
+    finally:
+        server.close()
+    candidates = records(tmp_path / "out" / RUN, "candidates")
+    assert candidates and server.bodies
+    if request_seeds:
+        seeds = [b["seed"] for b in server.bodies]
+        assert all(isinstance(x, int) for x in seeds) and len(set(seeds)) == len(seeds)  # one seed a request
+        assert all(isinstance(c["seed"], int) for c in candidates.values())
+    else:
+        assert not any("seed" in b for b in server.bodies)
+        assert all(c["seed"] is None for c in candidates.values())
 
 
 @pytest.mark.parametrize("shard, stage, message", [

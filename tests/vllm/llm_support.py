@@ -39,7 +39,8 @@ def write_spec(path: Path, *, name: str, trajectory: Path, output: str, planner:
                coder: dict[str, Any] | None = None, players: tuple[str, ...] = ("debugger", "analyzer"),
                controls: tuple[str, ...] = (), planning: str = "explicit", samples: int = 2,
                rollouts: int = 1, max_tokens: int = 16, per_generation: int = 2, shards: int = 1,
-               feedback: dict[str, Any] | None = None, s3: dict[str, Any] | None = None) -> Path:
+               feedback: dict[str, Any] | None = None, s3: dict[str, Any] | None = None,
+               sampling: dict[str, Any] | None = None) -> Path:
     models: dict[str, Any] = {"planner": planner}
     if coder is not None:
         models["coder"] = coder
@@ -50,7 +51,7 @@ def write_spec(path: Path, *, name: str, trajectory: Path, output: str, planner:
         "controls": list(controls),
         "models": models,
         "sampling": {"rollouts": rollouts, "samplesPerCoalition": samples, "temperature": 0.8,
-                     "maxTokens": max_tokens, "seed": 0},
+                     "maxTokens": max_tokens, "seed": 0, **(sampling or {})},
         "resources": {"shards": shards, "gpusPerShard": 0},
         "output": {"uri": output},
     }

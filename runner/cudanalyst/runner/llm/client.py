@@ -53,7 +53,7 @@ class GenerationRequest:
     key: str
     prompt: list[dict[str, str]] | str
     n: int
-    seed: int
+    seed: int | None  # None: the request names no seed (vLLM then samples it with the batch)
     max_tokens: int
     temperature: float = 0.8
     top_p: float = 0.95
@@ -78,7 +78,7 @@ class GenerationResult:
     usage_prompt: int | None = None
     usage_completion: int | None = None
     model: str = ""
-    seed: int = 0
+    seed: int | None = 0
     attempts: int = 0
     latency_s: float = 0.0
     error: str | None = None
@@ -210,7 +210,7 @@ async def _one(
     sem: asyncio.Semaphore, breaker: _Breaker, rng: random.Random, on_result: OnResult | None,
 ) -> GenerationResult:
     result = GenerationResult(req.key, model=endpoint.model, seed=req.seed, role=req.role)
-    extra: dict[str, Any] = {"seed": req.seed}
+    extra: dict[str, Any] = {"seed": req.seed} if req.seed is not None else {}
     if settings.vllm_token_ids:
         extra["return_token_ids"] = True
     if not endpoint.hosted and req.role in ROLE_PRIORITY:

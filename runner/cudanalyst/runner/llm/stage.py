@@ -336,10 +336,16 @@ class LlmStage:
                 todo.append(g)
         return todo
 
+    def _request_seed(self, role: str, key: str) -> int | None:
+        """The seed a request carries: derived from the run's seed and its identity, or none (sampling.requestSeeds
+        false: vLLM's seeded rows are drawn one by one, which costs the whole batch)."""
+        sampling = self.spec.sampling
+        return derive_seed(sampling.seed, role, key) if sampling.request_seeds else None
+
     def _planner_request(self, g: Group, endpoint: Endpoint) -> GenerationRequest:
         assert g.planner_prompt is not None
         return GenerationRequest(
-            g.key, g.planner_prompt.rendered(endpoint.api), 1, derive_seed(self.spec.sampling.seed, "planner", g.key),
+            g.key, g.planner_prompt.rendered(endpoint.api), 1, self._request_seed("planner", g.key),
             min(PLAN_MAX_TOKENS, self.spec.sampling.max_tokens), self.spec.sampling.temperature,
             self.spec.sampling.top_p, role="planner")
 
@@ -445,7 +451,7 @@ class LlmStage:
     def _coder_request(self, g: Group, prompt: Prompt, endpoint: Endpoint) -> GenerationRequest:
         sampling = self.spec.sampling
         return GenerationRequest(g.key, prompt.rendered(endpoint.api), sampling.samples_per_coalition,
-                                 derive_seed(sampling.seed, "coder", g.key), sampling.max_tokens,
+                                 self._request_seed("coder", g.key), sampling.max_tokens,
                                  sampling.temperature, sampling.top_p, role="coder")
 
     def _write_group(self, g: Group, res: GenerationResult, coder: Prompt, endpoint: Endpoint) -> None:
