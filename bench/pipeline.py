@@ -34,7 +34,8 @@ state (new run folder, empty nvcc cache, empty vLLM compile cache: a fresh machi
 folder and an empty nvcc cache, but with the vLLM compile cache the cold run left (the next run on this machine,
 or a pod that fetched the cache). `staged` is warm's run as two commands, `--stage llm` and then the plain command
 again on the same folder (every unit has its candidate, so it runs the kernel stage alone and the report): the LLM stage with no verification on the GPU beside the model server, then the whole kernel
-stage (issue 32's A/B: `--user-clock cold,warm,staged` sets both side by side, from the same cache). Each run's
+stage (issue 32's A/B: `--user-clock cold,warm,staged` sets both side by side, from the same cache). `unseeded` is
+warm's command on the spec with `sampling.requestSeeds: false` (the A/B of the request seeds). Each run's
 table is the command's own (its clock starts at its process start; a staged run's two tables are added); the
 bench's clock (Popen to exit) is printed beside it.
 """
@@ -384,7 +385,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--user-clock", type=user_runs, nargs="?", const=["cold", "warm"], default=None, metavar="RUNS",
                    help="measure `cudanalyst run` as a user sees it instead: cold (fresh state), warm (the vLLM "
                         "compile cache of the cold run), staged (as warm, but `--stage llm` first, then the rest: "
-                        "no verification beside the model server); default cold,warm")
+                        "no verification beside the model server), unseeded (as warm, with sampling.requestSeeds "
+                        "false); default cold,warm")
     args = p.parse_args(argv)
     if args.serial_units < 0 or (args.units is not None and args.units < 1) or (args.rollouts or 1) < 1:
         p.error("--serial-units must be at least 0, --units and --rollouts at least 1")
@@ -411,14 +413,22 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ the user's clock
-USER_RUNS = ("cold", "warm", "staged")
+USER_RUNS = ("cold", "warm", "staged", "unseeded")
 
 
 def user_runs(text: str) -> list[str]:
     runs = [x.strip() for x in text.split(",") if x.strip()]
     if not runs or any(r not in USER_RUNS for r in runs) or len(set(runs)) < len(runs):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected some of cold, warm, staged, each once")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {', '.join(USER_RUNS)}, each once")
     return runs
+
+
+def unseeded(doc: dict[str, Any]) -> dict[str, Any]:
+    """The run's document with `sampling.requestSeeds: false`: the `unseeded` run, warm's command on a spec whose
+    requests carry no seed (issue 32: vLLM draws a seeded row's noise alone, one launch a row)."""
+    spec = dict(doc["spec"])
+    spec["sampling"] = {**(spec.get("sampling") or {}), "requestSeeds": False}
+    return {**doc, "spec": spec}
 
 
 def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: int | None) -> dict[str, Any]:
@@ -523,6 +533,9 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
     """--user-clock: the spec run as a user runs it, cold then warm (or as asked); prints the table."""
     spec_file = work / "spec.json"
     spec_file.write_text(json.dumps(base.to_dict()))
+    unseeded_file = work / "spec-unseeded.json"
+    if "unseeded" in args.user_clock:
+        unseeded_file.write_text(json.dumps(unseeded(base.to_dict())))
     # Empty for a cold run, which fills it; a warm run finds it (--vllm-cache: the folder of another call's cold run).
     vllm_cache = Path(args.vllm_cache).resolve() if args.vllm_cache else work / "vllm-cache"
     if args.user_clock[0] == "cold" and vllm_cache.is_dir() and any(vllm_cache.rglob("*")):
@@ -535,7 +548,7 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
     print(f"{base.metadata.name}: {figures['units']} units, `cudanalyst run` as a user runs it: "
           f"{', '.join(args.user_clock)}; work folder {work}", flush=True)
     for name in args.user_clock:
-        result = run_as_user(spec_file, work, name, vllm_cache, gpus)
+        result = run_as_user(unseeded_file if name == "unseeded" else spec_file, work, name, vllm_cache, gpus)
         figures["userClock"][name] = result
         print(f"{name}: exit {result['exit']}, {result['benchWall']:.1f} s on the bench's clock", flush=True)
         if result["exit"] != 0:  # the log stays on the machine: its end comes back with the bench's output

@@ -181,3 +181,25 @@ def test_the_user_clock_runs_cudanalyst_run_cold_then_staged(tmp_path: Path, mon
     assert bench.main([*args, "--user-clock", "cold", "--vllm-cache", str(cache),
                        "--workdir", str(tmp_path / "again")]) == 2
     assert "is not empty" in capsys.readouterr().err
+
+
+def test_the_unseeded_run_is_warms_command_on_a_spec_whose_requests_carry_no_seed() -> None:
+    """--user-clock unseeded (issue 32): the A/B of the request seeds, on the same spec otherwise."""
+    import argparse
+
+    import yaml
+
+    from cudanalyst.api import AttributionRun
+
+    bench = _bench()
+    base = AttributionRun.model_validate(yaml.safe_load((ROOT / "examples" / "h200-outcomes.yaml").read_text()))
+    doc = base.to_dict()
+    changed = bench.unseeded(doc)
+    run = AttributionRun.model_validate(changed)
+    assert base.spec.sampling.request_seeds and not run.spec.sampling.request_seeds
+    # nothing else moves, and the document it came from is left as it was
+    assert run.spec.model_copy(update={"sampling": base.spec.sampling}) == base.spec
+    assert doc["spec"]["sampling"].get("requestSeeds", True) is True
+    assert bench.user_runs("warm,unseeded") == ["warm", "unseeded"]
+    with pytest.raises(argparse.ArgumentTypeError, match="unseeded"):
+        bench.user_runs("warm,seedless")
