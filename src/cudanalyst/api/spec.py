@@ -200,7 +200,10 @@ class ModelSpec(Model):
         if self.serve == "endpoint" and not self.endpoint:
             raise ValueError("endpoint is required when serve is endpoint")
         if self.serve == "local" and self.api_key is not None:
-            raise ValueError("apiKey is for serve: endpoint (a server the runner starts needs no key)")
+            # Name what was given inside apiKey too: a refusal should name the field the user wrote.
+            given = ", ".join(f"apiKey.{k}" for k in self.api_key.model_dump(by_alias=True, exclude_unset=True))
+            raise ValueError("apiKey is for serve: endpoint (a server the runner starts needs no key)"
+                             + (f"; given: {given}" if given else ""))
         return self
 
 
