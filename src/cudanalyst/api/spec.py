@@ -234,8 +234,12 @@ class ModelsSpec(Model):
                 continue
             other = bound.setdefault(key.env, (role, key.secret_name, key.secret_key))
             if other[1:] != (key.secret_name, key.secret_key):
-                raise ValueError(f"{role}.apiKey.env {key.env} is also {other[0]}.apiKey.env with another Secret or "
-                                 "key; give each Secret its own variable")
+                # Name the fields that differ: they are what the user wrote, more than the variable they share.
+                differ = [f"{name} {mine!r} against {theirs!r}" for name, mine, theirs in
+                          (("secretName", key.secret_name, other[1]), ("secretKey", key.secret_key, other[2]))
+                          if mine != theirs]
+                raise ValueError(f"{role}.apiKey.env {key.env} is also {other[0]}.apiKey.env, with another "
+                                 f"{' and '.join(differ)}; give each Secret its own variable")
         return self
 
 
