@@ -178,6 +178,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
             todo.append((f, name, dest))
     if not todo:
         return 0
+    from cudanalyst.runner.llm.compile_cache import gpu_kind
+
+    card = gpu_kind()  # each row says which card timed it: a comparison's seeds may run on different ones
     with WorkerPool(args.workers) as pool:
         for f, name, dest in todo:
             arm, seed = arm_and_seed(name, spec.name)
@@ -190,7 +193,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
                     lambda p, seeds=seeds: measure_program(get_task(p.task), p.source, cfg, seeds, pool), programs)
                 for p, got in zip(programs, measured, strict=True):
                     rows.append({"recording": name, "arm": arm, "seed": seed, "task": p.task,
-                                 "programId": p.program_id, "iteration": p.generation, **got})
+                                 "programId": p.program_id, "iteration": p.generation, **got, "gpu": card})
             partial = dest.with_name(dest.name + ".partial")  # a recording's rows are whole or absent
             partial.write_text("".join(json.dumps(r) + "\n" for r in rows))
             partial.replace(dest)

@@ -250,6 +250,16 @@ def test_under_run_tools_shown_the_page_says_saved_tokens_count_only_reports_tha
     assert "none 0.408x [" in page
 
 
+def test_the_page_names_the_card_each_seed_was_re_timed_on_when_its_rows_say() -> None:
+    rows = [row(a, "t", s, i, speedup=1.0) for a in ("all", "none") for s in (0, 1) for i in (0, 1)]
+    plain = analyse(rows, [], iterations=8)
+    assert "cards" not in plain and "Re-timed on" not in readme(plain, "t")  # rows of before: nothing said
+    cards = {0: "NVIDIA H200", 1: "NVIDIA H100 80GB HBM3"}
+    result = analyse([{**r, "gpu": cards[r["seed"]]} for r in rows], [], iterations=8)
+    assert result["cards"] == {"0": ["NVIDIA H200"], "1": ["NVIDIA H100 80GB HBM3"]}
+    assert "Re-timed on: seed 0 NVIDIA H200; seed 1 NVIDIA H100 80GB HBM3." in readme(result, "t")
+
+
 def test_one_unit_gives_a_value_without_an_interval() -> None:
     result = analyse([row("all", "a", 0, 0, speedup=1.0), row("all", "a", 0, 1, speedup=3.0)], [], 8)
     best = result["arms"][0]["bestSpeedup"]

@@ -296,6 +296,12 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
         out["arms"].append(row)
     out["contrasts"] = [{"arm": a, "against": b, "speedupRatio": paired_ratio(best, a, b, confidence)}
                         for a, b in CONTRASTS if a in arms and b in arms]
+    cards: dict[str, set[str]] = defaultdict(set)  # rows measured since 2026-12-05 name the card that timed them
+    for p in programs:
+        if p.get("gpu"):
+            cards[str(int(p["seed"]))].add(str(p["gpu"]))
+    if cards:
+        out["cards"] = {seed: sorted(names) for seed, names in sorted(cards.items(), key=lambda kv: int(kv[0]))}
     return out
 
 
@@ -344,6 +350,11 @@ def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
                      f"{_fmt(r['compiledRate'])} | {_fmt(r['passRate'])} | {_fmt(r['childRate'])} | "
                      f"{_fmt(r['compiledPerIteration'])} | {_fmt(r['promptTokens'], 0)} | "
                      f"{_fmt(r['savedTokens'], 0)} | {_fmt(r['gpuSeconds'], 0)} | {_fmt(r['toolSeconds'], 0)} |")
+    if result.get("cards"):
+        lines += ["", "Re-timed on: " + "; ".join(f"seed {seed} {', '.join(names)}" for seed, names in
+                                                  result["cards"].items()) + ". A seed's arms were recorded side by "
+                  "side on one machine and are paired by unit, so a seed's card is a block of the design, not a "
+                  "difference between arms."]
     contrasts = [c for c in result.get("contrasts", []) if c["speedupRatio"]["pairs"]]
     if contrasts:
         lines += ["", "Paired by unit, as the ratio to all: " + "; ".join(
