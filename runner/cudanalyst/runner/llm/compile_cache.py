@@ -115,12 +115,17 @@ def remote_store(s3: S3Settings | None = None) -> ObjectStore | None:
     return open_store(uri, s3 if uri.startswith("s3://") else None)
 
 
+def _files(folder: Path) -> set[str]:
+    """What an archive of `folder` holds (relative names): its plain files, not vLLM's locks or temporaries."""
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")
+            if p.is_file() and not p.is_symlink() and not p.name.endswith((".lock", ".tmp"))}
+
+
 def _archive(folder: Path) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:  # compiled code: speed over size
-        for p in sorted(folder.rglob("*")):
-            if p.is_file() and not p.is_symlink() and not p.name.endswith((".lock", ".tmp")):
-                tar.add(p, arcname=str(p.relative_to(folder)), recursive=False)
+        for name in sorted(_files(folder)):
+            tar.add(folder / name, arcname=name, recursive=False)
     return buf.getvalue()
 
 
@@ -143,11 +148,6 @@ def _unpack(data: bytes, folder: Path) -> set[str]:
             os.replace(tmp.name, target)
             written.add(str(target.relative_to(folder.resolve())))
     return written
-
-
-def _files(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*")
-            if p.is_file() and not p.is_symlink() and not p.name.endswith((".lock", ".tmp"))}
 
 
 def _has_files(folder: Path) -> bool:
@@ -214,10 +214,11 @@ class CompileCache:
         archive that compiled files the archive lacked, in its place (an archive kept before the warm-up was
         kept after it, the sampler's kernels were missing: the fuller archive wins). A start from this machine's
         own folder puts nothing."""
-        if self.found not in ("cold", "store") or self.store is None or not _has_files(self.folder):
+        if self.found not in ("cold", "store") or self.store is None:
             return
-        added = len(_files(self.folder) - self.fetched) if self.found == "store" else 0
-        if self.found == "store" and not added:
+        files = _files(self.folder)
+        added = len(files - self.fetched) if self.found == "store" else len(files)
+        if not added:
             return
 
         store = self.store

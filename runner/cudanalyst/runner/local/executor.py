@@ -158,7 +158,8 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                 server = stack.enter_context(start_local_server(
                     path, spec_model, served_name=short, seed=run.spec.sampling.seed,
                     health_timeout_s=health_timeout_s, log_dir=log_dir, env=env, unset=key_names(run.spec),
-                    cache_part=cache_part, s3=planned.s3, warm_up=warming(run.spec.sampling.temperature, run.spec.sampling.top_p, short, say)))
+                    cache_part=cache_part, s3=planned.s3,
+                    warm_up=warming(run.spec.sampling.temperature, run.spec.sampling.top_p, short, say)))
                 if started is not None:
                     started.append(server)
                 served[name] = server.endpoint

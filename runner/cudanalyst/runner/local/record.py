@@ -115,7 +115,8 @@ def served_model(rec: TrajectoryRecording, log_dir: str, health_timeout_s: float
     short = Path(str(model.model).rstrip("/")).name or str(model.model)
     say(f"starting the model server ({short}, vLLM)")
     with start_local_server(path, model, served_name=short, seed=rec.spec.seed, health_timeout_s=health_timeout_s,
-                            log_dir=log_dir, s3=s3_settings(rec), warm_up=warming(rec.spec.temperature, rec.spec.top_p, short, say)) as server:
+                            log_dir=log_dir, s3=s3_settings(rec),
+                            warm_up=warming(rec.spec.temperature, rec.spec.top_p, short, say)) as server:
         yield server.endpoint.base_url, server.endpoint.model
 
 
