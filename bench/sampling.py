@@ -116,14 +116,25 @@ async def one_phase(base_url: str, model: str, prompts: list[list[dict[str, str]
     return {"tokens": float(sum(tokens)), "seconds": wall, "tokensPerSecond": sum(tokens) / wall}
 
 
+def fresh_compile_cache() -> Path:
+    """A vLLM compile cache of this run's own, and no store: nothing of an earlier run is found, and nothing this
+    run compiles is kept where a user's servers would fetch it (in session 38 this bench's archive, made in its
+    temporary folder, took the store's place, and vLLM 0.22 could not start from it in another folder)."""
+    from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-sampling-cache-"))
+    os.environ[DIR_ENV] = str(folder)
+    os.environ.pop(CACHE_URI_ENV, None)
+    return folder
+
+
 def serve_phases(model: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     from generation import CPU_ENV, prompts
 
     from cudanalyst.api import ModelSpec
-    from cudanalyst.runner.llm.compile_cache import DIR_ENV
     from cudanalyst.runner.llm.serving import cpu_build, start_local_server
 
-    os.environ[DIR_ENV] = tempfile.mkdtemp(prefix="bench-sampling-cache-")  # nothing of an earlier run is found
+    fresh_compile_cache()
     cpu = cpu_build()
     if cpu:
         os.environ.update(CPU_ENV)

@@ -45,3 +45,17 @@ def test_bad_input_exits_2_naming_it(args: list[str], says: str, capsys: pytest.
 def test_a_folder_without_a_model_exits_2_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert bench().main([str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_the_bench_serves_from_a_compile_cache_of_its_own_and_keeps_nothing_in_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudanalyst.runner.llm import compile_cache
+
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(tmp_path / "the-users-store"))
+    monkeypatch.setenv(compile_cache.DIR_ENV, str(tmp_path / "the-users-cache"))
+    folder = bench().fresh_compile_cache()
+    try:
+        assert compile_cache.local_root() == folder and not any(folder.iterdir())
+        assert compile_cache.remote_store() is None  # nothing fetched from it, nothing put into it
+    finally:
+        folder.rmdir()

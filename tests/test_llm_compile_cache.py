@@ -214,3 +214,94 @@ def test_the_store_keeps_what_the_warm_up_compiled(roots: Path, monkeypatch: pyt
     assert seen_at_warm_up == [False]  # nothing kept before the warm-up had run
     with tarfile.open(fileobj=io.BytesIO(store.get_bytes(cache.archive_key)), mode="r:gz") as tar:
         assert "vllm/torch_compile_cache/h1/triton_cache/topp/kernel.cubin" in tar.getnames()
+
+
+def vllm_index(cache: CompileCache, artefacts: list[str], write: list[str] | None = None) -> Path:
+    """A compiled model as vLLM 0.22 leaves it: artefacts beside an index (`vllm_compile_cache.py`, a Python
+    literal written by pprint) that names each by its absolute path in the folder it was compiled in. `write`:
+    the artefacts actually written (default: all)."""
+    import pprint
+
+    backbone = cache.folder / "vllm" / "torch_compile_cache" / "fed66f7c7a" / "rank_0_0" / "backbone"
+    backbone.mkdir(parents=True)
+    for name in artefacts if write is None else write:
+        (backbone / name).write_bytes(b"inductor artefact " + name.encode())
+    entries = {((1, 8192), i, "inductor_standalone"): {"cache_key": f"key{i}",
+                                                       "graph_handle": (name, str(backbone / name))}
+               for i, name in enumerate(artefacts)}
+    (backbone / compile_cache.INDEX_NAME).write_text(pprint.pformat(entries, indent=4))
+    return backbone / compile_cache.INDEX_NAME
+
+
+def handles(index: Path) -> list[tuple[str, str]]:
+    import ast
+
+    return [entry["graph_handle"] for entry in ast.literal_eval(index.read_text()).values()]
+
+
+def test_an_archive_compiled_in_another_folder_is_pointed_at_the_one_it_is_unpacked_in(
+        roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.22 loads an artefact from the absolute path its index names: an archive made in a bench's temporary
+    folder made a server on the H100 die at start (FileNotFoundError) until the index was pointed at its folder."""
+    volume = roots / "volume"
+    volume.mkdir()
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+    path = str(model(roots / "m"))
+    names = ["artifact_compile_range_1_8192_subgraph_0", "artifact_compile_range_1_8192_subgraph_1"]
+    first = CompileCache.for_model(path)
+    assert first is not None and first.fetch() == "cold"
+    vllm_index(first, names)
+    first.keep()
+    first.wait()
+    monkeypatch.setenv(compile_cache.DIR_ENV, str(roots / "elsewhere" / "machine-2"))
+    second = CompileCache.for_model(path)
+    assert second is not None and second.fetch() == "store"
+    index = next(second.folder.rglob(compile_cache.INDEX_NAME))
+    moved = handles(index)
+    assert [name for name, _ in moved] == names
+    for name, where in moved:
+        assert Path(where) == index.parent / name and Path(where).is_file()
+        assert str(first.folder) not in where
+    # A folder moved on its machine (the local root moved with it) is pointed at its new place too.
+    (roots / "elsewhere").rename(roots / "moved")
+    monkeypatch.setenv(compile_cache.DIR_ENV, str(roots / "moved" / "machine-2"))
+    third = CompileCache.for_model(path)
+    assert third is not None and third.fetch() == "local"
+    assert all(Path(where).is_file() and "moved" in where
+               for _, where in handles(next(third.folder.rglob(compile_cache.INDEX_NAME))))
+
+
+@pytest.mark.parametrize("broken", ["an artefact absent", "an unreadable index"])
+def test_an_archive_a_server_cannot_start_from_starts_cold_and_is_replaced(
+        roots: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, broken: str) -> None:
+    volume = roots / "volume"
+    volume.mkdir()
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+    path = str(model(roots / "m"))
+    first = CompileCache.for_model(path)
+    assert first is not None and first.fetch() == "cold"
+    index = vllm_index(first, ["subgraph_0", "subgraph_1"], write=["subgraph_0"] if broken == "an artefact absent"
+                       else None)
+    if broken == "an unreadable index":
+        index.write_text("{(1, 8192): open('/etc/passwd')}")  # not a literal: vLLM's literal_eval fails on it too
+    first.keep()
+    first.wait()
+    store = open_store(str(volume))
+    bad = store.get_bytes(first.archive_key)
+    monkeypatch.setenv(compile_cache.DIR_ENV, str(roots / "machine-2"))
+    second = CompileCache.for_model(path)
+    assert second is not None
+    with caplog.at_level("WARNING", logger="cudanalyst.runner.llm"):
+        assert second.fetch() == "cold"
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "not usable" in said and compile_cache.INDEX_NAME in said
+    assert ("subgraph_1" in said) if broken == "an artefact absent" else ("not an index" in said)
+    assert not any(p.is_file() for p in second.folder.rglob("*"))  # nothing of the archive is left to vLLM
+    vllm_index(second, ["subgraph_0"])  # what the cold start compiles
+    second.keep()
+    second.wait()
+    good = store.get_bytes(second.archive_key)
+    assert good != bad  # the unusable archive is replaced, so the next fresh machine does not start cold too
+    monkeypatch.setenv(compile_cache.DIR_ENV, str(roots / "machine-3"))
+    third = CompileCache.for_model(path)
+    assert third is not None and third.fetch() == "store"

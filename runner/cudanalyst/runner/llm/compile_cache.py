@@ -20,16 +20,24 @@ first requests, into this folder's `triton/` (an H100's archive holds `_topk_top
 store's archive warmed up in 8-9 s, a later start from the machine's own folder, which had seen a warm-up, in 1-2 s
 (docs/performance.md). So a start from the archive that compiled files it lacked puts its fuller folder in its
 place (archives kept before this are made whole once).
+vLLM 0.22's index of a compiled graph (`vllm_compile_cache.py`, a Python literal) names each artefact by its
+absolute path, the folder it was compiled in, and loads it from there: an archive unpacked anywhere else (another
+`$CUDANALYST_CACHE`, a lane's subfolder, a bench's temporary folder) made the engine die at start with
+FileNotFoundError (the H100, 2026-12-05: the store held an archive a bench had made in /tmp). So a fetched or local
+folder's indexes are pointed at the folder they are in (`relocate`), and a folder whose index names an artefact it
+does not hold starts cold.
 `CUDANALYST_VLLM_CACHE=off` leaves vLLM's own default alone.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import json
 import logging
 import os
+import pprint
 import re
 import shutil
 import subprocess
@@ -150,6 +158,53 @@ def _unpack(data: bytes, folder: Path) -> set[str]:
     return written
 
 
+INDEX_NAME = "vllm_compile_cache.py"  # vLLM's index of a compiled model's graphs, one per rank and prefix
+
+
+class UnusableCache(Exception):
+    """A cache folder a server cannot start from (an index it cannot read, an artefact it names that is absent)."""
+
+
+def _repoint(value: object, here: Path, missing: list[str]) -> object:
+    """`value` with every artefact handle (name, absolute path) pointed at `here`/name; the names absent from
+    `here` are added to `missing`."""
+    if isinstance(value, dict):
+        return {k: _repoint(v, here, missing) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_repoint(v, here, missing) for v in value]
+    if isinstance(value, tuple):
+        if (len(value) == 2 and all(isinstance(v, str) for v in value) and os.path.isabs(value[1])
+                and "/" not in value[0] and Path(value[1]).name == value[0]):
+            if not (here / value[0]).exists():
+                missing.append(value[0])
+            return (value[0], str(here / value[0]))
+        return tuple(_repoint(v, here, missing) for v in value)
+    return value
+
+
+def relocate(folder: Path) -> int:
+    """Point every vLLM index under `folder` at the artefacts beside it; returns the indexes rewritten. Raises
+    UnusableCache when an index cannot be read or names an artefact the folder does not hold."""
+    rewritten = 0
+    for index in sorted(folder.rglob(INDEX_NAME)):
+        try:
+            text = index.read_text()
+            entries = ast.literal_eval(text)
+        except (OSError, ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+            raise UnusableCache(f"{index}: not an index vLLM can read ({exc})") from None
+        missing: list[str] = []
+        moved = _repoint(entries, index.parent, missing)
+        if missing:
+            raise UnusableCache(f"{index}: names {len(missing)} artefact(s) the folder does not hold "
+                                f"(first: {missing[0]})")
+        if moved != entries:
+            with tempfile.NamedTemporaryFile("w", dir=index.parent, delete=False) as tmp:
+                tmp.write(pprint.pformat(moved, indent=4))
+            os.replace(tmp.name, index)
+            rewritten += 1
+    return rewritten
+
+
 def _has_files(folder: Path) -> bool:
     return folder.is_dir() and any(p.is_file() for p in folder.rglob("*"))
 
@@ -163,6 +218,7 @@ class CompileCache:
     store: ObjectStore | None = None
     found: str = "cold"  # where the start found its artefacts: local, store or cold (nothing)
     fetched: set[str] = field(default_factory=set)  # the files the store's archive held (found == "store")
+    replaces: bool = False  # the store's archive was unusable: the cold start's archive takes its place
     _upload: threading.Thread | None = field(default=None, repr=False)
 
     @classmethod
@@ -205,6 +261,18 @@ class CompileCache:
                 self.found = "cold"
         else:
             self.found = "cold"
+        if self.found != "cold":
+            try:
+                moved = relocate(self.folder)
+            except UnusableCache as exc:  # vLLM would die at start on it: start cold instead, and say why
+                log.warning("vLLM compile cache: the %s folder is not usable, starting cold: %s", self.found, exc)
+                shutil.rmtree(self.folder, ignore_errors=True)
+                # The store's archive, if that was it, is replaced by what this start compiles, not kept beside it.
+                self.replaces = self.found == "store"
+                self.found, self.fetched = "cold", set()
+            else:
+                if moved:
+                    log.info("vLLM compile cache: %d index(es) pointed at %s", moved, self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         return self.found
 
@@ -212,8 +280,8 @@ class CompileCache:
         """Put the folder into the store (in a thread: the server is serving by then; `wait()` joins it): after a
         start that found nothing, unless another start of the key was first; after a start from the store's
         archive that compiled files the archive lacked, in its place (an archive kept before the warm-up was
-        kept after it, the sampler's kernels were missing: the fuller archive wins). A start from this machine's
-        own folder puts nothing."""
+        kept after it, the sampler's kernels were missing: the fuller archive wins); after a cold start because the
+        store's archive was unusable, in its place. A start from this machine's own folder puts nothing."""
         if self.found not in ("cold", "store") or self.store is None:
             return
         files = _files(self.folder)
@@ -227,9 +295,12 @@ class CompileCache:
             try:
                 data = _archive(self.folder)
                 uri = store.uri_of(self.archive_key)
-                if self.found == "cold":
+                if self.found == "cold" and not self.replaces:
                     if store.put_if_absent(self.archive_key, data):
                         log.info("vLLM compile cache: kept %d bytes at %s", len(data), uri)
+                elif self.replaces:
+                    store.put_bytes(self.archive_key, data)
+                    log.info("vLLM compile cache: kept %d bytes at %s in place of the unusable archive", len(data), uri)
                 else:
                     store.put_bytes(self.archive_key, data)
                     log.info("vLLM compile cache: %d files compiled beyond the store's archive; kept %d bytes at %s "
