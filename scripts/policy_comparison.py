@@ -292,6 +292,24 @@ def recording_usage(runs: Path, name: str, comparison: str, scratch: Path) -> li
              "gpuSeconds": seconds / max(len(tasks), 1), "toolSeconds": task_tool_seconds(folder, t)} for t in tasks]
 
 
+def recording_state(runs: Path, name: str) -> dict[str, bool]:
+    """Whether a recording (its folder in RUNS or its kept NAME.tar.xz) was started, and whether it finished: a
+    finished one holds its trajectory; one stopped part-way (a call's or a session's end) holds only checkpoints."""
+    folder, archive = runs / name, runs / f"{name}.tar.xz"
+    if folder.is_dir():
+        return {"started": True, "recorded": (folder / "trajectory").is_dir()}
+    if not archive.is_file():
+        return {"started": False, "recorded": False}
+    import tarfile
+
+    try:
+        with tarfile.open(archive) as tar:
+            finished = any(m.startswith(f"{name}/trajectory/") for m in tar.getnames())
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise SystemExit(bad(f"{archive}: not a readable tar archive ({exc})")) from None
+    return {"started": True, "recorded": finished}
+
+
 def cmd_analyse(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -309,9 +327,8 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     result["runTools"] = spec.run_tools  # the page says what its saved tokens count under it
     # The comparison's recordings without rows: the page says which, so a partial page never reads as the whole.
     runs = Path(args.recordings)
-    result["notMeasured"] = [
-        {"recording": n, "recorded": (runs / n).is_dir() or (runs / f"{n}.tar.xz").is_file()}
-        for n in sorted(recordings(spec, policy.spec)) if n not in names]
+    result["notMeasured"] = [{"recording": n, **recording_state(runs, n)}
+                             for n in sorted(recordings(spec, policy.spec)) if n not in names]
     preface = Path(args.preface).read_text() if args.preface else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +123,6 @@ def test_run_tools_shown_reaches_every_arms_recording_and_the_first_comparisons_
     proc = specs(COMPARISON, tmp_path / "pc")
     assert proc.returncode == 0, proc.stderr
     assert not any("runTools" in p.read_text() for p in (tmp_path / "pc").glob("*.yaml"))
-    import tarfile
-
     from cudanalyst.recording import CHANGEABLE, recorded_spec
 
     kept = ROOT / "docs" / "results" / "policy-2026-12-04" / "recordings" / "pc-random-s1.tar.xz"
@@ -340,7 +340,6 @@ def test_analyse_takes_tokens_and_gpu_seconds_from_the_recordings_kept_or_not(tm
     learned = recording_folder(tmp_path / "elsewhere", "pc-learned-s0", tokens=(600, 100), saved=800)
     runs.mkdir(exist_ok=True)
     # pc-learned-s0 as a kept archive (scripts/recording_archive.py keep), the way docs/results holds it.
-    import tarfile
     with tarfile.open(runs / "pc-learned-s0.tar.xz", "w:xz") as tar:
         tar.add(learned, arcname="pc-learned-s0")
     (runs / "times-pc-all-s0.tsv").write_text("pc-all-s0\t300\npc-all-s0\t60\n")  # two passes
@@ -379,6 +378,20 @@ def test_analyse_takes_tokens_and_gpu_seconds_from_the_recordings_kept_or_not(tm
     page = (tmp_path / "page" / "README.md").read_text()
     assert "**Not on this page:** pc-split-s1 (recorded, not measured yet); pc-all-s1," in page, page
     assert "pc-split-s1" not in page.split("(recorded, not measured yet)")[1]
+    # A recording stopped part-way (checkpoints, no trajectory), as a folder or as a kept archive, is neither.
+    stopped = recording_folder(tmp_path / "elsewhere", "pc-none-s2", tokens=(10, 1))
+    shutil.rmtree(stopped / "trajectory")
+    with tarfile.open(runs / "pc-none-s2.tar.xz", "w:xz") as tar:
+        tar.add(stopped, arcname="pc-none-s2")
+    shutil.rmtree(recording_folder(runs, "pc-random-s2", tokens=(10, 1)) / "trajectory")
+    proc = run_script("analyse", str(measured), "--recordings", str(runs), "--comparison", str(COMPARISON),
+                      "--out", str(tmp_path / "page"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "page" / "README.md").read_text()
+    assert "; pc-none-s2, pc-random-s2 (recording stopped part-way; it resumes); pc-all-s1," in page, page
+    missing = {m["recording"]: m for m in json.loads((tmp_path / "page" / "comparison.json").read_text())["notMeasured"]}
+    assert missing["pc-none-s2"] == {"recording": "pc-none-s2", "started": True, "recorded": False}
+    assert missing["pc-split-s1"]["recorded"] and not missing["pc-all-s1"]["started"]
     # Without a recording's times: exit 2 naming the file, and no page.
     (runs / "times-pc-learned-s0.tsv").unlink()
     proc = run_script("analyse", str(measured), "--recordings", str(runs), "--comparison", str(COMPARISON),

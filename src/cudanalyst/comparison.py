@@ -328,9 +328,12 @@ def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
     gaps = []
     if missing:
         recorded = [m["recording"] for m in missing if m["recorded"]]
-        absent = [m["recording"] for m in missing if not m["recorded"]]
+        # "started" is absent from pages written before it: a recording not recorded then counted as absent.
+        stopped = [m["recording"] for m in missing if not m["recorded"] and m.get("started")]
+        absent = [m["recording"] for m in missing if not m["recorded"] and not m.get("started")]
         gaps = ["**Not on this page:** " + "; ".join(
             part for part in (f"{', '.join(recorded)} (recorded, not measured yet)" if recorded else "",
+                              f"{', '.join(stopped)} (recording stopped part-way; it resumes)" if stopped else "",
                               f"{', '.join(absent)} (not recorded)" if absent else "") if part) + ".", ""]
     lines = [f"# {title}", "", preface.strip(), "", *gaps,
              f"Best verified speedup over the task's baseline after {result['iterations']} iterations (geometric mean "
