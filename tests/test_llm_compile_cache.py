@@ -305,3 +305,92 @@ def test_an_archive_a_server_cannot_start_from_starts_cold_and_is_replaced(
     monkeypatch.setenv(compile_cache.DIR_ENV, str(roots / "machine-3"))
     third = CompileCache.for_model(path)
     assert third is not None and third.fetch() == "store"
+
+
+# vLLM as far as its start goes: dies on artefacts it cannot load (here: a file named `poison` anywhere in its
+# cache folder), else compiles (writes an artefact) and answers /health.
+DIES_ON_POISON = """
+import http.server, os, pathlib, sys
+root = pathlib.Path(os.environ["VLLM_CACHE_ROOT"])
+if any(p.name == "poison" for p in root.rglob("*")):
+    print("FileNotFoundError: an artefact the index names", flush=True)
+    sys.exit(1)
+(root / "torch_compile_cache" / "h1").mkdir(parents=True, exist_ok=True)
+(root / "torch_compile_cache" / "h1" / "graph").write_bytes(b"compiled")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("found", ["store", "local"])
+def test_a_server_that_dies_at_start_on_the_artefacts_found_is_started_again_cold(
+        roots: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, found: str) -> None:
+    """A cache never fails a run: whatever vLLM cannot start from (an archive of a vLLM that loads it otherwise, a
+    file cut short) costs a cold start, not the run; the store's archive is replaced, the first start's log kept."""
+    import sys
+
+    from cudanalyst.api import ModelSpec
+    from cudanalyst.runner.llm import serving
+
+    volume = roots / "volume"
+    volume.mkdir()
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+    path = str(model(roots / "m"))
+    poisoned = CompileCache.for_model(path)
+    assert poisoned is not None and poisoned.fetch() == "cold"
+    (poisoned.folder / "vllm" / "poison").parent.mkdir(parents=True)
+    (poisoned.folder / "vllm" / "poison").write_text("x")
+    store = open_store(str(volume))
+    if found == "store":
+        poisoned.keep()
+        poisoned.wait()
+        monkeypatch.setenv(compile_cache.DIR_ENV, str(roots / "machine-2"))
+    launches: list[str] = []
+    launch = serving.launch_server
+
+    def stand_in(cmd, endpoint, *, env=None, log_dir=None, unset=()):
+        launches.append(env["VLLM_CACHE_ROOT"])
+        port = endpoint.root.rsplit(":", 1)[1]
+        return launch([sys.executable, "-c", DIES_ON_POISON, port], endpoint, env=env, log_dir=log_dir)
+
+    monkeypatch.setattr(serving, "launch_server", stand_in)
+    logs = roots / "logs"
+    logs.mkdir()
+    spec = ModelSpec(model=path, serve="local")
+    with caplog.at_level("WARNING", logger="cudanalyst.runner.llm"), \
+            serving.start_local_server(path, spec, served_name="m", health_timeout_s=30, log_dir=str(logs)) as server:
+        assert server.healthy_after_s is not None and server.compile_cache is not None
+        assert server.compile_cache.found == "cold"
+    assert len(launches) == 2
+    assert "starting it again cold" in caplog.text and found in caplog.text
+    assert "FileNotFoundError" in (logs / "vllm-m.first-start.log").read_text()
+    with tarfile.open(fileobj=io.BytesIO(store.get_bytes(server.compile_cache.archive_key)), mode="r:gz") as tar:
+        names = tar.getnames()
+    assert "vllm/torch_compile_cache/h1/graph" in names and "vllm/poison" not in names
+
+
+def test_a_cold_server_that_dies_at_start_is_not_started_again(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from cudanalyst.api import ModelSpec
+    from cudanalyst.runner.llm import serving
+
+    path = str(model(roots / "m"))
+    launches: list[int] = []
+    launch = serving.launch_server
+
+    def dies(cmd, endpoint, *, env=None, log_dir=None, unset=()):
+        launches.append(1)
+        return launch([sys.executable, "-c", "import sys; print('out of memory'); sys.exit(3)"], endpoint, env=env,
+                      log_dir=log_dir)
+
+    monkeypatch.setattr(serving, "launch_server", dies)
+    spec = ModelSpec(model=path, serve="local")
+    with pytest.raises(serving.ServingError, match="exited with status 3"), \
+            serving.start_local_server(path, spec, served_name="m", health_timeout_s=30):
+        pass
+    assert launches == [1]

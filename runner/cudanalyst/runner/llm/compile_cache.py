@@ -266,15 +266,21 @@ class CompileCache:
                 moved = relocate(self.folder)
             except UnusableCache as exc:  # vLLM would die at start on it: start cold instead, and say why
                 log.warning("vLLM compile cache: the %s folder is not usable, starting cold: %s", self.found, exc)
-                shutil.rmtree(self.folder, ignore_errors=True)
-                # The store's archive, if that was it, is replaced by what this start compiles, not kept beside it.
-                self.replaces = self.found == "store"
-                self.found, self.fetched = "cold", set()
+                self.discard()
             else:
                 if moved:
                     log.info("vLLM compile cache: %d index(es) pointed at %s", moved, self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         return self.found
+
+    def discard(self) -> None:
+        """Empty the folder for a cold start: what was found cannot be started from (relocate refused it, or a
+        server died at start on it). The store's archive, if that was it, is then replaced by what the cold start
+        compiles, not kept beside it (or every fresh machine after this one would start cold too)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.replaces = self.replaces or self.found == "store"
+        self.found, self.fetched = "cold", set()
 
     def keep(self) -> None:
         """Put the folder into the store (in a thread: the server is serving by then; `wait()` joins it): after a

@@ -9,6 +9,7 @@ holding GPU memory. `serve: endpoint` models get an `Endpoint` with the same sha
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -28,6 +29,8 @@ from cudanalyst.runner import lifeline
 from cudanalyst.runner.llm.compile_cache import CompileCache
 from cudanalyst.runner.llm.server_start import StartPhases, start_phases
 from cudanalyst.store import S3Settings
+
+log = logging.getLogger("cudanalyst.runner.llm")
 
 DEFAULT_HEALTH_TIMEOUT_S = 600.0
 STOP_GRACE_S = 20.0
@@ -285,14 +288,34 @@ def start_local_server(
     cache = CompileCache.for_model(model_path, env, cache_part, s3)
     if cache is not None:
         cache.fetch()
-    server = launch_server(
-        server_command(model_path, spec, served_name=served_name, port=port, seed=seed) + flags,
-        endpoint, env={**platform_env, **(cache.env() if cache else {}), **(env or {})}, log_dir=log_dir,
-        unset=unset,
-    )
-    server.compile_cache = cache
+
+    def launch() -> LocalServer:
+        started = launch_server(
+            server_command(model_path, spec, served_name=served_name, port=port, seed=seed) + flags,
+            endpoint, env={**platform_env, **(cache.env() if cache else {}), **(env or {})}, log_dir=log_dir,
+            unset=unset,
+        )
+        started.compile_cache = cache
+        return started
+
+    server = launch()
     try:
-        server.wait_healthy(health_timeout_s)
+        try:
+            server.wait_healthy(health_timeout_s)
+        except ServingError:
+            # A server that died at start on the artefacts it found (a cache never fails a run): once more, cold.
+            # Not after a deadline (a slow start is not the cache's doing) nor after a cold start (nothing to drop).
+            if cache is None or cache.found == "cold" or server.process.poll() is None:
+                raise
+            server.stop()
+            first = server.log_path.with_name(server.log_path.stem + ".first-start.log")
+            with contextlib.suppress(OSError):
+                server.log_path.replace(first)
+            log.warning("vLLM server for %s exited at start with the compiled artefacts found (%s); starting it again "
+                        "cold (the first start's log: %s)", served_name, cache.found, first)
+            cache.discard()
+            server = launch()
+            server.wait_healthy(health_timeout_s)
         if warm_up is not None:
             began = time.monotonic()
             warm_up(endpoint)
