@@ -44,6 +44,15 @@ def roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def volume(roots: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder as the store (a volume the pods mount), named by CUDANALYST_VLLM_CACHE_URI."""
+    folder = roots / "volume"
+    folder.mkdir()
+    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(folder))
+    return folder
+
+
 def test_the_key_names_the_model_the_vllm_version_and_the_gpu_kind(tmp_path: Path) -> None:
     coder = str(model(tmp_path / "Qwen2.5-Coder-1.5B"))
     key = cache_key(coder, "vllm-0.22.0", "NVIDIA H200")
@@ -123,10 +132,7 @@ def test_a_fresh_machine_fetches_what_the_first_cold_start_kept_in_s3(roots: Pat
     assert store.get_bytes(first.archive_key) == after
 
 
-def test_a_volume_the_pods_mount_is_a_store_too(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    volume = roots / "volume"
-    volume.mkdir()
-    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+def test_a_volume_the_pods_mount_is_a_store_too(roots: Path, volume: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = str(model(roots / "m"))
     first = CompileCache.for_model(path)
     assert first is not None and first.fetch() == "cold"
@@ -139,10 +145,8 @@ def test_a_volume_the_pods_mount_is_a_store_too(roots: Path, monkeypatch: pytest
     assert second is not None and second.fetch() == "store"
 
 
-def test_an_archive_member_outside_the_folder_is_refused(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    volume = roots / "volume"
-    volume.mkdir()
-    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+def test_an_archive_member_outside_the_folder_is_refused(roots: Path, volume: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     cache = CompileCache.for_model(str(model(roots / "m")))
     assert cache is not None
     buf = io.BytesIO()
@@ -174,7 +178,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
 
-def test_the_store_keeps_what_the_warm_up_compiled(roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_store_keeps_what_the_warm_up_compiled(roots: Path, volume: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM JIT-compiles its sampler's kernels at the first requests, into the cache folder: the archive a fresh
     machine fetches is taken after the warm-up, not at /health (a server that answers /health stands in for vLLM)."""
     import sys
@@ -182,9 +186,6 @@ def test_the_store_keeps_what_the_warm_up_compiled(roots: Path, monkeypatch: pyt
     from cudanalyst.api import ModelSpec
     from cudanalyst.runner.llm import serving
 
-    volume = roots / "volume"
-    volume.mkdir()
-    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
     path = str(model(roots / "m"))
     launched: dict[str, str] = {}
     launch = serving.launch_server
@@ -240,12 +241,9 @@ def handles(index: Path) -> list[tuple[str, str]]:
 
 
 def test_an_archive_compiled_in_another_folder_is_pointed_at_the_one_it_is_unpacked_in(
-        roots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        roots: Path, volume: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM 0.22 loads an artefact from the absolute path its index names: an archive made in a bench's temporary
     folder made a server on the H100 die at start (FileNotFoundError) until the index was pointed at its folder."""
-    volume = roots / "volume"
-    volume.mkdir()
-    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
     path = str(model(roots / "m"))
     names = ["artifact_compile_range_1_8192_subgraph_0", "artifact_compile_range_1_8192_subgraph_1"]
     first = CompileCache.for_model(path)
@@ -273,10 +271,8 @@ def test_an_archive_compiled_in_another_folder_is_pointed_at_the_one_it_is_unpac
 
 @pytest.mark.parametrize("broken", ["an artefact absent", "an unreadable index"])
 def test_an_archive_a_server_cannot_start_from_starts_cold_and_is_replaced(
-        roots: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, broken: str) -> None:
-    volume = roots / "volume"
-    volume.mkdir()
-    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
+        roots: Path, volume: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        broken: str) -> None:
     path = str(model(roots / "m"))
     first = CompileCache.for_model(path)
     assert first is not None and first.fetch() == "cold"
@@ -310,25 +306,20 @@ def test_an_archive_a_server_cannot_start_from_starts_cold_and_is_replaced(
 # vLLM as far as its start goes: dies on artefacts it cannot load (here: a file named `poison` anywhere in its
 # cache folder), else compiles (writes an artefact) and answers /health.
 DIES_ON_POISON = """
-import http.server, os, pathlib, sys
+import os, pathlib, sys
 root = pathlib.Path(os.environ["VLLM_CACHE_ROOT"])
 if any(p.name == "poison" for p in root.rglob("*")):
     print("FileNotFoundError: an artefact the index names", flush=True)
     sys.exit(1)
 (root / "torch_compile_cache" / "h1").mkdir(parents=True, exist_ok=True)
 (root / "torch_compile_cache" / "h1" / "graph").write_bytes(b"compiled")
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
+""" + HEALTHY
 
 
 @pytest.mark.parametrize("found", ["store", "local"])
 def test_a_server_that_dies_at_start_on_the_artefacts_found_is_started_again_cold(
-        roots: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, found: str) -> None:
+        roots: Path, volume: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        found: str) -> None:
     """A cache never fails a run: whatever vLLM cannot start from (an archive of a vLLM that loads it otherwise, a
     file cut short) costs a cold start, not the run; the store's archive is replaced, the first start's log kept."""
     import sys
@@ -336,9 +327,6 @@ def test_a_server_that_dies_at_start_on_the_artefacts_found_is_started_again_col
     from cudanalyst.api import ModelSpec
     from cudanalyst.runner.llm import serving
 
-    volume = roots / "volume"
-    volume.mkdir()
-    monkeypatch.setenv(compile_cache.CACHE_URI_ENV, str(volume))
     path = str(model(roots / "m"))
     poisoned = CompileCache.for_model(path)
     assert poisoned is not None and poisoned.fetch() == "cold"

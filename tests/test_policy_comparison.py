@@ -389,7 +389,8 @@ def test_analyse_takes_tokens_and_gpu_seconds_from_the_recordings_kept_or_not(tm
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "page" / "README.md").read_text()
     assert "; pc-none-s2, pc-random-s2 (recording stopped part-way; it resumes); pc-all-s1," in page, page
-    missing = {m["recording"]: m for m in json.loads((tmp_path / "page" / "comparison.json").read_text())["notMeasured"]}
+    page_json = json.loads((tmp_path / "page" / "comparison.json").read_text())
+    missing = {m["recording"]: m for m in page_json["notMeasured"]}
     assert missing["pc-none-s2"] == {"recording": "pc-none-s2", "started": True, "recorded": False}
     assert missing["pc-split-s1"]["recorded"] and not missing["pc-all-s1"]["started"]
     # Without a recording's times: exit 2 naming the file, and no page.
