@@ -355,6 +355,7 @@ def test_a_server_that_dies_at_start_on_the_artefacts_found_is_started_again_col
         assert server.compile_cache.found == "cold"
     assert len(launches) == 2
     assert "starting it again cold" in caplog.text and found in caplog.text
+    assert "FileNotFoundError" in caplog.text  # what the first start said, with or without a log folder
     assert "FileNotFoundError" in (logs / "vllm-m.first-start.log").read_text()
     with tarfile.open(fileobj=io.BytesIO(store.get_bytes(server.compile_cache.archive_key)), mode="r:gz") as tar:
         names = tar.getnames()

@@ -307,12 +307,16 @@ def start_local_server(
             # Not after a deadline (a slow start is not the cache's doing) nor after a cold start (nothing to drop).
             if cache is None or cache.found == "cold" or server.process.poll() is None:
                 raise
-            server.stop()
-            first = server.log_path.with_name(server.log_path.stem + ".first-start.log")
-            with contextlib.suppress(OSError):
-                server.log_path.replace(first)
+            tail = server.log_tail(chars=2000)
+            server.stop()  # its group's children too, and a temporary log folder with its log
+            kept = ""
+            if log_dir:  # the next start writes the same log file: this one is kept beside it
+                first = server.log_path.with_name(server.log_path.stem + ".first-start.log")
+                with contextlib.suppress(OSError):
+                    server.log_path.replace(first)
+                    kept = f" (its log: {first})"
             log.warning("vLLM server for %s exited at start with the compiled artefacts found (%s); starting it again "
-                        "cold (the first start's log: %s)", served_name, cache.found, first)
+                        "cold%s. The log's tail:\n%s", served_name, cache.found, kept, tail)
             cache.discard()
             server = launch()
             server.wait_healthy(health_timeout_s)
