@@ -300,14 +300,11 @@ def recording_state(runs: Path, name: str) -> dict[str, bool]:
         return {"started": True, "recorded": (folder / "trajectory").is_dir()}
     if not archive.is_file():
         return {"started": False, "recorded": False}
-    import tarfile
-
     try:
-        with tarfile.open(archive) as tar:
-            finished = any(m.startswith(f"{name}/trajectory/") for m in tar.getnames())
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise SystemExit(bad(f"{archive}: not a readable tar archive ({exc})")) from None
-    return {"started": True, "recorded": finished}
+        names = recording_archive.member_names(archive)
+    except recording_archive.ArchiveError as exc:
+        raise SystemExit(bad(str(exc))) from None
+    return {"started": True, "recorded": any(m.startswith(f"{name}/trajectory/") for m in names)}
 
 
 def cmd_analyse(args: argparse.Namespace) -> int:

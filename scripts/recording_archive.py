@@ -57,6 +57,15 @@ def unpack(path: Path, scratch: Path) -> Path:
     return scratch
 
 
+def member_names(path: Path) -> list[str]:
+    """The names an archive holds, without unpacking it (what a page needs to know of a kept recording)."""
+    try:
+        with tarfile.open(path) as tar:
+            return tar.getnames()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ArchiveError(f"{path}: not a readable tar archive ({exc})") from None
+
+
 def folder_name(tar: tarfile.TarFile, where: str) -> str:
     """The one top folder every member lies in."""
     tops = {m.name.lstrip("./").split("/", 1)[0] for m in tar.getmembers() if m.name.lstrip("./")}
