@@ -304,13 +304,10 @@ class CompileCache:
                 if self.found == "cold" and not self.replaces:
                     if store.put_if_absent(self.archive_key, data):
                         log.info("vLLM compile cache: kept %d bytes at %s", len(data), uri)
-                elif self.replaces:
-                    store.put_bytes(self.archive_key, data)
-                    log.info("vLLM compile cache: kept %d bytes at %s in place of the unusable archive", len(data), uri)
                 else:
                     store.put_bytes(self.archive_key, data)
-                    log.info("vLLM compile cache: %d files compiled beyond the store's archive; kept %d bytes at %s "
-                             "in its place", added, len(data), uri)
+                    why = "the unusable archive" if self.replaces else f"the archive ({added} files compiled beyond it)"
+                    log.info("vLLM compile cache: kept %d bytes at %s in place of %s", len(data), uri, why)
             except (StoreError, OSError) as exc:
                 log.warning("vLLM compile cache: could not keep it in the store: %s", exc)
 
