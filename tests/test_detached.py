@@ -114,9 +114,10 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
     keep = SCRIPT.parent / "keep_running.sh"
     runs = tmp_path / "runs"
     env = {**os.environ, "DETACHED_DIR": str(tmp_path / "dt"), "RUNS_DIR": str(runs), "JOB": "rec",
-           "FOLDER": "rec-a rec-b"}
-    job = (f"mkdir -p {runs}/rec-a/progress && echo '{{}}' > {runs}/rec-a/spec.json && "
-           f"echo 2 > {runs}/rec-a/progress/gemm.json && echo started >> {tmp_path}/starts && sleep 4 && "
+           "FOLDER": "rec-a rec-b cmp-measured"}
+    job = (f"mkdir -p {runs}/rec-a/progress {runs}/cmp-measured && echo '{{}}' > {runs}/rec-a/spec.json && "
+           f"echo 2 > {runs}/rec-a/progress/gemm.json && echo '{{}}' > {runs}/cmp-measured/rec-a.jsonl && "
+           f"echo started >> {tmp_path}/starts && sleep 4 && "
            f"tar czf $OUT/run-rec-a.tgz -C {runs} rec-a/spec.json && pwd > $OUT/where && touch written-in-its-tree && "
            f"echo cache > $OUT/vllm-cache.tgz")
 
@@ -133,6 +134,9 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
     assert first.returncode == 3, first.stdout + first.stderr
     with tarfile.open(tmp_path / "out1" / "run-rec-a.tgz") as tar:
         assert tar.getnames()[:2] == ["rec-a/spec.json", "rec-a/progress/gemm.json"]
+    # A folder that is no recording (a comparison's measured rows) comes back as it is, not only at the job's end.
+    with tarfile.open(tmp_path / "out1" / "run-cmp-measured.tgz") as tar:
+        assert "cmp-measured/rec-a.jsonl" in tar.getnames()
     second = call(2, 60, "bash", "-c", job)  # the same command again: it is not started twice
     assert second.returncode == 0, second.stdout + second.stderr
     assert (tmp_path / "starts").read_text().count("started") == 1

@@ -7,7 +7,8 @@
 # (where its own end-of-run files go: pipeline.sh's run-FOLDER.tgz, evaluation times, logs). Every call waits for it
 # until CALL_SECONDS (default 580, counted from this script's start) are nearly spent, then brings back a snapshot of
 # each run folder /tmp/runs/FOLDER there is as $OUT/run-FOLDER.tgz (scripts/recording_archive.py snapshot: progress
-# first, so it resumes), so a machine taken away loses at most one call. Once the job has ended, its own files come
+# first, so it resumes; a folder that is no recording, e.g. a comparison's measured rows, as it is), so a machine
+# taken away loses at most one call. Once the job has ended, its own files come
 # back: its folders as it packed them ($OUT/run-NAME.tgz), vLLM's compiled artefacts where it made new ones
 # ($OUT/vllm-cache.tgz; these also from the first call after they are made), the rest in $OUT/job-rest.tgz. Bound
 # the job itself (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to what the session has left,
@@ -38,7 +39,11 @@ fi
 bash "$here/detached.sh" wait "$job" "$(( ${CALL_SECONDS:-580} - SECONDS - 25 > 0 ? ${CALL_SECONDS:-580} - SECONDS - 25 : 0 ))"
 state=$?
 for f in $folder; do  # each of the job's folders that exists yet
-  [ -d "$runs/$f" ] && python3 "$here/../recording_archive.py" snapshot "$f" "$runs" "$out/run-$f.tgz"
+  [ -d "$runs/$f" ] || continue
+  if [ -e "$runs/$f/spec.json" ]; then python3 "$here/../recording_archive.py" snapshot "$f" "$runs" "$out/run-$f.tgz"
+  # A folder of whole files, no recording: a comparison's measured rows (policy.sh writes each NAME.jsonl whole),
+  # which a machine lost mid-measure would otherwise take with it.
+  else tar czf "$out/run-$f.tgz" -C "$runs" "$f"; fi
 done
 # vLLM's compiled artefacts as soon as the job's servers have made new ones, not only at the job's end: a machine
 # lost mid-job (a call more than the machine's 30 s late) would otherwise take them with it, and the next session's
