@@ -13,9 +13,9 @@
 #    when POLICY_BUDGET seconds (from this script's start) are nearly spent; its wall seconds are added to
 #    /tmp/runs/times.tsv. Without the comparison's sharedServers, one after another, each serving its own model
 #    (its GPU time: the GPU held by it alone). With them, scripts/serve_models.py serves the models once on their
-#    ports and the recordings run side by side, POLICY_SIDE_BY_SIDE at once (default: all picked), so a recording's
-#    wall seconds are its time on a GPU it shared with the others. POLICY_IMPORTTIME=1: the servers' Python imports
-#    timed (-X importtime, in $OUT/policy-logs-GLOB.tgz, servers/).
+#    ports and the recordings run side by side, POLICY_SIDE_BY_SIDE at once (default 6: eleven at once on a 16-core
+#    machine made each tool run 5-8x slower, docs/results/policy-2026-12-05), so a recording's wall seconds are its
+#    time on a GPU it shared with the others. POLICY_IMPORTTIME=1: the servers' Python imports timed (-X importtime, in $OUT/policy-logs-GLOB.tgz, servers/).
 # 3. Every picked recording with its trajectory and no measured rows yet (neither /tmp/runs/COMPARISON-measured/NAME.jsonl
 #    of this machine nor docs/results/*/measured/NAME.jsonl kept in git): measure, alone on the GPU once the
 #    recordings have stopped -> /tmp/runs/COMPARISON-measured/NAME.jsonl, one recording at a time (keep_running.sh
@@ -76,7 +76,7 @@ for spec in "$specs"/$pick.yaml; do
 done
 
 # Shared servers (the comparison's sharedServers): the models are served once, on the ports every recording's spec
-# names, and the recordings run side by side (POLICY_SIDE_BY_SIDE at once, default all picked); without them, one
+# names, and the recordings run side by side (POLICY_SIDE_BY_SIDE at once, default 6); without them, one
 # after another, each with its own server.
 shared=$($py -c "import sys, yaml; print(int(bool(yaml.safe_load(open(sys.argv[1])).get('sharedServers'))))" "$comparison")
 picked=() todo=()
@@ -85,7 +85,7 @@ for spec in "$specs"/$pick.yaml; do
   name=$(basename "$spec" .yaml); picked+=("$name")
   if [ -d "$runs/$name/trajectory" ]; then echo "$name: recorded before this call"; else todo+=("$name"); fi
 done
-side="${POLICY_SIDE_BY_SIDE:-1}"; [ "$shared" = 1 ] && side="${POLICY_SIDE_BY_SIDE:-${#todo[@]}}"
+side="${POLICY_SIDE_BY_SIDE:-1}"; [ "$shared" = 1 ] && side="${POLICY_SIDE_BY_SIDE:-6}"
 server_pid=""
 if [ "$shared" = 1 ] && [ "${#todo[@]}" -gt 0 ]; then
   step "the comparison's models, served once for ${#todo[@]} recording(s) side by side (at most $side at once)"
