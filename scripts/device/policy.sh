@@ -80,7 +80,10 @@ done
 # after another, each with its own server.
 shared=$($py -c "import sys, yaml; print(int(bool(yaml.safe_load(open(sys.argv[1])).get('sharedServers'))))" "$comparison")
 picked=() todo=()
-for spec in "$specs"/$pick.yaml; do
+# A seed at a time (names end in -sSEED): with a GLOB of several seeds the servers start once, and a seed's arms start
+# before the next seed's (and are measured first), so with POLICY_SIDE_BY_SIDE at a seed's size its arms share a load.
+# shellcheck disable=SC2086
+for spec in $(printf '%s\n' "$specs"/$pick.yaml | awk -F- '{print $NF "\t" $0}' | sort -V | cut -f2-); do
   [ -e "$spec" ] || { echo "no recording matches $pick"; exit 2; }
   name=$(basename "$spec" .yaml); picked+=("$name")
   if [ -d "$runs/$name/trajectory" ]; then echo "$name: recorded before this call"; else todo+=("$name"); fi
