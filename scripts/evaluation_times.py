@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Where a recording's evaluations spent their time: the GPU tools running, or waiting for the tools' queue.
 
-    python scripts/evaluation_times.py RECORDING [--json FILE]
+    python scripts/evaluation_times.py RECORDING... [--pass PREFIX] [--json FILE]
 
-RECORDING is a recording's output folder (`<output.uri>/<name>/`) or a `run-NAME.tgz` that
-`scripts/device/pipeline.sh` brought back. It reads the evaluations' logs the recorder keeps beside each task's
-checkpoints (`openevolve/<task>/evaluations/pass-*.jsonl`, one line per evaluation; recordings from before
-2026-12-01 have none). Over the evaluations of programs that compiled, repeats left out, it prints the median and 90th percentile of
-the wall time per evaluation, and per GPU tool of the seconds it ran and waited for a slot, with the share of the
-evaluations' wall time each took. Exit status 2 when there is no log to read (named).
+RECORDING is a recording's output folder (`<output.uri>/<name>/`), a `run-NAME.tgz` that
+`scripts/device/pipeline.sh` brought back or a `NAME.tar.xz` kept in git; several are pooled (the recordings of one
+job side by side, say). `--pass PREFIX` keeps the passes whose start time begins so (`20261205T14`: those started in
+that hour), so one session's passes of a resumed recording can be told from another's. It reads the evaluations'
+logs the recorder keeps beside each task's checkpoints (`openevolve/<task>/evaluations/pass-*.jsonl`, one line per
+evaluation; recordings from before 2026-12-01 have none). Over the evaluations of programs that compiled, repeats
+left out, it prints the median and 90th percentile of the wall time per evaluation, and per GPU tool of the seconds
+it ran and waited for a slot, with the share of the evaluations' wall time each took. Exit status 2 when there is no
+log to read (named).
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import recording_archive  # noqa: E402
 
 
-def read_lines(root: Path) -> list[dict[str, Any]]:
-    """Every evaluation line under a recording folder, with its task folder's name."""
+def read_lines(root: Path, prefix: str = "") -> list[dict[str, Any]]:
+    """Every evaluation line under a recording folder, of the passes whose start time begins with `prefix`."""
     out = []
-    for path in sorted(root.rglob("evaluations/pass-*.jsonl")):
+    for path in sorted(root.rglob(f"evaluations/pass-{prefix}*.jsonl")):
         for text in path.read_text().splitlines():
             if text.strip():
                 out.append(json.loads(text))
@@ -94,26 +97,30 @@ def render(s: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("recording")
+    ap.add_argument("recording", nargs="+", help="recording folders or archives, pooled")
+    ap.add_argument("--pass", dest="prefix", default="", metavar="PREFIX",
+                    help="only the passes whose start time begins so (e.g. 20261205T14)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
-    where = Path(args.recording)
-    with tempfile.TemporaryDirectory() as scratch:
-        root = where
-        if recording_archive.is_archive(where):
-            try:
-                root = recording_archive.unpack(where, Path(scratch))
-            except recording_archive.ArchiveError as exc:
-                print(f"evaluation_times: {exc}", file=sys.stderr)
+    lines: list[dict[str, Any]] = []
+    for where in map(Path, args.recording):
+        with tempfile.TemporaryDirectory() as scratch:
+            root = where
+            if recording_archive.is_archive(where):
+                try:
+                    root = recording_archive.unpack(where, Path(scratch))
+                except recording_archive.ArchiveError as exc:
+                    print(f"evaluation_times: {exc}", file=sys.stderr)
+                    return 2
+            elif not where.is_dir():
+                print(f"evaluation_times: {where}: not a recording folder or its archive "
+                      f"({', '.join(recording_archive.SUFFIXES)})", file=sys.stderr)
                 return 2
-        elif not where.is_dir():
-            print(f"evaluation_times: {where}: not a recording folder or its archive "
-                  f"({', '.join(recording_archive.SUFFIXES)})", file=sys.stderr)
-            return 2
-        lines = read_lines(root)
+            lines += read_lines(root, args.prefix)
     if not lines:
-        print(f"evaluation_times: {where}: no evaluations' log (openevolve/<task>/evaluations/pass-*.jsonl); "
-              "recordings from before 2026-12-01 keep none", file=sys.stderr)
+        which = f"pass-{args.prefix}*.jsonl" if args.prefix else "pass-*.jsonl"
+        print(f"evaluation_times: {', '.join(args.recording)}: no evaluations' log "
+              f"(openevolve/<task>/evaluations/{which}); recordings from before 2026-12-01 keep none", file=sys.stderr)
         return 2
     s = summary(lines)
     print(render(s))

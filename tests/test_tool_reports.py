@@ -491,6 +491,17 @@ def test_the_times_script_says_whether_evaluations_waited_for_the_queue_or_for_t
     (tmp_path / "old").mkdir()  # a recording from before the logs were kept
     nothing = _script("evaluation_times.py", str(tmp_path / "old"), cwd=tmp_path)
     assert nothing.returncode == 2 and "no evaluations' log" in nothing.stderr
+    # Several recordings pooled, one session's passes picked by their start time.
+    other = tmp_path / "rec2" / "openevolve" / "mvt" / "evaluations"
+    other.mkdir(parents=True)
+    (other / "pass-1-from-2.jsonl").write_text(line(50, True, 40, 1) + "\n")
+    res = _script("evaluation_times.py", str(tmp_path / "rec"), str(tmp_path / "rec2"), "--pass", "1",
+                  "--json", str(tmp_path / "t1.json"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    first = json.loads((tmp_path / "t1.json").read_text())
+    assert (first["evaluations"], first["tools"]["compute-sanitizer"]["ran"]["sum"]) == (3, 46.0)
+    none = _script("evaluation_times.py", str(tmp_path / "rec"), "--pass", "3", cwd=tmp_path)
+    assert none.returncode == 2 and "pass-3*.jsonl" in none.stderr
 
 
 def test_nsight_computes_replay_passes_are_counted_and_fitted_against_its_seconds(tmp_path: Path) -> None:
