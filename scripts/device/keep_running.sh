@@ -8,8 +8,8 @@
 # until CALL_SECONDS (default 580, counted from this script's start) are nearly spent, then brings back a snapshot of
 # each run folder /tmp/runs/FOLDER there is as $OUT/run-FOLDER.tgz (scripts/recording_archive.py snapshot: progress
 # first, so it resumes; a folder that is no recording, e.g. a comparison's measured rows, as it is), so a machine
-# taken away loses at most one call. Once the job has ended, its own files come
-# back: its folders as it packed them ($OUT/run-NAME.tgz), vLLM's compiled artefacts where it made new ones
+# taken away loses at most one call. Once the job has ended, its own files come back: its folders as it packed them
+# ($OUT/run-NAME.tgz), vLLM's compiled artefacts where it made new ones
 # ($OUT/vllm-cache.tgz; these also from the first call after they are made), the rest in $OUT/job-rest.tgz. Bound
 # the job itself (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to what the session has left,
 # so it stops and packs before the last call. While it runs, the calls run nothing else that sets the machine up

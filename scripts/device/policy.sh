@@ -15,7 +15,8 @@
 #    (its GPU time: the GPU held by it alone). With them, scripts/serve_models.py serves the models once on their
 #    ports and the recordings run side by side, POLICY_SIDE_BY_SIDE at once (default 6: eleven at once on a 16-core
 #    machine made each tool run 5-8x slower, docs/results/policy-2026-12-05), so a recording's wall seconds are its
-#    time on a GPU it shared with the others. POLICY_IMPORTTIME=1: the servers' Python imports timed (-X importtime, in $OUT/policy-logs-GLOB.tgz, servers/).
+#    time on a GPU it shared with the others. POLICY_IMPORTTIME=1: the servers' Python imports timed (-X importtime,
+#    in $OUT/policy-logs-GLOB.tgz, servers/).
 # 3. Every picked recording with its trajectory and no measured rows yet (neither /tmp/runs/COMPARISON-measured/NAME.jsonl
 #    of this machine nor docs/results/*/measured/NAME.jsonl kept in git): measure, alone on the GPU once the
 #    recordings have stopped -> /tmp/runs/COMPARISON-measured/NAME.jsonl, one recording at a time (keep_running.sh
