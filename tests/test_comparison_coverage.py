@@ -108,3 +108,47 @@ def test_the_prompt_token_ratio_to_all_covers_at_the_comparison_size(design: str
         assert ratio["pairs"] == 18
         covered += math.log(ratio["low"]) <= target <= math.log(ratio["high"])
     assert 0.93 <= covered / COMPARISONS <= 0.99, (design, covered / COMPARISONS)
+
+
+# The page's compile and pass rates against all (analyse's *RateDifferenceToAll) are a paired t-interval of the
+# difference of two units' rates over units. A unit's rate is its passed children over its children: 1 to 8 children
+# (an iteration without one gives none), each passing with the unit's own chance, drawn from a Beta around the
+# task's rate for that arm (so units of one task differ, as seeds do). The estimand is the mean over the tasks of
+# the difference of the arms' rates. Per task: (rate under all, rate under the other arm).
+RATE_DESIGNS = {
+    "rates that differ by task, small effects": [(0.4, 0.5), (0.3, 0.3), (0.6, 0.4), (0.2, 0.3), (0.7, 0.7),
+                                                 (0.35, 0.5)],
+    "no difference, rates near the page's": [(0.38, 0.38), (0.2, 0.2), (0.6, 0.6), (0.3, 0.3), (0.5, 0.5),
+                                             (0.4, 0.4)],
+    "rare passes: rates near 0": [(0.05, 0.05), (0.1, 0.05), (0.02, 0.1), (0.05, 0.1), (0.1, 0.1), (0.05, 0.02)],
+}
+
+
+def unit_rows(rng: np.random.Generator, arm: str, task: str, seed: int, rate: float) -> list[dict]:
+    children = 1 + rng.binomial(ITERATIONS - 1, 0.75)
+    chance = rng.beta(5 * rate, 5 * (1 - rate))  # mean `rate`
+    rows = [{"arm": arm, "task": task, "seed": seed, "iteration": 0, "compiled": True, "correct": True,
+             "speedup": 1.0}]
+    for i in range(1, children + 1):
+        ok = bool(rng.random() < chance)
+        rows.append({"arm": arm, "task": task, "seed": seed, "iteration": i, "compiled": True, "correct": ok,
+                     "speedup": 1.0 if ok else None})
+    return rows
+
+
+@pytest.mark.parametrize("design", list(RATE_DESIGNS))
+def test_the_pass_rate_difference_to_all_covers_at_the_comparison_size(design: str) -> None:
+    tasks = RATE_DESIGNS[design]
+    target = float(np.mean([other - ref for ref, other in tasks]))
+    rng = np.random.default_rng(2028)
+    covered = 0
+    for _ in range(COMPARISONS):
+        rows = []
+        for t, (ref, other) in enumerate(tasks):
+            for s in range(3):
+                rows += unit_rows(rng, "all", f"t{t}", s, ref) + unit_rows(rng, "learned", f"t{t}", s, other)
+        arms = {a["arm"]: a for a in analyse(rows, [], ITERATIONS)["arms"]}
+        difference = arms["learned"]["passRateDifferenceToAll"]
+        assert difference["pairs"] == 18
+        covered += difference["low"] <= target <= difference["high"]
+    assert 0.93 <= covered / COMPARISONS <= 0.99, (design, covered / COMPARISONS)

@@ -233,6 +233,35 @@ def test_the_learned_policy_is_set_against_its_random_control_and_the_split_agai
     assert [(c["arm"], c["against"]) for c in alone["contrasts"]] == [("split", "small")]
 
 
+def test_rates_are_set_against_all_and_between_the_contrasts_unit_by_unit() -> None:
+    # Per unit of 4 children: all passes 2 on task a and 0 on b; none passes 3 on a and 1 on b (0.25 more on every
+    # unit, so a zero-width interval); random equals all, learned passes one more than random on a only.
+    rows = []
+    passes = {"all": {"a": 2, "b": 0}, "none": {"a": 3, "b": 1}, "random": {"a": 2, "b": 0},
+              "learned": {"a": 3, "b": 0}}
+    for arm, by_task in passes.items():
+        for task, k in by_task.items():
+            for seed in (0, 1):
+                rows.append(row(arm, task, seed, 0, speedup=1.0))
+                rows += [row(arm, task, seed, i, correct=i <= k, speedup=1.0 if i <= k else None) for i in (1, 2, 3, 4)]
+    # A unit of all with no child: left out of every pair it would be in, not counted as a rate of 0.
+    rows.append(row("all", "c", 0, 0, speedup=1.0))
+    rows.append(row("none", "c", 0, 0, speedup=1.0))
+    rows += [row("none", "c", 0, i, speedup=1.0) for i in (1, 2)]
+    result = analyse(rows, [], iterations=8)
+    arms = {r["arm"]: r for r in result["arms"]}
+    none = arms["none"]["passRateDifferenceToAll"]
+    assert none["pairs"] == 4 and math.isclose(none["value"], 0.25)
+    assert math.isclose(none["low"], 0.25) and math.isclose(none["high"], 0.25)
+    assert arms["none"]["compiledRateDifferenceToAll"]["value"] == 0.0  # every child compiled in both arms
+    learned = {(c["arm"], c["against"]): c for c in result["contrasts"]}[("learned", "random")]["passRateDifference"]
+    assert math.isclose(learned["value"], 0.125) and learned["pairs"] == 4
+    assert learned["low"] < 0.0 < learned["high"]  # one task of two moved: not excluded from 0
+    page = readme(result, "t")
+    assert "none compile +0.000 [+0.000, +0.000], pass +0.250 [+0.250, +0.250] (4 units)" in page
+    assert "learned and random: compile +0.000" in page and "pass +0.125 [" in page
+
+
 def test_under_run_tools_shown_the_page_says_saved_tokens_count_only_reports_that_were_made() -> None:
     rows = [row(a, t, 0, i, speedup=1.0) for a in ("all", "none") for t in "ab" for i in (0, 1)]
     # none's prompts are half and a third of all's on the two units: a geometric mean of 1/sqrt(6).

@@ -241,6 +241,15 @@ def paired_ratio(best: Mapping[tuple[str, str, int], float], arm: str, other: st
     return {**_exp(t_interval(paired, confidence)), "pairs": len(paired)}
 
 
+def paired_difference(values: Mapping[tuple[str, str, int], float], arm: str, other: str, confidence: float
+                      ) -> dict[str, Any]:
+    """`arm`'s rate minus `other`'s, unit by unit (the units both have a rate for): the mean difference with a
+    t-interval, clipped to [-1, 1], and the number of pairs. Paired because a task's difficulty moves both arms."""
+    paired = [v - values[(other, t, s)] for (a, t, s), v in sorted(values.items())
+              if a == arm and (other, t, s) in values]
+    return {**_plain(t_interval(paired, confidence), -1.0, 1.0), "pairs": len(paired)}
+
+
 def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, Any]], iterations: int,
             confidence: float = 0.95) -> dict[str, Any]:
     """Each arm's numbers with intervals over its units (task x seed). `programs`: one re-measured program a row
@@ -265,6 +274,8 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
     # What each arm's prompts cost against all feedback, unit by unit: the gating's saving in any runTools mode (the
     # gating log's savedTokens count only reports that were made, and under runTools: shown a withheld one is not).
     prompt_tokens = {k: v["promptTokens"] for k, v in spent.items() if v["promptTokens"] > 0}
+    # A unit's rate over its children; a unit without a child has none (it is left out, as in the arm's own rate).
+    unit_rate = {m: {k: sum(v[m]) / len(v[m]) for k, v in rates.items() if v[m]} for m in ("compiled", "pass")}
     out: dict[str, Any] = {"iterations": iterations, "confidence": confidence, "reference": REFERENCE, "arms": []}
     for a in arms:
         logs = [math.log(best[(a, t, s)]) for t, s in units[a]]
@@ -274,6 +285,8 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
         if REFERENCE in arms and a != REFERENCE:
             row["speedupRatioToAll"] = paired_ratio(best, a, REFERENCE, confidence)
             row["promptTokensRatioToAll"] = paired_ratio(prompt_tokens, a, REFERENCE, confidence)
+            for metric in ("compiled", "pass"):
+                row[f"{metric}RateDifferenceToAll"] = paired_difference(unit_rate[metric], a, REFERENCE, confidence)
         for metric in ("compiled", "pass"):
             per_unit = [sum(r) / len(r) for t, s in units[a] if (r := rates[(a, t, s)][metric])]
             row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence), 0.0, 1.0)
@@ -294,7 +307,9 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
         for k in USAGE:
             row[k] = _plain(t_interval([spent[(a, t, s)][k] for t, s in units[a]], confidence), 0.0)
         out["arms"].append(row)
-    out["contrasts"] = [{"arm": a, "against": b, "speedupRatio": paired_ratio(best, a, b, confidence)}
+    out["contrasts"] = [{"arm": a, "against": b, "speedupRatio": paired_ratio(best, a, b, confidence),
+                         **{f"{m}RateDifference": paired_difference(unit_rate[m], a, b, confidence)
+                            for m in ("compiled", "pass")}}
                         for a, b in CONTRASTS if a in arms and b in arms]
     cards: dict[str, set[str]] = defaultdict(set)  # rows measured since 2026-12-05 name the card that timed them
     for p in programs:
@@ -314,6 +329,14 @@ def _fmt(x: Mapping[str, Any], digits: int = 3, suffix: str = "") -> str:
         return "n/a"
     iv = "" if x.get("low") is None else f" [{x['low']:.{digits}f}, {x['high']:.{digits}f}]"
     return f"{x['value']:.{digits}f}{suffix}{iv}"
+
+
+def _signed(x: Mapping[str, Any], digits: int = 3) -> str:
+    """A difference with its sign, so that "-0.150 [-0.260, -0.040]" reads as a drop at a glance."""
+    if x.get("value") is None:
+        return "n/a"
+    iv = "" if x.get("low") is None else f" [{x['low']:+.{digits}f}, {x['high']:+.{digits}f}]"
+    return f"{x['value']:+.{digits}f}{iv}"
 
 
 TABLE_MARK = "<!-- the table -->"
@@ -363,6 +386,19 @@ def readme(result: Mapping[str, Any], title: str, preface: str = "") -> str:
         lines += ["", "Paired by unit, as the ratio to all: " + "; ".join(
             f"{c['arm']} against {c['against']} {_fmt(c['speedupRatio'], suffix='x')} ({c['speedupRatio']['pairs']} "
             "units)" for c in contrasts) + "."]
+    differences = [r for r in result["arms"] if (r.get("passRateDifferenceToAll") or {}).get("pairs")]
+    if differences:
+        lines += ["", "Compile and pass rates, paired by unit, as the difference from all (mean over units of the "
+                  "arm's rate minus all's, a t-interval): " + "; ".join(
+                      f"{r['arm']} compile {_signed(r['compiledRateDifferenceToAll'])}, pass "
+                      f"{_signed(r['passRateDifferenceToAll'])} ({r['passRateDifferenceToAll']['pairs']} units)"
+                      for r in differences) + "."]
+        rated = [c for c in result.get("contrasts", []) if (c.get("passRateDifference") or {}).get("pairs")]
+        if rated:
+            lines += ["", "The same differences between " + "; ".join(
+                f"{c['arm']} and {c['against']}: compile {_signed(c['compiledRateDifference'])}, pass "
+                f"{_signed(c['passRateDifference'])} ({c['passRateDifference']['pairs']} units)"
+                for c in rated) + "."]
     tokens = [r for r in result["arms"] if (r.get("promptTokensRatioToAll") or {}).get("pairs")]
     if tokens:
         lines += ["", "Prompt tokens per unit, paired by unit, as the ratio to all (each arm's own trajectory, so not "
