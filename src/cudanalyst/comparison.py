@@ -288,7 +288,7 @@ def analyse(programs: Sequence[Mapping[str, Any]], usage: Sequence[Mapping[str, 
             for metric in ("compiled", "pass"):
                 row[f"{metric}RateDifferenceToAll"] = paired_difference(unit_rate[metric], a, REFERENCE, confidence)
         for metric in ("compiled", "pass"):
-            per_unit = [sum(r) / len(r) for t, s in units[a] if (r := rates[(a, t, s)][metric])]
+            per_unit = [unit_rate[metric][(a, t, s)] for t, s in units[a] if (a, t, s) in unit_rate[metric]]
             row[f"{metric}Rate"] = _plain(t_interval(per_unit, confidence), 0.0, 1.0)
         # Over the N iterations, not over the children: an iteration whose answer held no program (OpenEvolve keeps
         # no child) counts as one that gave nothing, so an arm cannot look better by answering less.
