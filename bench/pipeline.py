@@ -35,7 +35,10 @@ folder and an empty nvcc cache, but with the vLLM compile cache the cold run lef
 or a pod that fetched the cache). `staged` is warm's run as two commands, `--stage llm` and then the plain command
 again on the same folder (every unit has its candidate, so it runs the kernel stage alone and the report): the LLM stage with no verification on the GPU beside the model server, then the whole kernel
 stage (issue 32's A/B: `--user-clock cold,warm,staged` sets both side by side, from the same cache). `unseeded` is
-warm's command on the spec with `sampling.requestSeeds: false` (the A/B of the request seeds). Each run's
+warm's command on the spec with `sampling.requestSeeds: false` (the A/B of the request seeds). `store` is a fresh
+pod's start where the cache lives in a store: an empty local folder of its own, and the store that
+`CUDANALYST_VLLM_CACHE_URI` names (scripts/device/models.sh seeds one from .device/vllm-cache.tgz), which the other
+runs leave out; its server's line in the run's console says whether the store had this GPU kind's archive. Each run's
 table is the command's own (its clock starts at its process start; a staged run's two tables are added); the
 bench's clock (Popen to exit) is printed beside it.
 """
@@ -413,7 +416,7 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ the user's clock
-USER_RUNS = ("cold", "warm", "staged", "unseeded")
+USER_RUNS = ("cold", "warm", "staged", "unseeded", "store")
 
 
 def user_runs(text: str) -> list[str]:
@@ -436,6 +439,8 @@ def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: 
     the plain command on its folder, so that no verification shares the GPU with the model server (issue 32: do
     the kernel stage's GPU workers slow generation?). Each from a new run folder and nvcc cache, with the vLLM
     compile cache in `vllm_cache`."""
+    if name == "store":  # a folder of its own, empty: what the run finds comes from the store
+        return _user_command(spec_file, work, name, name, work / "vllm-cache-store", gpus, [], keep_store=True)
     if name != "staged":
         return _user_command(spec_file, work, name, name, vllm_cache, gpus, [])
     llm = _user_command(spec_file, work, "staged", "staged-llm", vllm_cache, gpus, ["--stage", "llm", "--no-report"])
@@ -468,15 +473,16 @@ def staged(llm: dict[str, Any], kernels: dict[str, Any]) -> dict[str, Any]:
 
 
 def _user_command(spec_file: Path, work: Path, folder: str, name: str, vllm_cache: Path, gpus: int | None,
-                  extra: list[str]) -> dict[str, Any]:
+                  extra: list[str], keep_store: bool = False) -> dict[str, Any]:
     """One `cudanalyst run` in a process of its own: the command's own table (--timings) and the bench's clock."""
     from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
 
     timings = work / f"timings-{name}.json"
     env = {**os.environ, COMPILE_CACHE_ENV: str(work / f"cache-{folder}"), DIR_ENV: str(vllm_cache)}
     # The local folder alone decides cold or warm: a cache store (scripts/device/models.sh sets one) would make a
-    # cold run fetch what an earlier session kept.
-    env.pop(CACHE_URI_ENV, None)
+    # cold run fetch what an earlier session kept. Only `store` measures the store.
+    if not keep_store:
+        env.pop(CACHE_URI_ENV, None)
     cmd = [sys.executable, "-m", "cudanalyst", "run", str(spec_file), "--output", str(work / f"runs-{folder}"),
            "--timings", str(timings), *extra] + (["--gpus", str(gpus)] if gpus else [])
     log = work / f"run-{name}.log"
@@ -541,6 +547,12 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
     if args.user_clock[0] == "cold" and vllm_cache.is_dir() and any(vllm_cache.rglob("*")):
         print(f"bench/pipeline: --vllm-cache {vllm_cache} is not empty: a cold run starts from an empty one "
               "(run warm alone to use it)", file=sys.stderr)
+        return 2
+    from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV
+
+    if "store" in args.user_clock and not os.environ.get(CACHE_URI_ENV):
+        print(f"bench/pipeline: --user-clock store needs {CACHE_URI_ENV} (the store of vLLM's compiled artefacts: "
+              "s3://bucket/prefix or a folder)", file=sys.stderr)
         return 2
     gpus = args.gpus[0] if args.gpus else None
     figures: dict[str, Any] = {"spec": base.metadata.name, "units": len(plan_run(base).units), "userClock": {},

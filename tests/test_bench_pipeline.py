@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -203,3 +204,34 @@ def test_the_unseeded_run_is_warms_command_on_a_spec_whose_requests_carry_no_see
     assert bench.user_runs("warm,unseeded") == ["warm", "unseeded"]
     with pytest.raises(argparse.ArgumentTypeError, match="unseeded"):
         bench.user_runs("warm,seedless")
+
+
+def test_the_store_run_starts_from_an_empty_folder_of_its_own_and_the_store(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """--user-clock store (issue 32): a fresh pod whose vLLM cache is in a store. Its command keeps the store's
+    variable and gets an empty local folder; every other run leaves the store out, so only its folder decides."""
+    from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
+
+    bench = _bench()
+    seen: dict[str, dict[str, str]] = {}
+
+    def fake_run(cmd, stdout, stderr, stdin, env):  # a unit test of the command's environment, not of the run
+        seen[Path(cmd[cmd.index("--output") + 1]).name] = env
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setenv(CACHE_URI_ENV, str(tmp_path / "store"))
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    warm_cache = tmp_path / "warm-cache"
+    for name in ("warm", "store"):
+        assert bench.run_as_user(spec, tmp_path, name, warm_cache, None)["exit"] == 0
+    assert CACHE_URI_ENV not in seen["runs-warm"] and seen["runs-warm"][DIR_ENV] == str(warm_cache)
+    assert seen["runs-store"][CACHE_URI_ENV] == str(tmp_path / "store")
+    assert seen["runs-store"][DIR_ENV] == str(tmp_path / "vllm-cache-store") != str(warm_cache)
+    # Without a store to measure, the bench refuses before it runs anything, naming the variable.
+    monkeypatch.delenv(CACHE_URI_ENV)
+    assert bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--user-clock", "warm,store",
+                       "--workdir", str(tmp_path / "work")]) == 2
+    assert CACHE_URI_ENV in capsys.readouterr().err and not seen.keys() - {"runs-warm", "runs-store"}
