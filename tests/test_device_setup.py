@@ -123,24 +123,40 @@ def test_vllm_compiled_artefacts_travel_between_sessions(tmp_path: Path) -> None
     assert (store / "qwen-3f2a" / "vllm-0.22.0" / "nvidia-h200.tar.gz").read_bytes() == b"compiled"
     assert not (out / "vllm-cache.tgz").exists()  # nothing new: nothing to bring back
 
-    # A cold start of another model puts its cache into the store (compile_cache.py's keep): the whole store comes back.
+    # A cold start of another model puts its cache into the store (compile_cache.py's keep): that archive alone comes
+    # back, not the store it was seeded with (the whole store outgrew what a call brings back).
     added = 'mkdir -p "$VLLM_STORE/gemma-9c1d/vllm-0.22.0" && echo x > "$VLLM_STORE/gemma-9c1d/vllm-0.22.0/nvidia-h200.tar.gz"'
     second = session(f"{added}; bring_back_vllm_cache")
-    assert second.returncode == 0 and "-> $OUT/vllm-cache.tgz" in second.stdout, second.stdout + second.stderr
+    assert second.returncode == 0 and "1 archive(s)" in second.stdout, second.stdout + second.stderr
+    assert ".device/vllm-cache-" in second.stdout  # where the next session's checkout keeps it
     with tarfile.open(out / "vllm-cache.tgz") as tar:
         names = {n.lstrip("./") for n in tar.getnames() if n.endswith(".tar.gz")}
-    assert names == {"qwen-3f2a/vllm-0.22.0/nvidia-h200.tar.gz", "gemma-9c1d/vllm-0.22.0/nvidia-h200.tar.gz"}
+    assert names == {"gemma-9c1d/vllm-0.22.0/nvidia-h200.tar.gz"}
 
     # A start from an archive that compiled what it lacked puts the fuller one in its place (compile_cache.py): the
     # same name with other bytes comes back too.
-    (out / "vllm-cache.tgz").unlink()
+    shutil.move(out / "vllm-cache.tgz", root / ".device" / "vllm-cache-20261205-1741.tgz")
     refreshed = 'echo fuller > "$VLLM_STORE/qwen-3f2a/vllm-0.22.0/nvidia-h200.tar.gz"'
     shutil.rmtree(store)
     third = session(f"{refreshed}; bring_back_vllm_cache")
-    assert third.returncode == 0 and "-> $OUT/vllm-cache.tgz" in third.stdout, third.stdout + third.stderr
+    # The next session seeds from both archives it carries, the first session's and the one brought back.
+    assert "1 model(s) from .device/vllm-cache-20261205-1741.tgz" in third.stdout, third.stdout
+    assert (store / "gemma-9c1d" / "vllm-0.22.0" / "nvidia-h200.tar.gz").read_text() == "x\n"
+    assert third.returncode == 0 and "1 archive(s)" in third.stdout, third.stdout + third.stderr
     with tarfile.open(out / "vllm-cache.tgz") as tar:
+        assert [n.lstrip("./") for n in tar.getnames() if n.endswith(".tar.gz")] == [
+            "qwen-3f2a/vllm-0.22.0/nvidia-h200.tar.gz"]
         member = tar.extractfile("./qwen-3f2a/vllm-0.22.0/nvidia-h200.tar.gz")
         assert member is not None and member.read() == b"fuller\n"
+
+    # A later archive of a key takes the place of an earlier one: name order, after vllm-cache.tgz.
+    shutil.move(out / "vllm-cache.tgz", root / ".device" / "vllm-cache-20261206-0900.tgz")
+    shutil.rmtree(store)
+    fourth = session("bring_back_vllm_cache")
+    assert (store / "qwen-3f2a" / "vllm-0.22.0" / "nvidia-h200.tar.gz").read_text() == "fuller\n"
+    assert fourth.returncode == 0 and not (out / "vllm-cache.tgz").exists(), fourth.stdout  # nothing new here
+    (root / ".device" / "vllm-cache-20261205-1741.tgz").unlink()
+    (root / ".device" / "vllm-cache-20261206-0900.tgz").unlink()
 
     # A torn copy costs a cold start, never the call.
     shutil.rmtree(store)

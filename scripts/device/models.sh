@@ -6,13 +6,13 @@
 #   spec_models SPEC          the local models an AttributionRun (or TrajectoryRecording) serves, space-separated
 #   prepare_models NAME...    each model's GGUF parts -> a Hugging Face folder (scripts/prepare_model.py, cached)
 #   prepare_models_ahead SPEC...  the same for the specs' models, in the background (study.sh, during a pass)
-#   seed_vllm_store           the store of vLLM's compiled artefacts, from .device/vllm-cache.tgz (vllm_from_wheelhouse)
-#   bring_back_vllm_cache     $OUT/vllm-cache.tgz: vLLM's compiled artefacts, when this machine made new ones
+#   seed_vllm_store           the store of vLLM's compiled artefacts, from .device/vllm-cache*.tgz (vllm_from_wheelhouse)
+#   bring_back_vllm_cache     $OUT/vllm-cache.tgz: the archives of vLLM's compiled artefacts this machine made
 stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
 gguf_dir="${CUDANALYST_GGUF_DIR:-/tmp}"  # the joined GGUFs and the conversion locks (the tests move it)
 # vLLM's compiled artefacts across sessions (issue 32): a folder store that the runner fetches a model's cache from
 # before a cold start and puts it into after one (runner/.../llm/compile_cache.py), seeded from what an earlier
-# session brought back (.device/vllm-cache.tgz, carried with .device). Without it every session's first server
+# session brought back (.device/vllm-cache.tgz and .device/vllm-cache-*.tgz, carried with .device). Without it every session's first server
 # start compiles again (82-120 s cold on the H200).
 vllm_store="${VLLM_STORE:-/tmp/cudanalyst-vllm-store}"  # the tests move it
 vllm_site="${VLLM_SITE:-/tmp/vllm-site}"                  # and this
@@ -118,17 +118,21 @@ prepare_models_ahead() {  # SPEC...: their models, converted in the background a
 }
 
 seed_vllm_store() {
-  # Once per machine: the store from .device/vllm-cache.tgz, and a list of what it held then.
+  # Once per machine: the store from .device/vllm-cache.tgz, then each .device/vllm-cache-*.tgz in name order (what
+  # later sessions brought back: a later archive of a key takes the place of an earlier one), and a list of what it
+  # held then.
   export CUDANALYST_VLLM_CACHE_URI="${CUDANALYST_VLLM_CACHE_URI:-$vllm_store}"
   [ -d "$vllm_store" ] && return 0
   mkdir -p "$vllm_store"
-  if [ -s .device/vllm-cache.tgz ]; then
-    if tar xzf .device/vllm-cache.tgz -C "$vllm_store"; then
-      echo "vLLM compile cache: $(find "$vllm_store" -name '*.tar.gz' | wc -l) model(s) from .device/vllm-cache.tgz"
+  local kept
+  for kept in .device/vllm-cache.tgz .device/vllm-cache-*.tgz; do
+    [ -s "$kept" ] || continue
+    if tar xzf "$kept" -C "$vllm_store"; then
+      echo "vLLM compile cache: $(tar tzf "$kept" | grep -c '\.tar\.gz$') model(s) from $kept"
     else
-      echo "vLLM compile cache: .device/vllm-cache.tgz is torn; servers start cold"
+      echo "vLLM compile cache: $kept is torn; servers start cold where it alone held their key"
     fi
-  fi
+  done
   vllm_store_sums > "$vllm_store.seeded"
 }
 
@@ -137,18 +141,22 @@ vllm_store_sums() {  # the store's finished archives with their digests: a start
 }
 
 bring_back_vllm_cache() {
-  # Only when a server here kept a model's cache the store did not have (a cold start) or made one whole (a start
-  # from it that compiled what it lacked: compile_cache.py), and under the device tool's 16 MiB a file; the next
-  # session carries it as .device/vllm-cache.tgz (the whole store: what it had, and the new).
+  # Only what a server here added to the store (a cold start) or made whole (a start from it that compiled what it
+  # lacked: compile_cache.py), not what the store was seeded with: the whole store outgrew the device tool's 16 MiB
+  # a file (three models, 15.8 MB, on 2026-12-05). The next session carries it beside the others as
+  # .device/vllm-cache-NAME.tgz (seed_vllm_store unpacks them in name order).
   [ -d "$vllm_store" ] || return 0
-  vllm_store_sums | cmp -s - "$vllm_store.seeded" && return 0
+  local changed
+  changed=$(vllm_store_sums | grep -vxF -f "$vllm_store.seeded" | awk '{print $2}')
+  [ -n "$changed" ] || return 0
   # Only the finished archives: the store writes each under a hidden temporary name, then links it into place.
-  (cd "$vllm_store" && find . -name '*.tar.gz' ! -name '.*' | tar czf "$out/vllm-cache.tgz" -T -) \
+  (cd "$vllm_store" && printf '%s\n' "$changed" | tar czf "$out/vllm-cache.tgz" -T -) \
     || { rm -f "$out/vllm-cache.tgz"; return 0; }
   local bytes; bytes=$(stat -c %s "$out/vllm-cache.tgz")
   if [ "$bytes" -gt $((15 * 1024 * 1024)) ]; then
     echo "vLLM compile cache: $bytes bytes, over what a call brings back; not kept"; rm -f "$out/vllm-cache.tgz"
   else
-    echo "vLLM compile cache: $bytes bytes -> \$OUT/vllm-cache.tgz (copy it to .device/vllm-cache.tgz)"
+    echo "vLLM compile cache: $(printf '%s\n' "$changed" | wc -l) archive(s), $bytes bytes -> \$OUT/vllm-cache.tgz" \
+      "(copy it to .device/vllm-cache-$(date +%Y%m%d-%H%M).tgz)"
   fi
 }
