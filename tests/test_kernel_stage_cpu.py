@@ -668,3 +668,44 @@ def test_the_profiler_report_says_why_nsight_compute_gave_no_sections() -> None:
     assert ncu_failure(1, refused)[0] == "counters-denied"
     other = ncu_failure(9, "launch_once: launched gemm\n==ERROR== Something else broke\n")
     assert other[0] == "tool-error" and "Something else broke" not in other[1]  # the tool's words stay out
+
+
+@needs_nvcc
+def test_the_stage_says_what_its_tail_was_made_of(tmp_path, monkeypatch):
+    """Issue 32: a run's tail after the LLM stage is the kernel stage's finish(): the compiles and verifications
+    still running, then timing, which waits for every verification. The phases say how long finish() took, the
+    longest verification that ended in it, and the verifications that ran to their time limit (a hung candidate
+    among the last holds all timing back by its limit)."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.stage import KernelStage
+    from cudanalyst.runner.shard import _after_last_in
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    early, hung, late = variant(64, 4), variant(4, 64), variant(32, 8)
+    seconds = {compile_task_source(GEMM, early).cubin: 3.0, compile_task_source(GEMM, late).cubin: 0.7}
+    hung_cubin = compile_task_source(GEMM, hung).cubin
+
+    class Pool(_StandInPool):
+        def verify(self, request, timeout_s):
+            if request.cubin == hung_cubin:  # what a worker answers for a kernel that never returned
+                return {"ok": False, "kind": "timeout", "seconds": 2.5, "error": "no answer within 2.5 s"}
+            return {**super().verify(request, timeout_s), "seconds": seconds.get(request.cubin, 0.01)}
+
+    phases: dict = {}
+    with KernelStage(EvalSettings(), gpu=True, pool=Pool(set(), {}, {}), phases=phases) as stage:
+        stage.add([KernelJob("early", "gemm", early, base)])
+        while "early" not in stage.results and "early" not in stage.verdicts:
+            stage.poll(timeout=0.05)  # settled before the last jobs come in
+        assert "afterLastInLongestVerify" not in phases
+        stage.add([KernelJob("hung", "gemm", hung, base), KernelJob("late", "gemm", late, base)])
+        results = stage.finish()
+    assert results["hung"].label == "compile" and "timeout" in results["hung"].reason
+    assert results["late"].label == "pass"
+    assert phases["verifyTimeouts"] == 1 and phases["verifyTimeoutSeconds"] == pytest.approx(2.5)
+    # Only verifications that ended after the last job came in count: the hung one's 2.5 s, not early's 3.0 s.
+    assert phases["afterLastInLongestVerify"] == pytest.approx(2.5)
+    assert phases["timing"] <= phases["afterLastIn"] <= time.monotonic() - stage.started
+    line = _after_last_in(phases)
+    assert f"after the last candidate came in {phases['afterLastIn']:.1f} s" in line
+    assert "the longest verification then 2.5 s" in line and "1 verifications ran to their time limit (2.5 s)" in line

@@ -178,7 +178,11 @@ class KernelStage:
     `verifications` / `verifySeconds` (in the GPU workers), with `gpuWorkers`: which of the two keeps a lane's
     kernel stage behind its LLM stage; `fences` ("vmm" or "guards"), `fenceReruns` and `rebuiltTaskData`
     (fences.py), and what the fences' audits cost: `verifyAuditSeconds` (worker wall, within verifySeconds) and
-    `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker)."""
+    `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker);
+    `verifyTimeouts` / `verifyTimeoutSeconds` (verifications that ran to their time limit), and what `finish()`
+    took after the last job came in (`afterLastIn`, timing included: the part of a run's tail the kernel stage owns)
+    with the longest verification that ended then (`afterLastInLongestVerify`): timing waits for every
+    verification, so one hung candidate among the last holds the whole timing back by its time limit."""
 
     def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
                  on_outcome: Callable[[UnitOutcome], None] | None = None,
@@ -188,6 +192,7 @@ class KernelStage:
         settings) a fresh secret is drawn, so nobody can know the inputs in advance either way."""
         self.phases: dict[str, Any] = {} if phases is None else phases
         self.started = time.monotonic()
+        self._finishing: float | None = None  # when finish() began: every job is in
         self.cfg = EvalSettings.of(settings)
         self.seeds = seeds_for(self.cfg, secret)
         self.on_outcome = on_outcome
@@ -355,6 +360,13 @@ class KernelStage:
             self.phases["verifySeconds"] = self.phases.get("verifySeconds", 0.0) + float(verdict["seconds"])
             self.phases["verifyAuditSeconds"] = (self.phases.get("verifyAuditSeconds", 0.0)
                                                  + float(verdict.get("auditSeconds", 0.0)))
+            if verdict.get("kind") == "timeout":
+                self.phases["verifyTimeouts"] = self.phases.get("verifyTimeouts", 0) + 1
+                self.phases["verifyTimeoutSeconds"] = (self.phases.get("verifyTimeoutSeconds", 0.0)
+                                                       + float(verdict["seconds"]))
+            if self._finishing is not None:
+                self.phases["afterLastInLongestVerify"] = max(self.phases.get("afterLastInLongestVerify", 0.0),
+                                                              float(verdict["seconds"]))
         if verdict.get("ok") and verdict.get("correct"):
             self.correct.append(job)
             self.verdicts[job.key] = verdict
@@ -373,6 +385,7 @@ class KernelStage:
         them and holds new ones back; on the H200 (2,640 units) timing each group as soon as it was settled
         made that convoy take 75 s of wall for 22 s of timing. Verification runs on several workers at once
         and decides which groups are complete; timing fills the gaps while nvcc works through its backlog."""
+        self._finishing = time.monotonic()
         groups: dict[tuple[str, str | None], list[KernelJob]] = {}
         for key in sorted(self.order, key=self.order.__getitem__):  # the jobs that went to nvcc, in arrival order
             job = self.jobs[key]
@@ -393,6 +406,7 @@ class KernelStage:
             else:  # only a reference is still being verified (not a future of ours to wait on)
                 time.sleep(0.02)
         self.phases["compileAndVerify"] = time.monotonic() - self.started - timing.seconds
+        self.phases["afterLastIn"] = time.monotonic() - self._finishing
         self.phases["timed"] = len(self.correct)
         self.phases["timing"] = timing.seconds
         self.phases["references"] = dict(timing.count)
