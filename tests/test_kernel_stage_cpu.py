@@ -677,8 +677,7 @@ def test_the_stage_says_what_its_tail_was_made_of(tmp_path, monkeypatch):
     longest verification that ended in it, and the verifications that ran to their time limit (a hung candidate
     among the last holds all timing back by its limit)."""
     from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
-    from cudanalyst.runner.kernels.stage import KernelStage
-    from cudanalyst.runner.shard import _after_last_in
+    from cudanalyst.runner.kernels.stage import KernelStage, tail_summary
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
     base = GEMM.baseline_source
@@ -706,6 +705,6 @@ def test_the_stage_says_what_its_tail_was_made_of(tmp_path, monkeypatch):
     # Only verifications that ended after the last job came in count: the hung one's 2.5 s, not early's 3.0 s.
     assert phases["afterLastInLongestVerify"] == pytest.approx(2.5)
     assert phases["timing"] <= phases["afterLastIn"] <= time.monotonic() - stage.started
-    line = _after_last_in(phases)
+    line = tail_summary(phases)
     assert f"after the last candidate came in {phases['afterLastIn']:.1f} s" in line
     assert "the longest verification then 2.5 s" in line and "1 verifications ran to their time limit (2.5 s)" in line

@@ -248,7 +248,7 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
           f"{time.monotonic() - t0:.1f} s (compile and verify {phases.get('compileAndVerify', 0.0):.1f} s, "
           f"{int(phases.get('verifiedBefore', 0))} verdicts found stored, {_costs(phases)}, "
           f"{int(phases.get('workerRestarts', 0))} worker restarts taking {phases.get('restartSeconds', 0.0):.1f} s, "
-          f"{_after_last_in(phases)}"
+          f"{kernels.tail_summary(phases)}"
           f"timing {int(phases.get('timed', 0))} correct ones {phases.get('timing', 0.0):.1f} s "
           f"({int(phases.get('timedCopies', 0))} shared the timing of the same cubin, "
           f"{int(phases.get('tooSlowToTime', 0))} too slow after their warm-up to be fast, not timed): "
@@ -260,20 +260,6 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')})",  # which GPU, in local mode's lanes
           file=sys.stderr)
     return failures
-
-
-def _after_last_in(phases: dict[str, Any]) -> str:
-    """The stage's own part of a run's tail: from the last candidate in to the end, split into timing and the
-    compiles and verifications still running (timing waits for all of them), and the verifications that ran to
-    their time limit (issue 32: what a tail is made of, on every run's console)."""
-    text = ""
-    if "afterLastIn" in phases:
-        after, timing = phases["afterLastIn"], phases.get("timing", 0.0)
-        text = (f"after the last candidate came in {after:.1f} s (timing {timing:.1f} s, compiles and verifications "
-                f"{max(0.0, after - timing):.1f} s, the longest verification then "
-                f"{phases.get('afterLastInLongestVerify', 0.0):.1f} s), ")
-    return text + (f"{int(phases.get('verifyTimeouts', 0))} verifications ran to their time limit "
-                   f"({phases.get('verifyTimeoutSeconds', 0.0):.1f} s), ")
 
 
 def _costs(phases: dict[str, Any]) -> str:

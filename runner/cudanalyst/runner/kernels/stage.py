@@ -100,6 +100,20 @@ def time_limit(reference_seconds: float | None, cap: float) -> float:
     return min(cap, max(LIMIT_FLOOR_S, LIMIT_MULTIPLE * reference_seconds))
 
 
+def tail_summary(phases: dict[str, Any]) -> str:
+    """The stage's own part of a run's tail, for its summary line: from the last candidate in to the end, split into
+    timing and the compiles and verifications still running (timing waits for all of them), and the verifications
+    that ran to their time limit (issue 32: what a tail is made of, on every run's console) (pure)."""
+    text = ""
+    if "afterLastIn" in phases:
+        after, timing = phases["afterLastIn"], phases.get("timing", 0.0)
+        text = (f"after the last candidate came in {after:.1f} s (timing {timing:.1f} s, compiles and verifications "
+                f"{max(0.0, after - timing):.1f} s, the longest verification then "
+                f"{phases.get('afterLastInLongestVerify', 0.0):.1f} s), ")
+    return text + (f"{int(phases.get('verifyTimeouts', 0))} verifications ran to their time limit "
+                   f"({phases.get('verifyTimeoutSeconds', 0.0):.1f} s), ")
+
+
 @functools.cache
 def gpu_status() -> tuple[bool, str]:
     """(whether pycuda sees a GPU, why not), asked in a child process so this one never creates a CUDA
