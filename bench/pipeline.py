@@ -474,7 +474,9 @@ def staged(llm: dict[str, Any], kernels: dict[str, Any]) -> dict[str, Any]:
 
 def _user_command(spec_file: Path, work: Path, folder: str, name: str, vllm_cache: Path, gpus: int | None,
                   extra: list[str], keep_store: bool = False) -> dict[str, Any]:
-    """One `cudanalyst run` in a process of its own: the command's own table (--timings) and the bench's clock."""
+    """One `cudanalyst run` in a process of its own: the command's own table (--timings) and the bench's clock. Its
+    logs are kept (--keep-logs: the servers' and shards', which a run that went well removes), for the bench's
+    caller to bring back."""
     from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
 
     timings = work / f"timings-{name}.json"
@@ -484,7 +486,7 @@ def _user_command(spec_file: Path, work: Path, folder: str, name: str, vllm_cach
     if not keep_store:
         env.pop(CACHE_URI_ENV, None)
     cmd = [sys.executable, "-m", "cudanalyst", "run", str(spec_file), "--output", str(work / f"runs-{folder}"),
-           "--timings", str(timings), *extra] + (["--gpus", str(gpus)] if gpus else [])
+           "--timings", str(timings), "--keep-logs", *extra] + (["--gpus", str(gpus)] if gpus else [])
     log = work / f"run-{name}.log"
     started = time.time()
     with log.open("wb") as out:

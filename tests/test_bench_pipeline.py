@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,6 +179,16 @@ def test_the_user_clock_runs_cudanalyst_run_cold_then_staged(tmp_path: Path, mon
     assert "none found" in runs["cold"]["notes"][0] and "found in this machine's cache" in runs["staged"]["notes"][0]
     cache = tmp_path / "work" / "vllm-cache"
     assert any(p.is_file() for p in cache.rglob("*")) and str(cache) in runs["staged"]["notes"][0]
+    # Each command kept its logs (--keep-logs), which a run that went well removes: the servers' and the shards'.
+    kept = [line.split("logs kept: ", 1)[1].strip() for run in (runs["cold"], *runs["staged"]["commands"].values())
+            for line in Path(run["log"]).read_text().splitlines() if line.startswith("logs kept: ")]
+    try:
+        assert len(kept) == 3 and all(Path(k).is_dir() for k in kept)
+        assert any(Path(kept[0]).glob("shard-*-llm.log")) and any(Path(kept[0]).rglob("vllm-*.log"))
+        assert any(Path(kept[2]).glob("shard-*-kernels.log"))  # staged's second command: the kernel stage alone
+    finally:
+        for k in kept:
+            shutil.rmtree(k, ignore_errors=True)
     # A cold run must start from nothing: a filled cache folder is refused, naming it.
     assert bench.main([*args, "--user-clock", "cold", "--vllm-cache", str(cache),
                        "--workdir", str(tmp_path / "again")]) == 2

@@ -93,6 +93,8 @@ if [ "${2:-}" = "--bench" ] || [ "${2:-}" = "--bench-only" ]; then
   cp "$work"/run-*.log "$work"/timings-*.json "$logs/" 2>/dev/null
   find /tmp -maxdepth 1 -newer "$started" \( -name "cudanalyst-$name-*" -o -name 'cudanalyst-gpu*-*.log' \) \
     -exec cp -r {} "$logs/" \; 2>/dev/null
+  # The last 2 MB of each (a server's log of a long run), so the archive stays under what a call brings back.
+  find "$logs" -type f -size +2M -exec sh -c 'tail -c 2000000 "$1" > "$1.tail" && mv "$1.tail" "$1"' _ {} \;
   tar czf "$out/bench-logs.tgz" -C "$logs" . && rm -rf "$logs" "$started"
 fi
 bring_back_vllm_cache

@@ -192,7 +192,10 @@ def main(run: AttributionRun, args: argparse.Namespace) -> int:
     for line in stage_summaries(Path(folder)):
         console.print(line, markup=False, highlight=False)
     clock.llm = llm_timeline.merge(folder)
-    shutil.rmtree(folder, ignore_errors=True)  # nothing failed: the logs go (a failure keeps and names them)
+    if getattr(args, "keep_logs", False):  # a bench, or a user looking into a run that went well
+        console.print(f"logs kept: {folder}", soft_wrap=True, markup=False, highlight=False)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing failed: the logs go (a failure keeps and names them)
     if args.stage != "all" or args.no_report:
         console.print(f"done: {args.stage} stage; store: {planned.store.uri}")
         show_clock(console, clock, timings)

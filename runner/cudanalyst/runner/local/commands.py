@@ -54,6 +54,9 @@ def register_run(sub: argparse._SubParsersAction) -> None:
                         "$CUDANALYST_GPUS, else every GPU in CUDA_VISIBLE_DEVICES or nvidia-smi -L)")
     p.add_argument("--timings", metavar="FILE",
                    help="also write where the wall time went (the table the run ends with) to FILE as JSON")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep this pass's logs (the model servers', the shards') when nothing failed, and print "
+                        "where (a failure always keeps them)")
     p.set_defaults(handler=run)
 
 
