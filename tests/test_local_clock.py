@@ -22,6 +22,11 @@ vllm:prefix_cache_queries_total{engine="0",model_name="m"} 400.0
 vllm:prefix_cache_hits_total{engine="0",model_name="m"} 100.0
 vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7e+09
 vllm:num_preemptions_total{engine="0",model_name="m"} 0.0
+vllm:iteration_tokens_total_bucket{engine="0",le="512.0",model_name="m"} 90.0
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 100.0
+vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 30000.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 1000.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 40.0
 """
 
 
@@ -86,13 +91,26 @@ def test_in_flight_counts_follow_each_request() -> None:
 
 def test_the_servers_own_figures() -> None:
     assert parse(METRICS) == {"running": 12.0, "waiting": 3.0, "generated": 1000.0, "queries": 400.0, "hits": 100.0,
-                              "preemptions": 0.0}
+                              "preemptions": 0.0, "steps": 100.0, "stepTokens": 30000.0, "gaps": 1000.0,
+                              "gapSum": 40.0}  # a histogram's buckets are not its count
     later = {"running": 4.0, "waiting": 0.0, "generated": 21000.0, "queries": 2400.0, "hits": 1700.0,
-             "preemptions": 2.0}
+             "preemptions": 2.0, "steps": 150.0, "stepTokens": 55000.0, "gaps": 21000.0, "gapSum": 1040.0}
     summary = summarize([(0.0, {"a": parse(METRICS)}), (1.0, {"a": later}), (2.0, {"b": later})])
     assert summary["generationTokensPerS"] == 10_000.0  # server a's 20,000 tokens over the 2 s sampled
     assert summary["prefixHitRate"] == 0.8 and summary["preemptions"] == 2.0
     assert summary["runningMax"] == 12.0 and round(summary["waitingShare"], 2) == 0.33
+    # Server a stepped 50 times in its 1 s (b, sampled once, says nothing): 20 ms a step, 500 tokens a step; its
+    # requests' tokens came 50 ms apart (1,000 s of gaps over 20,000 of them).
+    assert summary["stepSeconds"] == pytest.approx(0.02) and summary["tokensPerStep"] == 500.0
+    assert summary["tokenGapSeconds"] == pytest.approx(0.05)
+    line = WallClock(server=summary).lines()[-1]
+    assert line == ("  model server's engine: a step every 20.0 ms, 500 tokens a step (prompt and generated), "
+                    "a request's tokens 50 ms apart")
+    # A server whose build has no step histogram: no step figures, and no line for them.
+    bare = {k: v for k, v in later.items() if k not in ("steps", "stepTokens", "gaps", "gapSum")}
+    older = summarize([(0.0, {"a": bare}), (1.0, {"a": bare})])
+    assert older["stepSeconds"] is None and older["tokensPerStep"] is None
+    assert not any("engine" in x for x in WallClock(server=older).lines())
     assert summarize([(0.0, {"a": later})]) == {}  # one sample says nothing of a rate
     json.dumps(summary)  # goes into --timings as it is
 

@@ -15,7 +15,11 @@ import httpx
 SAMPLE_EVERY_S = 2.0
 NAMES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
          "vllm:generation_tokens_total": "generated", "vllm:prefix_cache_queries_total": "queries",
-         "vllm:prefix_cache_hits_total": "hits", "vllm:num_preemptions_total": "preemptions"}
+         "vllm:prefix_cache_hits_total": "hits", "vllm:num_preemptions_total": "preemptions",
+         # One observation per engine step (the tokens it computed, prompt and generated): how long a step took,
+         # and how full it was; and the gaps between a request's tokens as its client saw them.
+         "vllm:iteration_tokens_total_count": "steps", "vllm:iteration_tokens_total_sum": "stepTokens",
+         "vllm:inter_token_latency_seconds_sum": "gapSum", "vllm:inter_token_latency_seconds_count": "gaps"}
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
 
 
@@ -74,27 +78,32 @@ class ServerMeter:
 
 def summarize(samples: Sequence[tuple[float, dict[str, dict[str, float]]]]) -> dict[str, Any]:
     """Mean and max sequences running (over the servers), the share of samples with a queue at a server, generated
-    tokens per second, the prefix-cache hit rate and the preemptions, each server's counters taken between its
-    own first and last sample."""
+    tokens per second, the prefix-cache hit rate, the preemptions, and the engine's steps (seconds a step, tokens a
+    step, the gap between a request's tokens), each server's counters taken between its own first and last sample."""
     if len(samples) < 2:
         return {}
     t0, t1 = samples[0][0], samples[-1][0]
     running = [sum(f.get("running", 0.0) for f in by_root.values()) for _, by_root in samples]
-    first: dict[str, dict[str, float]] = {}
-    last: dict[str, dict[str, float]] = {}
-    for _, by_root in samples:
+    first: dict[str, tuple[float, dict[str, float]]] = {}
+    last: dict[str, tuple[float, dict[str, float]]] = {}
+    for at, by_root in samples:
         for root, f in by_root.items():
-            first.setdefault(root, f)
-            last[root] = f
+            first.setdefault(root, (at, f))
+            last[root] = (at, f)
 
-    def delta(key: str) -> float:
-        return sum(last[r].get(key, 0.0) - first[r].get(key, 0.0) for r in last)
+    def delta(key: str, root: str | None = None) -> float:
+        return sum(last[r][1].get(key, 0.0) - first[r][1].get(key, 0.0) for r in last if root in (None, r))
 
-    queries = delta("queries")
+    queries, steps, gaps = delta("queries"), delta("steps"), delta("gaps")
+    # A step's length on each server (its own span over its own steps), averaged over the servers that stepped.
+    lengths = [(last[r][0] - first[r][0]) / delta("steps", r) for r in last if delta("steps", r) > 0]
     return {"samples": len(samples), "seconds": t1 - t0, "runningMean": sum(running) / len(running),
             "runningMax": max(running),
             "waitingShare": sum(1 for _, by_root in samples
                                 if any(f.get("waiting", 0.0) > 0 for f in by_root.values())) / len(samples),
             "generationTokensPerS": delta("generated") / (t1 - t0) if t1 > t0 else 0.0,
             "prefixHitRate": delta("hits") / queries if queries > 0 else None,
-            "preemptions": delta("preemptions")}
+            "preemptions": delta("preemptions"),
+            "stepSeconds": sum(lengths) / len(lengths) if lengths else None,
+            "tokensPerStep": delta("stepTokens") / steps if steps > 0 else None,
+            "tokenGapSeconds": delta("gapSum") / gaps if gaps > 0 else None}
