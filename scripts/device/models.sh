@@ -12,8 +12,8 @@ stash="${CUDANALYST_STASH:-/tmp/cudanalyst-stash}"
 gguf_dir="${CUDANALYST_GGUF_DIR:-/tmp}"  # the joined GGUFs and the conversion locks (the tests move it)
 # vLLM's compiled artefacts across sessions (issue 32): a folder store that the runner fetches a model's cache from
 # before a cold start and puts it into after one (runner/.../llm/compile_cache.py), seeded from what an earlier
-# session brought back (.device/vllm-cache.tgz and .device/vllm-cache-*.tgz, carried with .device). Without it every session's first server
-# start compiles again (82-120 s cold on the H200).
+# session brought back (.device/vllm-cache.tgz and .device/vllm-cache-*.tgz, carried with .device). Without it every
+# session's first server start compiles again (82-120 s cold on the H200).
 vllm_store="${VLLM_STORE:-/tmp/cudanalyst-vllm-store}"  # the tests move it
 vllm_site="${VLLM_SITE:-/tmp/vllm-site}"                  # and this
 
