@@ -232,12 +232,17 @@ def best_speedups(programs: Iterable[Mapping[str, Any]], iterations: int) -> dic
     return best
 
 
+def _pairs(values: Mapping[tuple[str, str, int], float], arm: str, other: str) -> list[tuple[float, float]]:
+    """(arm's value, other's value) for each unit (task, seed) both arms have, in unit order."""
+    return [(v, values[(other, t, s)]) for (a, t, s), v in sorted(values.items())
+            if a == arm and (other, t, s) in values]
+
+
 def paired_ratio(best: Mapping[tuple[str, str, int], float], arm: str, other: str, confidence: float
                  ) -> dict[str, Any]:
     """`arm`'s best speedup over `other`'s, unit by unit (the units both have): the geometric mean of the ratios
     with a t-interval on the log scale, and the number of pairs."""
-    paired = [math.log(v) - math.log(best[(other, t, s)]) for (a, t, s), v in sorted(best.items())
-              if a == arm and (other, t, s) in best]
+    paired = [math.log(x) - math.log(y) for x, y in _pairs(best, arm, other)]
     return {**_exp(t_interval(paired, confidence)), "pairs": len(paired)}
 
 
@@ -245,8 +250,7 @@ def paired_difference(values: Mapping[tuple[str, str, int], float], arm: str, ot
                       ) -> dict[str, Any]:
     """`arm`'s rate minus `other`'s, unit by unit (the units both have a rate for): the mean difference with a
     t-interval, clipped to [-1, 1], and the number of pairs. Paired because a task's difficulty moves both arms."""
-    paired = [v - values[(other, t, s)] for (a, t, s), v in sorted(values.items())
-              if a == arm and (other, t, s) in values]
+    paired = [x - y for x, y in _pairs(values, arm, other)]
     return {**_plain(t_interval(paired, confidence), -1.0, 1.0), "pairs": len(paired)}
 
 

@@ -96,7 +96,7 @@ def summarize(samples: Sequence[tuple[float, dict[str, dict[str, float]]]]) -> d
 
     queries, steps, gaps = delta("queries"), delta("steps"), delta("gaps")
     # A step's length on each server (its own span over its own steps), averaged over the servers that stepped.
-    lengths = [(last[r][0] - first[r][0]) / delta("steps", r) for r in last if delta("steps", r) > 0]
+    lengths = [(last[r][0] - first[r][0]) / n for r in last if (n := delta("steps", r)) > 0]
     return {"samples": len(samples), "seconds": t1 - t0, "runningMean": sum(running) / len(running),
             "runningMax": max(running),
             "waitingShare": sum(1 for _, by_root in samples
