@@ -38,7 +38,9 @@ stage (issue 32's A/B: `--user-clock cold,warm,staged` sets both side by side, f
 warm's command on the spec with `sampling.requestSeeds: false` (the A/B of the request seeds). `store` is a fresh
 pod's start where the cache lives in a store: an empty local folder of its own, and the store that
 `CUDANALYST_VLLM_CACHE_URI` names (scripts/device/models.sh seeds one from .device/vllm-cache.tgz), which the other
-runs leave out; its server's line in the run's console says whether the store had this GPU kind's archive. Each run's
+runs leave out; its server's line in the run's console says whether the store had this GPU kind's archive.
+`runner-v1` and `runner-v2` are store's run with vLLM's model runner named (VLLM_USE_V2_MODEL_RUNNER 0 or 1: V2 draws
+every seeded request's noise in one kernel). Each run's
 table is the command's own (its clock starts at its process start; a staged run's two tables are added); the
 bench's clock (Popen to exit) is printed beside it.
 """
@@ -389,7 +391,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="measure `cudanalyst run` as a user sees it instead: cold (fresh state), warm (the vLLM "
                         "compile cache of the cold run), staged (as warm, but `--stage llm` first, then the rest: "
                         "no verification beside the model server), unseeded (as warm, with sampling.requestSeeds "
-                        "false); default cold,warm")
+                        "false), store (a fresh folder and the store), runner-v1 and runner-v2 (as store, with "
+                        "vLLM's model runner V1 or V2); default cold,warm")
     args = p.parse_args(argv)
     if args.serial_units < 0 or (args.units is not None and args.units < 1) or (args.rollouts or 1) < 1:
         p.error("--serial-units must be at least 0, --units and --rollouts at least 1")
@@ -416,7 +419,11 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ the user's clock
-USER_RUNS = ("cold", "warm", "staged", "unseeded", "store")
+USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2")
+# The A/B of vLLM's model runner (issue 32): each a `store` run whose command sets the runner explicitly (the
+# environment wins over our servers' default, runner/cudanalyst/runner/llm/serving.py's GPU_ENV).
+RUNNER_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"}}
+STORE_RUNS = ("store", *RUNNER_ENV)
 
 
 def user_runs(text: str) -> list[str]:
@@ -439,8 +446,9 @@ def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: 
     the plain command on its folder, so that no verification shares the GPU with the model server (issue 32: do
     the kernel stage's GPU workers slow generation?). Each from a new run folder and nvcc cache, with the vLLM
     compile cache in `vllm_cache`."""
-    if name == "store":  # a folder of its own, empty: what the run finds comes from the store
-        return _user_command(spec_file, work, name, name, work / "vllm-cache-store", gpus, [], keep_store=True)
+    if name in STORE_RUNS:  # a folder of its own, empty: what the run finds comes from the store
+        return _user_command(spec_file, work, name, name, work / f"vllm-cache-{name}", gpus, [], keep_store=True,
+                             env=RUNNER_ENV.get(name))
     if name != "staged":
         return _user_command(spec_file, work, name, name, vllm_cache, gpus, [])
     llm = _user_command(spec_file, work, "staged", "staged-llm", vllm_cache, gpus, ["--stage", "llm", "--no-report"])
@@ -473,14 +481,15 @@ def staged(llm: dict[str, Any], kernels: dict[str, Any]) -> dict[str, Any]:
 
 
 def _user_command(spec_file: Path, work: Path, folder: str, name: str, vllm_cache: Path, gpus: int | None,
-                  extra: list[str], keep_store: bool = False) -> dict[str, Any]:
+                  extra: list[str], keep_store: bool = False, env: dict[str, str] | None = None
+                  ) -> dict[str, Any]:
     """One `cudanalyst run` in a process of its own: the command's own table (--timings) and the bench's clock. Its
     logs are kept (--keep-logs: the servers' and shards', which a run that went well removes), for the bench's
     caller to bring back."""
     from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
 
     timings = work / f"timings-{name}.json"
-    env = {**os.environ, COMPILE_CACHE_ENV: str(work / f"cache-{folder}"), DIR_ENV: str(vllm_cache)}
+    env = {**os.environ, COMPILE_CACHE_ENV: str(work / f"cache-{folder}"), DIR_ENV: str(vllm_cache), **(env or {})}
     # The local folder alone decides cold or warm: a cache store (scripts/device/models.sh sets one) would make a
     # cold run fetch what an earlier session kept. Only `store` measures the store.
     if not keep_store:
@@ -552,8 +561,9 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
         return 2
     from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV
 
-    if "store" in args.user_clock and not os.environ.get(CACHE_URI_ENV):
-        print(f"bench/pipeline: --user-clock store needs {CACHE_URI_ENV} (the store of vLLM's compiled artefacts: "
+    if set(STORE_RUNS) & set(args.user_clock) and not os.environ.get(CACHE_URI_ENV):
+        print(f"bench/pipeline: --user-clock {', '.join(r for r in args.user_clock if r in STORE_RUNS)} needs "
+              f"{CACHE_URI_ENV} (the store of vLLM's compiled artefacts: "
               "s3://bucket/prefix or a folder)", file=sys.stderr)
         return 2
     gpus = args.gpus[0] if args.gpus else None

@@ -246,3 +246,37 @@ def test_the_store_run_starts_from_an_empty_folder_of_its_own_and_the_store(tmp_
     assert bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--user-clock", "warm,store",
                        "--workdir", str(tmp_path / "work")]) == 2
     assert CACHE_URI_ENV in capsys.readouterr().err and not seen.keys() - {"runs-warm", "runs-store"}
+
+
+def test_the_runner_runs_are_store_runs_that_name_vllms_model_runner(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """--user-clock runner-v1,runner-v2 (issue 32): the A/B of vLLM's model runner, each from an empty folder of
+    its own and the store, with the runner set in the command's environment whatever the caller's says."""
+    from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
+
+    bench = _bench()
+    seen: dict[str, dict[str, str]] = {}
+
+    def fake_run(cmd, stdout, stderr, stdin, env):  # a unit test of the command's environment, not of the run
+        seen[Path(cmd[cmd.index("--output") + 1]).name] = env
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setenv(CACHE_URI_ENV, str(tmp_path / "store"))
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")  # the caller's own setting does not decide the A/B
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    assert bench.user_runs("runner-v2,runner-v1") == ["runner-v2", "runner-v1"]
+    for name in ("runner-v1", "runner-v2", "store"):
+        assert bench.run_as_user(spec, tmp_path, name, tmp_path / "warm-cache", None)["exit"] == 0
+    assert seen["runs-runner-v1"]["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert seen["runs-runner-v2"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    folders = {seen[f"runs-{n}"][DIR_ENV] for n in ("runner-v1", "runner-v2", "store")}
+    assert len(folders) == 3 and all(seen[f"runs-{n}"][CACHE_URI_ENV] == str(tmp_path / "store")
+                                     for n in ("runner-v1", "runner-v2"))
+    monkeypatch.delenv(CACHE_URI_ENV)
+    seen.clear()
+    assert bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--user-clock", "runner-v2",
+                       "--workdir", str(tmp_path / "work")]) == 2
+    assert "runner-v2" in (err := capsys.readouterr().err) and CACHE_URI_ENV in err and not seen

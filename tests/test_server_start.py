@@ -52,6 +52,12 @@ def test_the_cpu_builds_log_gives_its_weights_from_the_line_it_has() -> None:
     assert phases.describe().endswith("4 s in the engine (weights 0.0 s), 2 s to healthy")
 
 
+def test_model_runner_v2s_weights_line_is_read_too() -> None:
+    # vLLM 0.22's model runner V2 (our GPU servers' default, serving.GPU_ENV) words the line without "memory".
+    log = H200_LOG.read_text(errors="replace").replace("GiB memory and", "GiB and")
+    assert "GiB and" in log and start_phases(log, _at("2026-12-02 00:55:40"), 70.0).weights_s == 1.127873
+
+
 def test_a_start_across_new_year_counts_forward() -> None:
     log = "(APIServer pid=1) INFO 01-01 00:00:05 [utils.py:1] banner\n"
     assert start_phases(log, _at("2026-12-31 23:59:50"), 30.0).api_server_s == 15

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 # "(APIServer pid=10914) INFO 12-04 02:12:46 [utils.py:344] ..." ; vLLM's date format has no year.
 _LINE = re.compile(r"\((?P<who>APIServer|EngineCore)[^)]*\) [A-Z]+ (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) ")
 # The GPU build says "Model loading took"; the CPU build only "Loading weights took".
-_WEIGHTS = (re.compile(r"Model loading took [\d.]+ GiB memory and ([\d.]+) seconds"),
+_WEIGHTS = (re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) seconds"),  # V1; V2 without "memory"
             re.compile(r"Loading weights took ([\d.]+) seconds"))
 _COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
 _COMPILE_CACHED = re.compile(r"Directly load the compiled graph")

@@ -56,8 +56,13 @@ BATCH_FLAGS = ("--max-num-seqs", "--max-cudagraph-capture-size", "--compilation-
 # On a GPU the engine process is forked, not spawned (vLLM's CLI sets spawn unless told): forked, it has the API
 # server's imports of torch and vLLM already. On the H200 (2026-12-05, bench/server_start.py, the 1.5B coder with
 # its compiled artefacts) a start took 47.4 s forked against 64.7 s spawned (medians of two, 0.73x). The API server
-# initialises no CUDA, and vLLM falls back to spawn where it has. The environment (or the caller's env) wins.
-GPU_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+# initialises no CUDA, and vLLM falls back to spawn where it has.
+# And vLLM's model runner V2 (in 0.22 the default for Qwen3 only, opt-in for other architectures): its sampler draws
+# every request's noise in one Triton kernel, keyed by the request's seed and the token's position, where V1's draws
+# each seeded row's noise in a launch of its own (random_sample's loop; seeds cost 1.32x the generation rate on the
+# H100, docs/performance.md), and every request of ours is seeded. A seed still fixes a request's samples.
+# The environment (or the caller's env) wins: VLLM_USE_V2_MODEL_RUNNER=0 brings V1 back.
+GPU_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork", "VLLM_USE_V2_MODEL_RUNNER": "1"}
 
 
 def cpu_build() -> bool:
