@@ -420,8 +420,8 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 # ------------------------------------------------------------------------------------ the user's clock
 USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2")
-# The A/B of vLLM's model runner (issue 32): each a `store` run whose command sets the runner explicitly (the
-# environment wins over our servers' default, runner/cudanalyst/runner/llm/serving.py's GPU_ENV).
+# The A/B of vLLM's model runner (issue 32): each a `store` run whose command names the runner (V1 is vLLM 0.22's
+# default for the coder, runner/cudanalyst/runner/llm/serving.py says why it stays ours).
 RUNNER_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"}}
 STORE_RUNS = ("store", *RUNNER_ENV)
 

@@ -150,18 +150,6 @@ def test_cpu_build_gets_its_flags_and_env_without_overriding_the_spec():
     assert platform_defaults(spec, cpu=False)[0] == ["--max-num-seqs", "512"]
 
 
-def test_a_gpu_server_runs_vllms_model_runner_v2_unless_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 32: V2's sampler draws seeded rows in one kernel; the user's environment still decides."""
-    from cudanalyst.api.spec import ModelSpec
-    from cudanalyst.runner.llm.serving import platform_defaults
-
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    assert platform_defaults(ModelSpec(model="/m"), cpu=False)[1]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
-    assert "VLLM_USE_V2_MODEL_RUNNER" not in platform_defaults(ModelSpec(model="/m"), cpu=True)[1]
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
-    assert "VLLM_USE_V2_MODEL_RUNNER" not in platform_defaults(ModelSpec(model="/m"), cpu=False)[1]
-
-
 def test_a_gpu_server_runs_no_more_requests_at_once_than_its_cuda_graphs_cover_unless_the_spec_says():
     from cudanalyst.api.spec import ModelSpec
     from cudanalyst.runner.llm.serving import GPU_MAX_NUM_SEQS, platform_defaults

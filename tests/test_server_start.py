@@ -53,7 +53,7 @@ def test_the_cpu_builds_log_gives_its_weights_from_the_line_it_has() -> None:
 
 
 def test_model_runner_v2s_weights_line_is_read_too() -> None:
-    # vLLM 0.22's model runner V2 (our GPU servers' default, serving.GPU_ENV) words the line without "memory".
+    # vLLM 0.22's model runner V2 (VLLM_USE_V2_MODEL_RUNNER=1, bench/pipeline.py's runner-v2) words the line without "memory".
     log = H200_LOG.read_text(errors="replace").replace("GiB memory and", "GiB and")
     assert "GiB and" in log and start_phases(log, _at("2026-12-02 00:55:40"), 70.0).weights_s == 1.127873
 

@@ -57,12 +57,14 @@ BATCH_FLAGS = ("--max-num-seqs", "--max-cudagraph-capture-size", "--compilation-
 # server's imports of torch and vLLM already. On the H200 (2026-12-05, bench/server_start.py, the 1.5B coder with
 # its compiled artefacts) a start took 47.4 s forked against 64.7 s spawned (medians of two, 0.73x). The API server
 # initialises no CUDA, and vLLM falls back to spawn where it has.
-# And vLLM's model runner V2 (in 0.22 the default for Qwen3 only, opt-in for other architectures): its sampler draws
-# every request's noise in one Triton kernel, keyed by the request's seed and the token's position, where V1's draws
-# each seeded row's noise in a launch of its own (random_sample's loop; seeds cost 1.32x the generation rate on the
-# H100, docs/performance.md), and every request of ours is seeded. A seed still fixes a request's samples.
-# The environment (or the caller's env) wins: VLLM_USE_V2_MODEL_RUNNER=0 brings V1 back.
-GPU_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork", "VLLM_USE_V2_MODEL_RUNNER": "1"}
+# The environment (or the caller's env) wins.
+# vLLM's model runner V2 (VLLM_USE_V2_MODEL_RUNNER=1; in 0.22 the default for Qwen3 only, opt-in for this coder's
+# Qwen2) draws every request's noise in one Triton kernel keyed by the request's seed and the token's position, where
+# V1 draws each seeded row's noise in a launch of its own (seeds cost 1.32x the rate on the H100), and every request
+# of ours is seeded. It is not our default: V2 is vLLM's experimental runner, and it has served a whole run of
+# h200-outcomes (2,772 units, H100, 2026-12-05) but not yet been measured against V1; `bench/pipeline.py --user-clock
+# runner-v2,runner-v1` is that A/B (docs/performance.md).
+GPU_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 
 
 def cpu_build() -> bool:
