@@ -382,7 +382,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, help="override sampling.maxTokens")
     p.add_argument("--health-timeout", type=float, default=900.0, help="seconds for the server to get healthy")
     p.add_argument("--workdir", help="folder for the run folders and logs (default: a new temp folder)")
-    p.add_argument("--json", dest="json_out", help="also write the figures to this JSON file (after each side)")
+    p.add_argument("--json", dest="json_out", help="also write the figures to this JSON file (after each side; with --user-clock, each "
+                   "run's console and timings beside it as FILE.run-NAME.log and FILE.timings-NAME.json)")
     p.add_argument("--against", help="an earlier run's --json of the same units: print the ratios against its sides")
     p.add_argument("--vllm-cache", metavar="DIR",
                    help="with --user-clock: the vLLM compile cache folder (default: one in the work folder); give "
@@ -546,6 +547,19 @@ def _tokens(r: dict[str, Any]) -> str:
     return f"{llm['tokens'] / llm['seconds']:,.0f}" if llm.get("tokens") and llm.get("seconds") else "n/a"
 
 
+def keep_beside(json_out: Path, name: str, result: dict[str, Any]) -> None:
+    """A finished run's console and timings beside the bench's JSON (FILE.run-NAME.log, FILE.timings-NAME.json),
+    as soon as it ends: what a device call brings back while the bench still runs (keep_running.sh's
+    job-progress.tgz), so a machine lost in a later run keeps this one's summary."""
+    import shutil
+
+    log = Path(result["log"])
+    for source, target in ((log, f"{json_out.stem}.run-{name}.log"),
+                           (log.with_name(f"timings-{name}.json"), f"{json_out.stem}.timings-{name}.json")):
+        if source.is_file():
+            shutil.copyfile(source, json_out.with_name(target))
+
+
 def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> int:
     """--user-clock: the spec run as a user runs it, cold then warm (or as asked); prints the table."""
     spec_file = work / "spec.json"
@@ -579,6 +593,7 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
             print(*Path(result["log"]).read_text(errors="replace").splitlines()[-40:], sep="\n", flush=True)
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(figures, indent=2))
+            keep_beside(Path(args.json_out), name, result)
     print(user_table(figures["userClock"]))
     return 0 if all(r["exit"] == 0 for r in figures["userClock"].values()) else 1
 

@@ -280,3 +280,30 @@ def test_the_runner_runs_are_store_runs_that_name_vllms_model_runner(tmp_path: P
     assert bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--user-clock", "runner-v2",
                        "--workdir", str(tmp_path / "work")]) == 2
     assert "runner-v2" in (err := capsys.readouterr().err) and CACHE_URI_ENV in err and not seen
+
+
+def test_each_user_clock_run_leaves_its_console_and_timings_beside_the_json_as_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a device call brings back while the bench still runs (keep_running.sh's job-progress.tgz): a machine
+    lost in the second run keeps the first's summary (issue 32, 2026-12-05)."""
+    bench = _bench()
+    ran: list[str] = []
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def fake_run(cmd, stdout, stderr, stdin, env):  # the command's console and --timings, as `cudanalyst run`'s
+        name = Path(cmd[cmd.index("--output") + 1]).name.removeprefix("runs-")
+        # By the time the second run starts, the first's are beside the JSON already.
+        assert [(out / f"bench.run-{n}.log").is_file() for n in ran] == [True] * len(ran)
+        stdout.write(f"console of {name}\n".encode())
+        Path(cmd[cmd.index("--timings") + 1]).write_text(json.dumps({"wall": 10.0, "units": 4}))
+        ran.append(name)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    assert bench.main(["--spec", str(ROOT / "examples" / "quickstart.yaml"), "--user-clock", "cold,warm",
+                       "--workdir", str(tmp_path / "work"), "--json", str(out / "bench.json")]) == 0
+    assert ran == ["cold", "warm"]
+    for name in ran:
+        assert (out / f"bench.run-{name}.log").read_text() == f"console of {name}\n"
+        assert json.loads((out / f"bench.timings-{name}.json").read_text())["wall"] == 10.0

@@ -117,7 +117,8 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
            "FOLDER": "rec-a rec-b cmp-measured"}
     job = (f"mkdir -p {runs}/rec-a/progress {runs}/cmp-measured && echo '{{}}' > {runs}/rec-a/spec.json && "
            f"echo 2 > {runs}/rec-a/progress/gemm.json && echo '{{}}' > {runs}/cmp-measured/rec-a.jsonl && "
-           f"echo started >> {tmp_path}/starts && sleep 4 && "
+           f"echo started >> {tmp_path}/starts && echo '{{\"runs\": 1}}' > $OUT/bench.json && "
+           f"head -c 2000000 /dev/zero > $OUT/big.log && sleep 4 && "
            f"tar czf $OUT/run-rec-a.tgz -C {runs} rec-a/spec.json && pwd > $OUT/where && touch written-in-its-tree && "
            f"echo cache > $OUT/vllm-cache.tgz")
 
@@ -137,6 +138,12 @@ def test_keep_running_starts_once_brings_back_a_snapshot_each_call_and_the_jobs_
     # A folder that is no recording (a comparison's measured rows) comes back as it is, not only at the job's end.
     with tarfile.open(tmp_path / "out1" / "run-cmp-measured.tgz") as tar:
         assert "cmp-measured/rec-a.jsonl" in tar.getnames()
+    # What the job has finished so far comes back too (a bench's JSON after its first run): a machine lost before
+    # the job's end keeps it. Its console and small files, not a large log.
+    with tarfile.open(tmp_path / "out1" / "job-progress.tgz") as tar:
+        names = set(tar.getnames())
+        assert {"./console.log", "./out/bench.json"} <= names and "./out/big.log" not in names
+        assert tar.extractfile("./out/bench.json").read() == b'{"runs": 1}\n'
     second = call(2, 60, "bash", "-c", job)  # the same command again: it is not started twice
     assert second.returncode == 0, second.stdout + second.stderr
     assert (tmp_path / "starts").read_text().count("started") == 1

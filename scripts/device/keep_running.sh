@@ -10,7 +10,8 @@
 # first, so it resumes; a folder that is no recording, e.g. a comparison's measured rows, as it is), so a machine
 # taken away loses at most one call. Once the job has ended, its own files come back: its folders as it packed them
 # ($OUT/run-NAME.tgz), vLLM's compiled artefacts where it made new ones
-# ($OUT/vllm-cache.tgz; these also from the first call after they are made), the rest in $OUT/job-rest.tgz. Bound
+# ($OUT/vllm-cache.tgz; these also from the first call after they are made), the rest in $OUT/job-rest.tgz; while it
+# runs, each call also brings back its console and its small files so far ($OUT/job-progress.tgz). Bound
 # the job itself (RUN_TIMEOUT for pipeline.sh, or scripts/device/chain.sh's SECONDS) to what the session has left,
 # so it stops and packs before the last call. While it runs, the calls run nothing else that sets the machine up
 # (setup.sh copies cudanalyst's package afresh, under the job's feet). Exit 0 once the job has ended, 3 while it
@@ -50,6 +51,13 @@ done
 # servers would start cold again. models.sh only defines functions and paths when sourced.
 # shellcheck source=scripts/device/models.sh
 [ "$state" != 0 ] && source "$here/models.sh" && bring_back_vllm_cache
+# And what the job has finished so far: its console and its small files (a bench's JSON, written after each of its
+# runs, and each run's console beside it), not its archives. On 2026-12-05 a machine that stopped answering in a
+# job's second call took a whole run's figures with it (they were in the job's folder, packed only at its end).
+if [ "$state" != 0 ]; then
+  (cd "$dir" && { echo ./console.log; find ./out -type f -size -1024k ! -name '*.tgz' 2>/dev/null; } \
+    | tar czf "$out/job-progress.tgz" -T - 2>/dev/null)
+fi
 if [ "$state" = 0 ]; then
   # Its folders as it packed them once stopped (over the snapshots: the same names), and the rest in one file: the
   # device tool brings back at most 8 files, each under 16 MiB.
