@@ -21,7 +21,9 @@ Two measurements of the four settings (seeded or not, x top-p 0.95 or 1.0), side
    setting, not counted, warms it up.
 2. ops (after the server has stopped, so that this process's CUDA context is not in its memory budget): vLLM's own
    TopKTopPSampler on random logits (batch B x vocabulary V), the median of 20 calls each: what the sampler adds to
-   one decoding step, per setting. --skip-serve: this part alone.
+   one decoding step, per setting. On a GPU also model runner V2's sampler (VLLM_USE_V2_MODEL_RUNNER=1: the same
+   top-p filter, then every seeded row's noise in one Triton kernel, `gumbel_sample`) on the same logits, and V1's
+   seeded call against it. --skip-serve: this part alone (no model: one short device call after the wheelhouse).
 
 Outcomes: a request without a seed draws from the server's generator, so a run made again draws other samples
 (with seeds it draws the same ones, as far as the GPU's batching is reproducible, which it is not bitwise).
@@ -89,6 +91,45 @@ def time_ops(batches: list[int], vocab: int, calls: int = 20) -> list[dict[str, 
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
             rows.append({"batch": b, "setting": name, "ms": statistics.median(times[3:]) * 1000, "device": device})
+        if device == "cuda":
+            rows += v2_ops(logits, calls)
+    return rows
+
+
+# Model runner V2's sampler (VLLM_USE_V2_MODEL_RUNNER=1), seeded, on the same logits: the same top-p filter as V1's,
+# then every row's Gumbel noise in one Triton kernel keyed by its seed and position (a GPU's only).
+V2_SETTINGS = (("V2 seeded, top-p 0.95", 0.95), ("V2 seeded, top-p 1.0", 1.0))
+
+
+def v2_ops(logits: Any, calls: int) -> list[dict[str, Any]]:
+    """V2's sampling of one step of the batch `logits`, the median milliseconds of one call per setting; and whether
+    the same seeds and positions drew the same tokens twice (what a seed promises)."""
+    import torch
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
+    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample
+
+    b = logits.shape[0]
+    rows_idx = torch.arange(b, device=logits.device, dtype=torch.int32)
+    seeds = torch.arange(b, device=logits.device, dtype=torch.int64)
+    positions = torch.full((b,), 2_000, device=logits.device, dtype=torch.int64)
+    temperature = torch.ones(b, device=logits.device, dtype=torch.float32)
+    rows = []
+    for name, top_p in V2_SETTINGS:
+        p = torch.full((b,), top_p, device=logits.device) if top_p < 1.0 else None
+
+        def step(p: Any = p) -> Any:
+            x = apply_top_k_top_p(logits.clone(), None, p)
+            return gumbel_sample(x, rows_idx, temperature, seeds, positions, apply_temperature=False)
+
+        times = []
+        for _ in range(calls + 3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        rows.append({"batch": b, "setting": name, "ms": statistics.median(times[3:]) * 1000, "device": "cuda",
+                     "sameDrawsTwice": bool(torch.equal(step(), step()))})
     return rows
 
 
@@ -161,6 +202,25 @@ def serve_phases(model: str, args: argparse.Namespace) -> tuple[list[dict[str, A
     return rows, started
 
 
+def ops_table(ops: list[dict[str, Any]], batches: list[int]) -> str:
+    """The sampler's milliseconds a call, a row per batch and a column per setting measured (V2's on a GPU only), and
+    V1's seeded call against V2's at the runner's top-p (pure)."""
+    names = [n for n, _, _ in SETTINGS] + [n for n, _ in V2_SETTINGS if any(r["setting"] == n for r in ops)]
+    lines = [f"  {'batch':>6s}  " + "  ".join(f"{n:>22s}" for n in names)]
+    ms = {(r["batch"], r["setting"]): r["ms"] for r in ops}
+    for b in batches:
+        lines.append(f"  {b:6d}  " + "  ".join(f"{ms[(b, n)]:22.2f}" for n in names))
+    for b in batches:
+        v1, v2 = ms.get((b, SETTINGS[0][0])), ms.get((b, V2_SETTINGS[0][0]))
+        if v1 and v2:
+            same = next(r for r in ops if r["batch"] == b and r["setting"] == V2_SETTINGS[0][0])["sameDrawsTwice"]
+            lines.append(f"  batch {b}: V1 seeded / V2 seeded at top-p 0.95: {v1 / v2:.2f}x "
+                         f"(V2 drew the same tokens twice for the same seeds: {same})")
+    if not any(r["setting"] == V2_SETTINGS[0][0] for r in ops):
+        lines.append("  V2 (VLLM_USE_V2_MODEL_RUNNER=1): not measured here (its sampler is a Triton kernel: a GPU's)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", nargs="?", default="", help="a local model folder (default: the tiny test model)")
@@ -213,10 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     out["ops"] = ops
     print(f"2. vLLM's sampler alone, {args.vocab} logits a row, on the {ops[0]['device'].upper()} "
           "(median of 20 calls, ms):")
-    print(f"  {'batch':>6s}  " + "  ".join(f"{n:>22s}" for n, _, _ in SETTINGS))
-    for b in batches:
-        cells = [next(r["ms"] for r in ops if r["batch"] == b and r["setting"] == n) for n, _, _ in SETTINGS]
-        print(f"  {b:6d}  " + "  ".join(f"{c:22.2f}" for c in cells))
+    print(ops_table(ops, batches))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0

