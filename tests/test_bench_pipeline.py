@@ -217,6 +217,19 @@ def test_the_unseeded_run_is_warms_command_on_a_spec_whose_requests_carry_no_see
         bench.user_runs("warm,seedless")
 
 
+def _environments_seen(bench, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, str]]:
+    """Each `cudanalyst run` the bench would start, by its output folder's name: the environment it would get (a
+    unit test of the command's environment, not of the run)."""
+    seen: dict[str, dict[str, str]] = {}
+
+    def fake_run(cmd, stdout, stderr, stdin, env):
+        seen[Path(cmd[cmd.index("--output") + 1]).name] = env
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    return seen
+
+
 def test_the_store_run_starts_from_an_empty_folder_of_its_own_and_the_store(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -225,13 +238,7 @@ def test_the_store_run_starts_from_an_empty_folder_of_its_own_and_the_store(tmp_
     from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
 
     bench = _bench()
-    seen: dict[str, dict[str, str]] = {}
-
-    def fake_run(cmd, stdout, stderr, stdin, env):  # a unit test of the command's environment, not of the run
-        seen[Path(cmd[cmd.index("--output") + 1]).name] = env
-        return subprocess.CompletedProcess(cmd, 0)
-
-    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    seen = _environments_seen(bench, monkeypatch)
     monkeypatch.setenv(CACHE_URI_ENV, str(tmp_path / "store"))
     spec = tmp_path / "spec.json"
     spec.write_text("{}")
@@ -256,13 +263,7 @@ def test_the_runner_runs_are_store_runs_that_name_vllms_model_runner(tmp_path: P
     from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
 
     bench = _bench()
-    seen: dict[str, dict[str, str]] = {}
-
-    def fake_run(cmd, stdout, stderr, stdin, env):  # a unit test of the command's environment, not of the run
-        seen[Path(cmd[cmd.index("--output") + 1]).name] = env
-        return subprocess.CompletedProcess(cmd, 0)
-
-    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    seen = _environments_seen(bench, monkeypatch)
     monkeypatch.setenv(CACHE_URI_ENV, str(tmp_path / "store"))
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")  # the caller's own setting does not decide the A/B
     spec = tmp_path / "spec.json"
