@@ -136,24 +136,28 @@ def v2_ops(logits: Any, calls: int) -> list[dict[str, Any]]:
 # ---- 1. one server, the same requests ----------------------------------------------------------------------------
 
 
-async def one_phase(base_url: str, model: str, prompts: list[list[dict[str, str]]], n: int, max_tokens: int,
-                    seeded: bool, top_p: float) -> dict[str, float]:
+async def one_phase(base_url: str | list[str], model: str, prompts: list[list[dict[str, str]]], n: int,
+                    max_tokens: int, seeded: bool, top_p: float) -> dict[str, float]:
+    """Every prompt at once, each writing exactly `max_tokens` tokens a sample; several servers (a list of base
+    URLs) take the prompts in turn. Generated tokens over the wall from the first request to the last answer."""
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=base_url, api_key="none", timeout=1800, max_retries=0)
+    urls = [base_url] if isinstance(base_url, str) else base_url
+    clients = [AsyncOpenAI(base_url=url, api_key="none", timeout=1800, max_retries=0) for url in urls]
 
     async def ask(i: int, msgs: list[dict[str, str]]) -> int:
         extra: dict[str, Any] = {"ignore_eos": True}
         if seeded:
             extra["seed"] = 1000 + i
-        resp = await client.chat.completions.create(model=model, messages=msgs, n=n, max_tokens=max_tokens,
-                                                    temperature=0.8, top_p=top_p, extra_body=extra)
+        resp = await clients[i % len(clients)].chat.completions.create(
+            model=model, messages=msgs, n=n, max_tokens=max_tokens, temperature=0.8, top_p=top_p, extra_body=extra)
         return resp.usage.completion_tokens if resp.usage else 0
 
     t0 = time.perf_counter()
     tokens = await asyncio.gather(*(ask(i, m) for i, m in enumerate(prompts)))
     wall = time.perf_counter() - t0
-    await client.close()
+    for client in clients:
+        await client.close()
     return {"tokens": float(sum(tokens)), "seconds": wall, "tokensPerSecond": sum(tokens) / wall}
 
 
