@@ -39,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,17 +81,8 @@ def time_ops(batches: list[int], vocab: int, calls: int = 20) -> list[dict[str, 
         for name, seeded, top_p in SETTINGS:
             generators = {i: torch.Generator(device=device).manual_seed(i) for i in range(b)} if seeded else {}
             p = torch.full((b,), top_p, device=device) if top_p < 1.0 else None
-            times = []
-            for _ in range(calls + 3):  # 3 warm-up calls (the triton filter compiles on its first)
-                x = logits.clone()
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                sampler(x, generators, None, p)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-            rows.append({"batch": b, "setting": name, "ms": statistics.median(times[3:]) * 1000, "device": device})
+            ms = median_ms(lambda x, g=generators, p=p: sampler(x, g, None, p), logits.clone, calls, device == "cuda")
+            rows.append({"batch": b, "setting": name, "ms": ms, "device": device})
         if device == "cuda":
             rows += v2_ops(logits, calls)
     return rows
@@ -117,20 +109,31 @@ def v2_ops(logits: Any, calls: int) -> list[dict[str, Any]]:
     for name, top_p in V2_SETTINGS:
         p = torch.full((b,), top_p, device=logits.device) if top_p < 1.0 else None
 
-        def step(p: Any = p) -> Any:
-            x = apply_top_k_top_p(logits.clone(), None, p)
-            return gumbel_sample(x, rows_idx, temperature, seeds, positions, apply_temperature=False)
+        def step(x: Any, p: Any = p) -> Any:
+            return gumbel_sample(apply_top_k_top_p(x, None, p), rows_idx, temperature, seeds, positions,
+                                 apply_temperature=False)
 
-        times = []
-        for _ in range(calls + 3):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            step()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        rows.append({"batch": b, "setting": name, "ms": statistics.median(times[3:]) * 1000, "device": "cuda",
-                     "sameDrawsTwice": bool(torch.equal(step(), step()))})
+        rows.append({"batch": b, "setting": name, "ms": median_ms(step, logits.clone, calls, True), "device": "cuda",
+                     "sameDrawsTwice": bool(torch.equal(step(logits.clone()), step(logits.clone())))})
     return rows
+
+
+def median_ms(call: Callable[[Any], Any], fresh: Callable[[], Any], calls: int, cuda: bool) -> float:
+    """The median milliseconds of `calls` calls of `call(fresh())` after 3 warm-up calls (the Triton filter compiles
+    on its first); `fresh()` (a copy of the logits, which the samplers change in place) outside the timed region."""
+    import torch
+
+    times = []
+    for _ in range(calls + 3):
+        x = fresh()
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call(x)
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[3:]) * 1000
 
 
 # ---- 1. one server, the same requests ----------------------------------------------------------------------------

@@ -56,8 +56,7 @@ BATCH_FLAGS = ("--max-num-seqs", "--max-cudagraph-capture-size", "--compilation-
 # On a GPU the engine process is forked, not spawned (vLLM's CLI sets spawn unless told): forked, it has the API
 # server's imports of torch and vLLM already. On the H200 (2026-12-05, bench/server_start.py, the 1.5B coder with
 # its compiled artefacts) a start took 47.4 s forked against 64.7 s spawned (medians of two, 0.73x). The API server
-# initialises no CUDA, and vLLM falls back to spawn where it has.
-# The environment (or the caller's env) wins.
+# initialises no CUDA, and vLLM falls back to spawn where it has. The environment (or the caller's env) wins.
 # vLLM's model runner V2 (VLLM_USE_V2_MODEL_RUNNER=1; in 0.22 the default for Qwen3 only, opt-in for this coder's
 # Qwen2) draws every request's noise in one Triton kernel keyed by the request's seed and the token's position, where
 # V1 draws each seeded row's noise in a launch of its own (seeds cost 1.32x the rate on the H100), and every request
