@@ -2,7 +2,7 @@
 """What a request's own seed and its top-p cost vLLM's generation rate (issue 32).
 
   python bench/sampling.py [MODEL_FOLDER] [--requests 64] [--n 1] [--max-tokens 64] [--rounds 2]
-                           [--batches 64,256,512] [--vocab 151936] [--skip-serve] [--json FILE]
+                           [--batches 64,256,512] [--vocab 151936] [--logits flat,peaked] [--skip-serve] [--json FILE]
 
 Every request the runner sends carries its own seed (stage.derive_seed) and top-p 0.95 (client.GenerationRequest).
 In vLLM's sampler a request with its own seed leaves the batched path: its noise is drawn row by row with its own
@@ -20,8 +20,10 @@ Two measurements of the four settings (seeded or not, x top-p 0.95 or 1.0), side
    The server starts from a fresh compile cache of its own (a new temporary folder), and a first phase of the runner's
    setting, not counted, warms it up.
 2. ops (after the server has stopped, so that this process's CUDA context is not in its memory budget): vLLM's own
-   TopKTopPSampler on random logits (batch B x vocabulary V), the median of 20 calls each: what the sampler adds to
-   one decoding step, per setting. On a GPU also model runner V2's sampler (VLLM_USE_V2_MODEL_RUNNER=1: the same
+   TopKTopPSampler on made-up logits (batch B x vocabulary V), the median of 20 calls each: what the sampler adds to
+   one decoding step, per setting, on two kinds of rows (--logits): `flat` (standard normal: top-p 0.95 keeps most of
+   the vocabulary, the filter's hardest case) and `peaked` (a power law over the vocabulary, as a model's next token
+   is: top-p 0.95 keeps a few to a few hundred tokens); the table says how many tokens top-p 0.95 kept. On a GPU also model runner V2's sampler (VLLM_USE_V2_MODEL_RUNNER=1: the same
    top-p filter, then every seeded row's noise in one Triton kernel, `gumbel_sample`) on the same logits, and V1's
    seeded call against it. --skip-serve: this part alone (no model: one short device call after the wheelhouse).
 
@@ -67,8 +69,43 @@ def summarise(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 # ---- 2. the sampler alone ----------------------------------------------------------------------------------------
 
 
-def time_ops(batches: list[int], vocab: int, calls: int = 20) -> list[dict[str, Any]]:
-    """vLLM's TopKTopPSampler per setting and batch size: the median milliseconds of one call."""
+# The rows the sampler is timed on. The first ops measured (2026-12-07, an H100) used standard normal logits only,
+# on which top-p 0.95 keeps most of the 151,936 tokens: the top-p filter's cost there is its worst case, and a
+# model's next-token distribution is far more concentrated. `peaked` rows follow a power law over a random order of
+# the vocabulary, p(rank r) ~ r^-s, with s drawn from 1.2 to 3 a row (the top token's probability about 0.2 to 0.8);
+# how many tokens top-p 0.95 kept is measured and printed, so the table says which regime each row is in.
+LOGITS = ("flat", "peaked")
+PEAK_EXPONENTS = (1.2, 3.0)
+
+
+def make_logits(kind: str, batch: int, vocab: int, device: str, seed: int = 0) -> Any:
+    """`batch` rows of `vocab` logits of the kind named (LOGITS), the same for the same seed."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    if kind == "flat":
+        return torch.randn(batch, vocab, generator=g, device=device, dtype=torch.float32)
+    if kind != "peaked":
+        raise ValueError(f"logits kind {kind!r}: one of {', '.join(LOGITS)}")
+    lo, hi = PEAK_EXPONENTS
+    s = lo + (hi - lo) * torch.rand(batch, 1, generator=g, device=device)
+    by_rank = -s * torch.arange(1, vocab + 1, device=device, dtype=torch.float32).log()
+    order = torch.rand(batch, vocab, generator=g, device=device).argsort(dim=-1)
+    return torch.empty_like(by_rank).scatter_(1, order, by_rank)
+
+
+def kept_by_top_p(logits: Any, top_p: float) -> list[int]:
+    """How many tokens each row keeps under top-p: those with less than `top_p` of the mass above them, the most
+    likely token always (vLLM's rule, up to ties)."""
+    probs = logits.softmax(dim=-1).sort(dim=-1, descending=True).values
+    above = probs.cumsum(dim=-1) - probs
+    return [int(n) for n in (above < top_p).sum(dim=-1).clamp(min=1).tolist()]
+
+
+def time_ops(batches: list[int], vocab: int, calls: int = 20,
+             kinds: tuple[str, ...] = LOGITS) -> list[dict[str, Any]]:
+    """vLLM's TopKTopPSampler per kind of logits, batch size and setting: the median milliseconds of one call, and
+    the median and largest number of tokens top-p 0.95 kept in the batch's rows."""
     import torch
     import vllm._custom_ops  # noqa: F401  (registers vLLM's compiled ops, which the CPU's sampler calls)
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
@@ -76,15 +113,19 @@ def time_ops(batches: list[int], vocab: int, calls: int = 20) -> list[dict[str, 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sampler = TopKTopPSampler()
     rows = []
-    for b in batches:
-        logits = torch.randn(b, vocab, device=device, dtype=torch.float32)
-        for name, seeded, top_p in SETTINGS:
-            generators = {i: torch.Generator(device=device).manual_seed(i) for i in range(b)} if seeded else {}
-            p = torch.full((b,), top_p, device=device) if top_p < 1.0 else None
-            ms = median_ms(lambda x, g=generators, p=p: sampler(x, g, None, p), logits.clone, calls, device == "cuda")
-            rows.append({"batch": b, "setting": name, "ms": ms, "device": device})
-        if device == "cuda":
-            rows += v2_ops(logits, calls)
+    for kind in kinds:
+        for b in batches:
+            logits = make_logits(kind, b, vocab, device)
+            kept = kept_by_top_p(logits, SETTINGS[0][2])
+            shape = {"logits": kind, "keptMedian": statistics.median(kept), "keptMax": max(kept)}
+            for name, seeded, top_p in SETTINGS:
+                generators = {i: torch.Generator(device=device).manual_seed(i) for i in range(b)} if seeded else {}
+                p = torch.full((b,), top_p, device=device) if top_p < 1.0 else None
+                ms = median_ms(lambda x, g=generators, p=p: sampler(x, g, None, p), logits.clone, calls,
+                               device == "cuda")
+                rows.append({"batch": b, "setting": name, "ms": ms, "device": device, **shape})
+            if device == "cuda":
+                rows += [{**r, **shape} for r in v2_ops(logits, calls)]
     return rows
 
 
@@ -210,19 +251,25 @@ def serve_phases(model: str, args: argparse.Namespace) -> tuple[list[dict[str, A
 
 
 def ops_table(ops: list[dict[str, Any]], batches: list[int]) -> str:
-    """The sampler's milliseconds a call, a row per batch and a column per setting measured (V2's on a GPU only), and
-    V1's seeded call against V2's at the runner's top-p (pure)."""
+    """The sampler's milliseconds a call: for each kind of logits measured, a row per batch (with how many tokens
+    top-p 0.95 kept) and a column per setting measured (V2's on a GPU only), and V1's seeded call against V2's at the
+    runner's top-p (pure). A row without its kind (the first JSON, 2026-12-07) is `flat`."""
     names = [n for n, _, _ in SETTINGS] + [n for n, _ in V2_SETTINGS if any(r["setting"] == n for r in ops)]
-    lines = [f"  {'batch':>6s}  " + "  ".join(f"{n:>22s}" for n in names)]
-    ms = {(r["batch"], r["setting"]): r["ms"] for r in ops}
-    for b in batches:
-        lines.append(f"  {b:6d}  " + "  ".join(f"{ms[(b, n)]:22.2f}" for n in names))
-    for b in batches:
-        v1, v2 = ms.get((b, SETTINGS[0][0])), ms.get((b, V2_SETTINGS[0][0]))
-        if v1 and v2:
-            same = next(r for r in ops if r["batch"] == b and r["setting"] == V2_SETTINGS[0][0])["sameDrawsTwice"]
-            lines.append(f"  batch {b}: V1 seeded / V2 seeded at top-p 0.95: {v1 / v2:.2f}x "
-                         f"(V2 drew the same tokens twice for the same seeds: {same})")
+    kinds = [k for k in LOGITS if any(r.get("logits", "flat") == k for r in ops)]
+    ms = {(r.get("logits", "flat"), r["batch"], r["setting"]): r for r in ops}
+    lines = []
+    for kind in kinds:
+        lines.append(f"  {kind} logits:")
+        lines.append(f"  {'batch':>6s}  {'kept at 0.95':>17s}  " + "  ".join(f"{n:>22s}" for n in names))
+        for b in batches:
+            first = ms[(kind, b, SETTINGS[0][0])]
+            kept = f"{first['keptMedian']:.0f} (<={first['keptMax']})" if "keptMedian" in first else "-"
+            lines.append(f"  {b:6d}  {kept:>17s}  " + "  ".join(f"{ms[(kind, b, n)]['ms']:22.2f}" for n in names))
+        for b in batches:
+            v1, v2 = ms.get((kind, b, SETTINGS[0][0])), ms.get((kind, b, V2_SETTINGS[0][0]))
+            if v1 and v2:
+                lines.append(f"  {kind}, batch {b}: V1 seeded / V2 seeded at top-p 0.95: {v1['ms'] / v2['ms']:.2f}x "
+                             f"(V2 drew the same tokens twice for the same seeds: {v2['sameDrawsTwice']})")
     if not any(r["setting"] == V2_SETTINGS[0][0] for r in ops):
         lines.append("  V2 (VLLM_USE_V2_MODEL_RUNNER=1): not measured here (its sampler is a Triton kernel: a GPU's)")
     return "\n".join(lines)
@@ -237,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="rounds of the four settings (default %(default)s)")
     p.add_argument("--batches", default="64,256,512", help="ops: batch sizes (default %(default)s)")
     p.add_argument("--vocab", type=int, default=151936, help="ops: vocabulary (default Qwen2.5's, %(default)s)")
+    p.add_argument("--logits", default=",".join(LOGITS), help="ops: kinds of rows, of flat,peaked (default both)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     p.add_argument("--max-model-len", type=int, default=0, help="default 16384 on a GPU, 4096 on the CPU")
     p.add_argument("--skip-serve", action="store_true", help="the ops only (no server)")
@@ -246,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         batches = [int(b) for b in args.batches.split(",") if b]
     except ValueError:
         print(f"error: --batches {args.batches!r}: comma-separated integers", file=sys.stderr)
+        return 2
+    kinds = tuple(k for k in args.logits.split(",") if k)
+    if not kinds or set(kinds) - set(LOGITS):
+        print(f"error: --logits {args.logits!r}: comma-separated, of {', '.join(LOGITS)}", file=sys.stderr)
         return 2
     if min([args.requests, args.n, args.max_tokens, args.rounds, args.vocab, *batches]) < 1:
         print("error: --requests, --n, --max-tokens, --rounds, --vocab and --batches: at least 1", file=sys.stderr)
@@ -276,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
 
     # After the server has stopped: this process's CUDA context and tensors are not in the server's memory budget.
-    ops = time_ops(batches, args.vocab)
+    ops = time_ops(batches, args.vocab, kinds=kinds)
     out["ops"] = ops
     print(f"2. vLLM's sampler alone, {args.vocab} logits a row, on the {ops[0]['device'].upper()} "
           "(median of 20 calls, ms):")

