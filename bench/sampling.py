@@ -25,7 +25,8 @@ Two measurements of the four settings (seeded or not, x top-p 0.95 or 1.0), side
    the vocabulary, the filter's hardest case) and `peaked` (a power law over the vocabulary, closer to a model's next
    token: top-p 0.95 keeps from one to a few thousand tokens, about ten in the median row); the table says how many
    it kept. On a GPU also model runner V2's sampler (VLLM_USE_V2_MODEL_RUNNER=1: the same top-p filter, then every
-   seeded row's noise in one Triton kernel, `gumbel_sample`) on the same logits, and V1's seeded call against it. --skip-serve: this part alone (no model: one short device call after the wheelhouse).
+   seeded row's noise in one Triton kernel, `gumbel_sample`) on the same logits, and V1's seeded call against it.
+   --skip-serve: this part alone (no model: one short device call after the wheelhouse).
 
 Outcomes: a request without a seed draws from the server's generator, so a run made again draws other samples
 (with seeds it draws the same ones, as far as the GPU's batching is reproducible, which it is not bitwise).
