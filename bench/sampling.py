@@ -70,7 +70,7 @@ def summarise(rates: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 # ---- 2. the sampler alone ----------------------------------------------------------------------------------------
 
 
-# The rows the sampler is timed on. The first ops measured (2026-12-07, an H100) used standard normal logits only,
+# The rows the sampler is timed on. The ops measured on H100s (2026-12-05, 2026-12-07) used standard normal logits,
 # on which top-p 0.95 keeps most of the 151,936 tokens: the top-p filter's cost there is its worst case, and a
 # model's next-token distribution is far more concentrated. `peaked` rows follow a power law over a random order of
 # the vocabulary, p(rank r) ~ r^-s, with s drawn from 1.2 to 3 a row (the top token's probability about 0.2 to 0.8);
@@ -254,7 +254,7 @@ def serve_phases(model: str, args: argparse.Namespace) -> tuple[list[dict[str, A
 def ops_table(ops: list[dict[str, Any]], batches: list[int]) -> str:
     """The sampler's milliseconds a call: for each kind of logits measured, a row per batch (with how many tokens
     top-p 0.95 kept) and a column per setting measured (V2's on a GPU only), and V1's seeded call against V2's at the
-    runner's top-p (pure). A row without its kind (the first JSON, 2026-12-07) is `flat`."""
+    runner's top-p (pure). A row without its kind (the JSONs of 2026-12-05 and 2026-12-07) is `flat`."""
     names = [n for n, _, _ in SETTINGS] + [n for n, _ in V2_SETTINGS if any(r["setting"] == n for r in ops)]
     kinds = [k for k in LOGITS if any(r.get("logits", "flat") == k for r in ops)]
     ms = {(r.get("logits", "flat"), r["batch"], r["setting"]): r for r in ops}

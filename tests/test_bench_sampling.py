@@ -79,7 +79,7 @@ def test_the_ops_table_sets_v2_beside_v1_where_a_gpu_measured_it() -> None:
 
 
 def test_the_first_jsons_rows_without_their_kind_read_as_flat_logits() -> None:
-    b = bench()  # 2026-12-07's sampling-ops.json: normal logits, no `logits` or `kept*` keys
+    b = bench()  # the JSONs of 2026-12-05 and -07: normal logits, no `logits` or `kept*` keys
     old = [{"batch": 256, "setting": n, "ms": ms, "device": "cuda"}
            for (n, _, _), ms in zip(b.SETTINGS, (5.38, 4.35, 2.34, 0.54), strict=True)]
     text = b.ops_table(old, [256])
