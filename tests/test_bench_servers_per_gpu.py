@@ -16,20 +16,29 @@ def bench():  # type: ignore[no-untyped-def]
     return load_script(BENCH, "bench_servers_per_gpu")
 
 
-def test_counts_are_read_in_order_and_a_repeat_is_kept() -> None:
-    assert bench().server_counts("1,2,1") == [1, 2, 1]
-    for bad in ("", "0,2", "1,x", "-1"):
+def test_entries_are_read_in_order_and_a_repeat_is_kept() -> None:
+    assert bench().server_counts("1,2,1") == [(1, 1), (2, 1), (1, 1)]
+    # KxA: K servers of A API-server processes each.
+    assert bench().server_counts("1, 1x2,2X3") == [(1, 1), (1, 2), (2, 3)]
+    for bad in ("", "0,2", "1,x", "-1", "1x0", "0x2", "1x", "x2", "1x2x3", "2y1"):
         with pytest.raises(ValueError, match="--servers"):
             bench().server_counts(bad)
+
+
+def test_an_entry_names_its_api_servers_only_when_there_are_several() -> None:
+    assert bench().entry_name(2, 1) == "2 server(s)"
+    assert bench().entry_name(1, 2) == "1 server(s) x 2 API servers"
 
 
 def test_each_entry_gets_its_rounds_median_and_the_ratio_to_the_first() -> None:
     rows = [{"entry": 0, "servers": 1, "rounds": [100.0, 80.0, 120.0]},
             {"entry": 1, "servers": 2, "rounds": [150.0, 170.0]},
-            {"entry": 2, "servers": 1, "rounds": [90.0]}]
+            {"entry": 2, "servers": 1, "apiServers": 2, "rounds": [130.0]},
+            {"entry": 3, "servers": 1, "rounds": [90.0]}]
     got = bench().summarise(rows)
-    assert [(s["servers"], s["tokensPerSecond"]) for s in got] == [(1, 100.0), (2, 160.0), (1, 90.0)]
-    assert [s["ratio"] for s in got] == pytest.approx([1.0, 1.6, 0.9])
+    assert [(s["servers"], s["apiServers"], s["tokensPerSecond"]) for s in got] == [
+        (1, 1, 100.0), (2, 1, 160.0), (1, 2, 130.0), (1, 1, 90.0)]
+    assert [s["ratio"] for s in got] == pytest.approx([1.0, 1.6, 1.3, 0.9])
 
 
 @pytest.mark.parametrize(("args", "says"), [
