@@ -248,7 +248,8 @@ def test_the_engine_process_does_not_import_the_server_module_again(tmp_path: Pa
     assert out.read_text() == repr(reimported)
 
 
-def test_a_gpu_server_runs_vllms_model_runner_v2_for_the_architectures_it_was_measured_on(monkeypatch, tmp_path) -> None:
+def test_a_gpu_server_runs_vllms_model_runner_v2_for_the_architectures_it_was_measured_on(monkeypatch,
+                                                                                        tmp_path) -> None:
     # Issue 32: V2 draws every seeded row's noise in one kernel (19,069 against 14,556 tokens/s, H200, 2026-12-07).
     import json
 

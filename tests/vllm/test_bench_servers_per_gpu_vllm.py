@@ -12,8 +12,8 @@ from script_support import load_script
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "servers_per_gpu.py"
 
 
-def test_one_server_of_two_api_servers_then_two_servers_each_generate_every_requested_token(tmp_path: Path, tiny_models: dict[str, Path],
-                                                                 capsys) -> None:
+def test_one_server_of_two_api_servers_then_two_servers_each_generate_every_requested_token(
+        tmp_path: Path, tiny_models: dict[str, Path], capsys) -> None:
     out = tmp_path / "servers.json"
     bench = load_script(BENCH, "bench_servers_per_gpu_vllm")
     # 1x2: one server fed by two API-server processes (vLLM's --api-server-count); then two servers.
