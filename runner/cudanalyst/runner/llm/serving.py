@@ -179,6 +179,20 @@ def server_command(
     return cmd
 
 
+def api_server_count(args: Sequence[str]) -> int:
+    """How many API-server processes a vLLM command line asks for (`--api-server-count N`, `=N`, or `-asc N`); 1
+    when it names none or says nothing readable (vLLM then refuses the flag itself) (pure)."""
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in ("--api-server-count", "-asc"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                return max(1, int(value))
+            except ValueError:
+                return 1
+    return 1
+
+
 def check_model_folder(path: str) -> None:
     """A clear error now instead of a vLLM traceback 20 s later."""
     p = Path(path)
@@ -203,6 +217,7 @@ class LocalServer:
     warm_up_s: float | None = None  # seconds of the warm-up after that (start_local_server's `warm_up`), if any
     launched_at: float = field(default_factory=time.time)  # the wall clock, as the log's stamps (server_start.py)
     start: StartPhases | None = None  # where the start went, read from the log once healthy
+    api_servers: int = 1  # vLLM's API-server processes feeding its engine (--api-server-count)
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -324,6 +339,7 @@ def start_local_server(
             unset=unset,
         )
         started.compile_cache = cache
+        started.api_servers = api_server_count(spec.extra_args)
         return started
 
     server = launch()

@@ -108,7 +108,9 @@ class Timed:
         self.clock.mark("llm")
         if self.lane_servers is not None:
             self.clock.notes += self.lane_servers.start_notes()
-            self.meter = ServerMeter([s.endpoint.root for s in self.lane_servers.servers])
+            servers = self.lane_servers.servers
+            self.meter = ServerMeter([s.endpoint.root for s in servers],
+                                     [s.endpoint.root for s in servers if s.api_servers > 1])
             self.meter.start()
         self.watcher.llm_started()
 
