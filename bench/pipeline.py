@@ -40,7 +40,9 @@ pod's start where the cache lives in a store: an empty local folder of its own, 
 `CUDANALYST_VLLM_CACHE_URI` names (scripts/device/models.sh seeds one from .device/vllm-cache.tgz), which the other
 runs leave out; its server's line in the run's console says whether the store had this GPU kind's archive.
 `runner-v1` and `runner-v2` are store's run with vLLM's model runner named (VLLM_USE_V2_MODEL_RUNNER 0 or 1: V2 draws
-every seeded request's noise in one kernel). Each run's
+every seeded request's noise in one kernel; our servers' default for the coder since 2026-12-07). `api2` is store's
+run on the spec with every local model's server fed by two API-server processes (`--api-server-count 2` in its
+`extraArgs`: the outputs' host work split, bench/servers_per_gpu.py's `1x2` in a whole run). Each run's
 table is the command's own (its clock starts at its process start; a staged run's two tables are added); the
 bench's clock (Popen to exit) is printed beside it.
 """
@@ -393,7 +395,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "compile cache of the cold run), staged (as warm, but `--stage llm` first, then the rest: "
                         "no verification beside the model server), unseeded (as warm, with sampling.requestSeeds "
                         "false), store (a fresh folder and the store), runner-v1 and runner-v2 (as store, with "
-                        "vLLM's model runner V1 or V2); default cold,warm")
+                        "vLLM's model runner V1 or V2), api2 (as store, each local model's server fed by two "
+                        "API-server processes); default cold,warm")
     args = p.parse_args(argv)
     if args.serial_units < 0 or (args.units is not None and args.units < 1) or (args.rollouts or 1) < 1:
         p.error("--serial-units must be at least 0, --units and --rollouts at least 1")
@@ -420,11 +423,12 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ the user's clock
-USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2")
+USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2", "api2")
 # The A/B of vLLM's model runner (issue 32): each a `store` run whose command names the runner (V1 is vLLM 0.22's
-# default for the coder, runner/cudanalyst/runner/llm/serving.py says why it stays ours).
+# default for the coder; ours is V2 since 2026-12-07, runner/cudanalyst/runner/llm/serving.py says why).
 RUNNER_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"}}
-STORE_RUNS = ("store", *RUNNER_ENV)
+STORE_RUNS = ("store", *RUNNER_ENV, "api2")
+API_SERVERS_FLAG = "--api-server-count"
 
 
 def user_runs(text: str) -> list[str]:
@@ -439,6 +443,24 @@ def unseeded(doc: dict[str, Any]) -> dict[str, Any]:
     requests carry no seed (issue 32: vLLM draws a seeded row's noise alone, one launch a row)."""
     spec = dict(doc["spec"])
     spec["sampling"] = {**(spec.get("sampling") or {}), "requestSeeds": False}
+    return {**doc, "spec": spec}
+
+
+def with_api_servers(doc: dict[str, Any], count: int) -> dict[str, Any]:
+    """The run's document with every locally served model's server fed by `count` API-server processes (the `api2`
+    run); a model whose extraArgs already name a count keeps it, and the document it came from is left as it was."""
+    spec = dict(doc["spec"])
+    models = dict(spec.get("models") or {})
+    for role, model in models.items():
+        if not isinstance(model, dict):
+            continue
+        # As ModelSpec reads it: no `serve` means endpoint when an endpoint is given, else local.
+        if (model.get("serve") or ("endpoint" if model.get("endpoint") else "local")) != "local":
+            continue
+        extra = list(model.get("extraArgs") or [])
+        if not any(a.split("=")[0] in (API_SERVERS_FLAG, "-asc") for a in extra):
+            models[role] = {**model, "extraArgs": [*extra, API_SERVERS_FLAG, str(count)]}
+    spec["models"] = models
     return {**doc, "spec": spec}
 
 
@@ -564,9 +586,11 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
     """--user-clock: the spec run as a user runs it, cold then warm (or as asked); prints the table."""
     spec_file = work / "spec.json"
     spec_file.write_text(json.dumps(base.to_dict()))
-    unseeded_file = work / "spec-unseeded.json"
-    if "unseeded" in args.user_clock:
-        unseeded_file.write_text(json.dumps(unseeded(base.to_dict())))
+    # The runs on a spec of their own: the A/B of the request seeds, and of the API-server processes.
+    derived = {"unseeded": unseeded, "api2": lambda doc: with_api_servers(doc, 2)}
+    spec_files = {name: work / f"spec-{name}.json" for name in derived if name in args.user_clock}
+    for name, path in spec_files.items():
+        path.write_text(json.dumps(derived[name](base.to_dict())))
     # Empty for a cold run, which fills it; a warm run finds it (--vllm-cache: the folder of another call's cold run).
     vllm_cache = Path(args.vllm_cache).resolve() if args.vllm_cache else work / "vllm-cache"
     if args.user_clock[0] == "cold" and vllm_cache.is_dir() and any(vllm_cache.rglob("*")):
@@ -586,7 +610,7 @@ def user_clock(args: argparse.Namespace, base: AttributionRun, work: Path) -> in
     print(f"{base.metadata.name}: {figures['units']} units, `cudanalyst run` as a user runs it: "
           f"{', '.join(args.user_clock)}; work folder {work}", flush=True)
     for name in args.user_clock:
-        result = run_as_user(unseeded_file if name == "unseeded" else spec_file, work, name, vllm_cache, gpus)
+        result = run_as_user(spec_files.get(name, spec_file), work, name, vllm_cache, gpus)
         figures["userClock"][name] = result
         print(f"{name}: exit {result['exit']}, {result['benchWall']:.1f} s on the bench's clock", flush=True)
         if result["exit"] != 0:  # the log stays on the machine: its end comes back with the bench's output

@@ -217,6 +217,28 @@ def test_the_unseeded_run_is_warms_command_on_a_spec_whose_requests_carry_no_see
         bench.user_runs("warm,seedless")
 
 
+def test_the_api2_run_feeds_every_local_models_server_from_two_api_server_processes() -> None:
+    """--user-clock api2 (issue 32): store's run on the spec with `--api-server-count 2` in each local model's
+    extraArgs (bench/servers_per_gpu.py's 1x2 in a whole run); nothing else moves."""
+    import yaml
+
+    from cudanalyst.api import AttributionRun
+
+    bench = _bench()
+    doc = AttributionRun.model_validate(yaml.safe_load((ROOT / "examples" / "h200-outcomes.yaml").read_text())).to_dict()
+    doc["spec"]["models"]["summarizer"] = {"model": "m", "endpoint": "http://127.0.0.1:1/v1"}  # serve: endpoint
+    doc["spec"]["models"]["coder"] = {"model": "c", "serve": "local", "extraArgs": ["-asc", "3"]}
+    changed = AttributionRun.model_validate(bench.with_api_servers(doc, 2))
+    models = changed.spec.models
+    assert models.planner.extra_args[-2:] == ["--api-server-count", "2"]
+    assert models.coder.extra_args == ["-asc", "3"]  # a count the spec names is kept
+    assert models.summarizer.extra_args == []  # not ours to serve
+    assert not doc["spec"]["models"]["planner"].get("extraArgs")  # the document it came from is left as it was
+    back = changed.spec.model_copy(update={"models": AttributionRun.model_validate(doc).spec.models})
+    assert back == AttributionRun.model_validate(doc).spec
+    assert "api2" in bench.STORE_RUNS and bench.user_runs("store,api2") == ["store", "api2"]
+
+
 def _environments_seen(bench, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, str]]:
     """Each `cudanalyst run` the bench would start, by its output folder's name: the environment it would get (a
     unit test of the command's environment, not of the run)."""
