@@ -77,6 +77,7 @@ from cudanalyst.runfolder import (
     planner_text_key,
     run_store,
 )
+from cudanalyst.runner.llm.serving import API_SERVER_FLAGS
 from cudanalyst.runner.local.display import shard_summaries
 from cudanalyst.runner.local.executor import KernelStages, LaneServers, lanes_for, llm_stage_in_lanes, prepare
 from cudanalyst.runner.local.gpus import Lane, visible_gpus
@@ -428,7 +429,6 @@ USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner
 # default for the coder; ours is V2 since 2026-12-07, runner/cudanalyst/runner/llm/serving.py says why).
 RUNNER_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"}}
 STORE_RUNS = ("store", *RUNNER_ENV, "api2")
-API_SERVERS_FLAG = "--api-server-count"
 
 
 def user_runs(text: str) -> list[str]:
@@ -458,8 +458,8 @@ def with_api_servers(doc: dict[str, Any], count: int) -> dict[str, Any]:
         if (model.get("serve") or ("endpoint" if model.get("endpoint") else "local")) != "local":
             continue
         extra = list(model.get("extraArgs") or [])
-        if not any(a.split("=")[0] in (API_SERVERS_FLAG, "-asc") for a in extra):
-            models[role] = {**model, "extraArgs": [*extra, API_SERVERS_FLAG, str(count)]}
+        if not any(a.split("=")[0] in API_SERVER_FLAGS for a in extra):
+            models[role] = {**model, "extraArgs": [*extra, API_SERVER_FLAGS[0], str(count)]}
     spec["models"] = models
     return {**doc, "spec": spec}
 

@@ -86,11 +86,11 @@ def serve_and_measure(model: str, servers: int, args: argparse.Namespace, msgs: 
     from sampling import one_phase
 
     from cudanalyst.api import ModelSpec
-    from cudanalyst.runner.llm.serving import start_local_server
+    from cudanalyst.runner.llm.serving import API_SERVER_FLAGS, start_local_server
 
     spec = ModelSpec(model=model, serve="local", max_model_len=args.max_model_len or (4096 if cpu else 16384),
                      gpu_memory_utilization=args.gpu_memory_utilization / servers,
-                     extra_args=["--api-server-count", str(api_servers)] if api_servers > 1 else [])
+                     extra_args=[API_SERVER_FLAGS[0], str(api_servers)] if api_servers > 1 else [])
     starts: list[float] = []
     with contextlib.ExitStack() as stack:
         urls = []

@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from health_stand_in import HEALTHY
 
 from cudanalyst.runner.llm import compile_cache
 from cudanalyst.runner.llm.compile_cache import CompileCache, cache_key
@@ -165,17 +166,6 @@ def test_an_unusable_store_uri_starts_without_it(roots: Path, monkeypatch: pytes
     monkeypatch.setenv(compile_cache.CACHE_URI_ENV, "s3://")
     cache = CompileCache.for_model(str(model(roots / "m")))
     assert cache is not None and cache.store is None and cache.fetch() == "cold"
-
-
-HEALTHY = """
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
 
 
 def test_the_store_keeps_what_the_warm_up_compiled(roots: Path, volume: Path, monkeypatch: pytest.MonkeyPatch) -> None:

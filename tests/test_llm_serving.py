@@ -295,22 +295,19 @@ def test_a_started_server_carries_its_runner_and_api_server_count(monkeypatch, t
     # the platform is a GPU's (this machine's vLLM is the CPU build, which has one runner).
     import json
 
+    from health_stand_in import HEALTHY
+
     from cudanalyst.runner.llm import serving
 
     monkeypatch.setenv("CUDANALYST_VLLM_CACHE", "off")
     monkeypatch.delenv(serving.RUNNER_VARIABLE, raising=False)
     monkeypatch.setattr(serving, "cpu_build", lambda: False)
-    healthy = ("import http.server, sys\n"
-               "class H(http.server.BaseHTTPRequestHandler):\n"
-               "    def do_GET(self): self.send_response(200); self.end_headers()\n"
-               "    def log_message(self, *a): pass\n"
-               "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
     seen: list[tuple[list[str], dict[str, str]]] = []
     launch = serving.launch_server
 
     def stand_in(cmd, endpoint, *, env=None, log_dir=None, unset=()):
         seen.append((cmd, dict(env or {})))
-        return launch([sys.executable, "-c", healthy, endpoint.root.rsplit(":", 1)[1]], endpoint, env=env,
+        return launch([sys.executable, "-c", HEALTHY, endpoint.root.rsplit(":", 1)[1]], endpoint, env=env,
                       log_dir=log_dir)
 
     monkeypatch.setattr(serving, "launch_server", stand_in)

@@ -69,6 +69,8 @@ GPU_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 # The environment (a user's VLLM_USE_V2_MODEL_RUNNER=0) wins. docs/decisions.md says why.
 V2_RUNNER_ARCHITECTURES = frozenset({"Qwen2ForCausalLM"})
 RUNNER_VARIABLE = "VLLM_USE_V2_MODEL_RUNNER"
+# vLLM's flag (and its alias) for the API-server processes that feed one engine.
+API_SERVER_FLAGS = ("--api-server-count", "-asc")
 
 
 def cpu_build() -> bool:
@@ -184,7 +186,7 @@ def api_server_count(args: Sequence[str]) -> int:
     when it names none or says nothing readable (vLLM then refuses the flag itself) (pure)."""
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
-        if name in ("--api-server-count", "-asc"):
+        if name in API_SERVER_FLAGS:
             value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             try:
                 return max(1, int(value))
