@@ -176,6 +176,39 @@ def test_worker_sees_no_credentials_and_survives_timeouts_and_crashes(monkeypatc
     assert not worker.alive
 
 
+def test_a_time_limit_counts_from_the_candidate_s_own_runs_not_from_the_references():
+    """A verification announces when its candidate's runs begin (after the task's references are ready); the
+    limit counts from there. `ping`'s `ready_s` stands for making references, `sleep_s` for the runs."""
+    worker = WorkerHandle(name="limits")
+    try:
+        slow_references = worker.call({"op": "ping", "ready_s": 1.5, "sleep_s": 0.1}, 1.0, ready_s=30)
+        assert slow_references["ok"] and worker.restarts == 0  # 1.6 s in all, but only 0.1 s of its own
+        began = time.monotonic()
+        hung = worker.call({"op": "ping", "ready_s": 0.1, "sleep_s": 30}, 1.0, ready_s=30)
+        assert hung["kind"] == "timeout" and "of its own runs" in hung["error"] and worker.restarts == 1
+        assert time.monotonic() - began < 10  # killed about 1 s after its runs began
+        stuck = worker.call({"op": "ping", "ready_s": 30}, 60, ready_s=1.0)
+        assert stuck["kind"] == "timeout" and "references were not ready within 1 s" in stuck["error"]
+        assert worker.restarts == 2
+        assert worker.call({"op": "ping"}, 1.0, ready_s=30)["ok"]  # the replacement serves
+    finally:
+        worker.close()
+
+
+def test_the_limit_s_base_is_the_baseline_s_own_runs():
+    from cudanalyst.runner.kernels.stage import LIMIT_FLOOR_S, LIMIT_MULTIPLE, own_seconds, time_limit
+
+    # The worker that verifies a task's baseline first also makes the task's float64 references (seconds on a
+    # CPU for the large tasks): the harness's seconds, which must not multiply into every candidate's limit
+    made_references = {"correct": True, "seconds": 6.4, "referenceSeconds": 5.6}
+    assert own_seconds(made_references) == pytest.approx(0.8)
+    assert time_limit(own_seconds(made_references), 60) == pytest.approx(0.8 * LIMIT_MULTIPLE)
+    assert time_limit(own_seconds({"correct": True, "seconds": 0.2, "referenceSeconds": 0.1}), 60) == LIMIT_FLOOR_S
+    assert own_seconds({"correct": True, "seconds": 3.0}) == 3.0  # a verdict stored before the split
+    assert own_seconds({"correct": False, "seconds": 3.0, "referenceSeconds": 1.0}) is None
+    assert own_seconds(None) is None and time_limit(own_seconds(None), 60) == 60
+
+
 def test_side_job_workers_and_nvcc_run_at_a_lower_priority():
     from cudanalyst.runner.kernels.compile.nvcc import niced
 
@@ -403,7 +436,7 @@ class _StandInPool:
         self.calls.append(request)
         return {"ok": True}
 
-    def verify(self, request, timeout_s):
+    def verify(self, request, timeout_s, ready_s=None):
         self.verified.append(request.cubin)
         self.verify_seeds.append(list(request.seeds))
         correct = request.cubin not in self.wrong
@@ -618,7 +651,7 @@ class _SlowVerifyPool(_StandInPool):
         self.lock = threading.Lock()
         self.running_at_compare: list[int] = []
 
-    def verify(self, request, timeout_s):
+    def verify(self, request, timeout_s, ready_s=None):
         with self.lock:
             self.running += 1
         try:
@@ -686,7 +719,7 @@ def test_the_stage_says_what_its_tail_was_made_of(tmp_path, monkeypatch):
     hung_cubin = compile_task_source(GEMM, hung).cubin
 
     class Pool(_StandInPool):
-        def verify(self, request, timeout_s):
+        def verify(self, request, timeout_s, ready_s=None):
             if request.cubin == hung_cubin:  # what a worker answers for a kernel that never returned
                 return {"ok": False, "kind": "timeout", "seconds": 2.5, "error": "no answer within 2.5 s"}
             return {**super().verify(request, timeout_s), "seconds": seconds.get(request.cubin, 0.01)}
@@ -707,4 +740,35 @@ def test_the_stage_says_what_its_tail_was_made_of(tmp_path, monkeypatch):
     assert phases["timing"] <= phases["afterLastIn"] <= time.monotonic() - stage.started
     line = tail_summary(phases)
     assert f"after the last candidate came in {phases['afterLastIn']:.1f} s" in line
-    assert "the longest verification then 2.5 s" in line and "1 verifications ran to their time limit (2.5 s)" in line
+    assert "the longest verification then 2.5 s" in line and "1 verifications ran to their time limit (2.5 s;" in line
+
+
+@needs_nvcc
+def test_candidates_get_a_limit_from_the_baseline_s_own_runs_and_the_cap_for_references(tmp_path, monkeypatch):
+    """Issue 32: the baseline's verification made the task's references first (4.5 of its 5 s). Its candidates'
+    limit is 20 times its own 0.5 s, floored at 10 s, not the 60 s cap that 20 x 5 s would give; the references
+    a candidate's worker may still have to make get the spec's cap, before the limit starts."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.stage import LIMIT_FLOOR_S, KernelStage, tail_summary
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    base_cubin = compile_task_source(GEMM, base).cubin
+    asked: list[tuple[float, float | None]] = []
+
+    class Pool(_StandInPool):
+        def verify(self, request, timeout_s, ready_s=None):
+            if request.cubin == base_cubin:
+                return {"ok": True, "correct": True, "reason": "correct", "seconds": 5.0, "referenceSeconds": 4.5}
+            asked.append((timeout_s, ready_s))
+            return super().verify(request, timeout_s)
+
+    phases: dict = {}
+    settings = EvalSettings(timeout_seconds=60)
+    with KernelStage(settings, gpu=True, pool=Pool(set(), {}, {}), phases=phases) as stage:
+        stage.add([KernelJob("a", "gemm", variant(32, 8), base), KernelJob("b", "gemm", variant(8, 32), base)])
+        results = stage.finish()
+    assert {r.label for r in results.values()} <= {"pass", "fast"}
+    assert asked == [(LIMIT_FLOOR_S, 60.0)] * 2
+    assert phases["verifyLimits"] == {"gemm": LIMIT_FLOOR_S}
+    assert f"limits {LIMIT_FLOOR_S:.1f}-{LIMIT_FLOOR_S:.1f} s over 1 tasks" in tail_summary(phases)

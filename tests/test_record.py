@@ -208,7 +208,7 @@ def test_a_program_that_builds_the_baselines_cubin_is_measured_as_the_baseline_n
         def __init__(self) -> None:
             self.timed: list[list[str]] = []
 
-        def verify(self, request: object, timeout: float) -> dict:
+        def verify(self, request: object, timeout: float, ready_s: float | None = None) -> dict:
             return {"ok": True, "stage": "done"}
 
         def compare(self, request: object, timeout: float) -> dict:

@@ -23,7 +23,7 @@ class CountingPool:
     def __init__(self, reply: dict[str, Any]) -> None:
         self.reply, self.calls = reply, 0
 
-    def verify(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def verify(self, request: dict[str, Any], timeout_s: float, ready_s: float | None = None) -> dict[str, Any]:
         self.calls += 1
         return dict(self.reply)
 

@@ -239,3 +239,34 @@ def test_a_kernel_that_skips_its_work_at_random_is_caught_in_timing(pool):
     assert timed["honest"]["problem"] is None
     # Every timed launch is checked: with half of 20 launches skipped, some checked one is.
     assert "timed launch" in timed["skips-at-random"]["problem"], timed["skips-at-random"]
+
+
+def test_a_hung_kernel_s_limit_counts_from_its_own_runs_not_from_the_task_s_references():
+    """mg_resid's float64 references take seconds a seed on a CPU; the worker makes them before the
+    candidate runs and says so, and the time limit counts only the candidate's own runs (issue 32)."""
+    import time
+
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.workers.requests import verify_request
+
+    task = get_task("mg_resid")
+    hung_src = task.baseline_source.replace(
+        "if (i < NX && j < NY && k < NZ) {", "volatile const float* w = u;\n    while (w[0] == w[0]) { }\n"
+        "    if (i < NX && j < NY && k < NZ) {")
+    assert hung_src != task.baseline_source
+    honest, hung = (compile_task_source(task, src) for src in (task.baseline_source, hung_src))
+    assert honest.ok and hung.ok, (honest.log, hung.log)
+    cfg = EvalSettings(correctness_trials=3)
+    limit = 5.0
+    with WorkerPool(1) as fresh:  # its own reference folder: nothing made yet
+        base = fresh.verify(verify_request(task, honest.cubin, cfg), limit, ready_s=120)
+        assert base.get("correct") is True, base
+        made, own = base["referenceSeconds"], base["seconds"] - base["referenceSeconds"]
+        assert made > 0 and own < limit
+        began = time.monotonic()
+        reply = fresh.verify(verify_request(task, hung.cubin, cfg), limit, ready_s=120)  # new seeds: made again
+        took = time.monotonic() - began
+        assert reply["kind"] == "timeout" and "of its own runs" in reply["error"], reply
+        assert limit <= took < limit + 60, took  # the limit, its references, a worker's replacement at most
+    print(f"mg_resid: references {made:.2f} s, the baseline's own runs {own:.2f} s; the hung candidate "
+          f"killed after {took:.2f} s (limit {limit:g} s from its own first step)")

@@ -10,8 +10,10 @@
 4. With a GPU, each candidate is verified in persistent workers as soon as its compile is done (nvcc
    and verification overlap; a verdict already stored is read instead: verdicts.py). Each frozen
    program and each task baseline is verified the same way, once per source. A candidate's time limit
-   is a multiple of its task baseline's verification time, with a floor, and the spec's
-   `timeoutSeconds` as the cap, so a kernel that never terminates costs seconds, not a minute.
+   is a multiple of its task baseline's verification time (the baseline's own runs, without the task's
+   references its worker made first), with a floor, and the spec's `timeoutSeconds` as the cap; it counts
+   from the candidate's own first step, once the references are ready, so a kernel that never terminates
+   costs seconds, not a minute.
 5. Once every compile and verification is over, the correct candidates are timed with the GPU alone,
    in interleaved trials beside their reference (timing.py): the frozen program when it verified
    correct, else the task baseline (the record's `reference` says which). A candidate whose timed
@@ -58,7 +60,7 @@ from cudanalyst.tasks.conformance import contract_problems
 from cudanalyst.tasks.source_text import same_code
 
 LIMIT_FLOOR_S = 10.0  # a candidate's verification time limit is never below this ...
-LIMIT_MULTIPLE = 20.0  # ... and otherwise this many times the task baseline's verification time
+LIMIT_MULTIPLE = 20.0  # ... and otherwise this many times the task baseline's own verification runs
 CANDIDATES_PER_COMPARISON = 8  # candidates timed in one request beside their reference
 # A candidate whose fastest warm-up launch is this many times slower than its references' slowest is not timed
 # further (timing/trials.py, too_slow): fast needs 1 + fastTolerance the other way, so its label cannot change.
@@ -100,6 +102,15 @@ def time_limit(reference_seconds: float | None, cap: float) -> float:
     return min(cap, max(LIMIT_FLOOR_S, LIMIT_MULTIPLE * reference_seconds))
 
 
+def own_seconds(verdict: dict[str, Any] | None) -> float | None:
+    """A correct verdict's seconds without those its worker spent making the task's inputs and references
+    (`referenceSeconds`: the harness's, once per task and seed): what a candidate's own runs are limited by
+    (pure). None for no verdict, a wrong one, or one without seconds."""
+    if not verdict or not verdict.get("correct") or "seconds" not in verdict:
+        return None
+    return max(0.0, float(verdict["seconds"]) - float(verdict.get("referenceSeconds", 0.0)))
+
+
 def tail_summary(phases: dict[str, Any]) -> str:
     """The stage's own part of a run's tail, for its summary line: from the last candidate in to the end, split into
     timing and the compiles and verifications still running (timing waits for all of them), and the verifications
@@ -110,8 +121,11 @@ def tail_summary(phases: dict[str, Any]) -> str:
         text = (f"after the last candidate came in {after:.1f} s (timing {timing:.1f} s, compiles and verifications "
                 f"{max(0.0, after - timing):.1f} s, the longest verification then "
                 f"{phases.get('afterLastInLongestVerify', 0.0):.1f} s), ")
+    limits = phases.get("verifyLimits") or {}
+    span = (f"; limits {min(limits.values()):.1f}-{max(limits.values()):.1f} s over {len(limits)} tasks"
+            if limits else "")
     return text + (f"{int(phases.get('verifyTimeouts', 0))} verifications ran to their time limit "
-                   f"({phases.get('verifyTimeoutSeconds', 0.0):.1f} s), ")
+                   f"({phases.get('verifyTimeoutSeconds', 0.0):.1f} s{span}), ")
 
 
 @functools.cache
@@ -193,7 +207,8 @@ class KernelStage:
     kernel stage behind its LLM stage; `fences` ("vmm" or "guards"), `fenceReruns` and `rebuiltTaskData`
     (fences.py), and what the fences' audits cost: `verifyAuditSeconds` (worker wall, within verifySeconds) and
     `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker);
-    `verifyTimeouts` / `verifyTimeoutSeconds` (verifications that ran to their time limit), and what `finish()`
+    `verifyTimeouts` / `verifyTimeoutSeconds` (verifications that ran to their time limit), `verifyLimits` (each
+    task's candidates' time limit), and what `finish()`
     took after the last job came in (`afterLastIn`, timing included: the part of a run's tail the kernel stage owns)
     with the longest verification that ended then (`afterLastInLongestVerify`): timing waits for every
     verification, so one hung candidate among the last holds the whole timing back by its time limit."""
@@ -235,6 +250,7 @@ class KernelStage:
         self.verdicts: dict[str, dict[str, Any]] = {}
         self.references: dict[tuple[str, str], _Reference] = {}
         self.warmed: set[str] = set()  # tasks whose timing references a worker was asked to make
+        self.limits: dict[str, float] = {}  # each task's candidates' time limit, once its baseline's verdict is in
         # The compile pool hands identical sources the same future, so a future may stand for several jobs.
         self.by_future: dict[Future[Any], list[tuple[str, KernelJob]]] = {}
 
@@ -295,8 +311,8 @@ class KernelStage:
             verdict = base.verdict.result(timeout=self.cfg.timeout_seconds) if base.verdict else None
         except TimeoutError:
             verdict = None
-        seconds = float(verdict["seconds"]) if verdict and verdict.get("correct") and "seconds" in verdict else None
-        return time_limit(seconds, self.cfg.timeout_seconds)
+        limit = self.limits[task.name] = time_limit(own_seconds(verdict), self.cfg.timeout_seconds)
+        return limit
 
     def add(self, jobs: Sequence[KernelJob]) -> None:
         for job in jobs:
@@ -362,7 +378,8 @@ class KernelStage:
         else:
             task = self.tasks[job.key]
             request = verify_request(task, c.cubin, self.cfg, self.seeds)
-            return self.verifier.submit(lambda: verify_once(self.pool, self.stored, request, self._limit(task)))
+            return self.verifier.submit(lambda: verify_once(self.pool, self.stored, request, self._limit(task),
+                                                            self.cfg.timeout_seconds))
         return None
 
     def _after_verify(self, job: KernelJob, verdict: dict[str, Any]) -> None:
@@ -422,6 +439,8 @@ class KernelStage:
         self.phases["compileAndVerify"] = time.monotonic() - self.started - timing.seconds
         self.phases["afterLastIn"] = time.monotonic() - self._finishing
         self.phases["timed"] = len(self.correct)
+        if self.limits:
+            self.phases["verifyLimits"] = dict(sorted(self.limits.items()))
         self.phases["timing"] = timing.seconds
         self.phases["references"] = dict(timing.count)
         if self.pool is not None:

@@ -387,13 +387,28 @@ def resolve_task(name: str, sizes: Mapping[str, int] | None) -> Task:
     return task
 
 
-def handle_verify(session: GpuSession, request: dict[str, Any]) -> dict[str, Any]:
-    """The worker's `verify` request: task, sizes, cubin, seeds, rtol, atol, keep (cache the module)."""
+def handle_verify(session: GpuSession, request: dict[str, Any],
+                  announce: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """The worker's `verify` request: task, sizes, cubin, seeds, rtol, atol, keep (cache the module).
+
+    The task's inputs and references for the seeds are made (or loaded) first, then `announce()` says the
+    candidate's own work begins: the runner's time limit counts from there (worker.py), and the reply's
+    `referenceSeconds` says how much of `seconds` went to the references rather than to the program."""
     started = time.monotonic()
     task = resolve_task(request["task"], request.get("sizes"))
     tol = tolerance_for(task, request.get("rtol"), request.get("atol"))
-    cuda = session.cuda
+    for seed in request["seeds"]:
+        session.reference_for(task, seed)
+    reference_seconds = time.monotonic() - started
+    announce()
+    reply = _verify_ready(session, request, task, tol, started)
+    reply["referenceSeconds"] = reference_seconds
+    return reply
 
+
+def _verify_ready(session: GpuSession, request: dict[str, Any], task: Task, tol: Tolerance,
+                  started: float) -> dict[str, Any]:
+    cuda = session.cuda
     try:
         module = session.module(request["cubin"]) if request.get("keep") else cuda.module_from_buffer(request["cubin"])
     except cuda.Error as exc:

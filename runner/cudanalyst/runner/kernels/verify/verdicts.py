@@ -81,11 +81,12 @@ class VerdictCache:
         return True
 
 
-def verify_once(pool: Any, cache: VerdictCache | None, request: VerifyRequest, timeout_s: float) -> dict[str, Any]:
+def verify_once(pool: Any, cache: VerdictCache | None, request: VerifyRequest, timeout_s: float,
+                ready_s: float | None = None) -> dict[str, Any]:
     """The stored verdict of `request`, else the pool's (stored for next time)."""
     if cache is not None and (hit := cache.get(request)) is not None:
         return hit
-    reply: dict[str, Any] = pool.verify(request, timeout_s)
+    reply: dict[str, Any] = pool.verify(request, timeout_s, ready_s)
     if cache is not None:
         cache.put(request, reply)
     return reply

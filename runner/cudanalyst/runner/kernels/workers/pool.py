@@ -85,9 +85,10 @@ class WorkerPool:
         finally:
             self._idle.put(worker)
 
-    def verify(self, request: VerifyRequest, timeout_s: float) -> Reply:
+    def verify(self, request: VerifyRequest, timeout_s: float, ready_s: float | None = None) -> Reply:
+        """`timeout_s` bounds the candidate's own runs; `ready_s` the task's references before them (worker.py)."""
         with self._borrow() as worker, self.gate.shared():
-            return worker.call(request.wire(), timeout_s)
+            return worker.call(request.wire(), timeout_s, ready_s)
 
     def compare(self, request: CompareRequest, timeout_s: float) -> Reply:
         """Time programs against each other (timing.py), with the GPU to this request alone."""

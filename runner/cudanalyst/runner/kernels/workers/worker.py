@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
@@ -181,35 +182,52 @@ class WorkerHandle:
 
     # ---- requests ---------------------------------------------------------------------------
 
-    def call(self, request: dict[str, Any], timeout_s: float) -> Reply:
-        """Send one request; always returns a reply dict (`ok` False with `kind` on any failure)."""
+    def call(self, request: dict[str, Any], timeout_s: float, ready_s: float | None = None) -> Reply:
+        """Send one request; always returns a reply dict (`ok` False with `kind` on any failure).
+
+        A verification announces when the candidate's own work begins (`{"started": True}`), once the task's
+        inputs and references are ready: those are the harness's, made once per task and seed and shared by
+        the pool, so they are waited for up to `ready_s` (default `timeout_s`), and `timeout_s` counts only
+        from the announcement. A hung kernel is then killed `timeout_s` after it began, never later because a
+        worker first made references (issue 32: on the H100 23 hung candidates each held a worker 60 s)."""
         self._ready()
         assert self._conn is not None and self._proc is not None
         started = time.monotonic()
-        try:
+        with contextlib.suppress(OSError, BrokenPipeError):  # a dead worker: the receive below reports it
             self._conn.send(request)
-            answered = self._conn.poll(timeout_s)
+        reply = self._receive(timeout_s if ready_s is None else ready_s, started,
+                              "the task's inputs and references were not ready within {limit:g} s")
+        if reply.get("started") is True:  # the candidate's own runs begin: its time limit starts now
+            reply = self._receive(timeout_s, started,
+                                  "no result within {limit:g} s of its own runs (a kernel that never terminates?)")
+        if reply.get("sticky"):
+            # The context is poisoned; the child exits after answering. Reap it now.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                assert self._proc is not None
+                self._proc.wait(timeout=30)
+            self._replace()
+        return reply
+
+    def _receive(self, limit: float, started: float, timeout_text: str) -> Reply:
+        """The worker's next message within `limit` seconds; a timeout or a death as a failure reply (the
+        worker replaced)."""
+        assert self._conn is not None and self._proc is not None
+        try:
+            answered = self._conn.poll(limit)
         except (OSError, BrokenPipeError):
             answered = True  # the recv below reports the death
         if not answered:
             self._replace()
             return {"ok": False, "kind": "timeout", "seconds": time.monotonic() - started,
-                    "error": f"no result within {timeout_s:g} s (a kernel that never terminates?); "
-                             "the worker was killed and restarted"}
+                    "error": timeout_text.format(limit=limit) + "; the worker was killed and restarted"}
         try:
-            reply: Reply = self._conn.recv()
+            return self._conn.recv()  # type: ignore[no-any-return]
         except (EOFError, OSError):
             code = self._proc.wait(timeout=30)
             tail = self.log_tail(500)
             self._replace()
             return {"ok": False, "kind": "crash", "seconds": time.monotonic() - started,
                     "error": f"the worker process died (exit status {code}); restarted. {tail}".strip()}
-        if reply.get("sticky"):
-            # The context is poisoned; the child exits after answering. Reap it now.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=30)
-            self._replace()
-        return reply
 
 
 # ---- child side ---------------------------------------------------------------------------------
@@ -222,9 +240,13 @@ _STICKY = re.compile(
 )
 
 
-def _handle(session_box: list[GpuSession | None], device: int, request: dict[str, Any]) -> Reply:
+def _handle(session_box: list[GpuSession | None], device: int, request: dict[str, Any],
+            announce: Callable[[], None]) -> Reply:
     op = request.get("op")
-    if op == "ping":
+    if op == "ping":  # the pipe's own checks: `ready_s` stands for making references, then `sleep_s` for the runs
+        if "ready_s" in request:
+            time.sleep(float(request["ready_s"]))
+            announce()
         time.sleep(float(request.get("sleep_s", 0.0)))
         return {"ok": True, "pid": os.getpid()}
     if op == "environ":
@@ -241,7 +263,7 @@ def _handle(session_box: list[GpuSession | None], device: int, request: dict[str
             session.reference_for(task, int(seed))
         return {"ok": True}
     if op == VerifyRequest.op:
-        return verify.handle_verify(session, request)
+        return verify.handle_verify(session, request, announce)
     if op == CompareRequest.op:
         return timing.handle_compare(session, request)
     return {"ok": False, "kind": "request", "error": f"unknown request op {op!r}"}
@@ -259,7 +281,7 @@ def serve(conn: Connection, device: int) -> int:
             return 0
         started = time.monotonic()
         try:
-            reply = _handle(session_box, device, request)
+            reply = _handle(session_box, device, request, lambda: conn.send({"started": True}))
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate is reported, never fatal here
             message = f"{type(exc).__name__}: {exc}"
             session = session_box[0]
