@@ -165,6 +165,7 @@ def test_worker_sees_no_credentials_and_survives_timeouts_and_crashes(monkeypatc
         first = worker.pid
         hung = worker.call({"op": "ping", "sleep_s": 30}, 1.0)
         assert hung["ok"] is False and hung["kind"] == "timeout" and worker.restarts == 1
+        assert "no result within 1 s" in hung["error"]  # a request that announces nothing: its limit from the start
         assert worker.call({"op": "ping"}, 60)["ok"] and worker.pid != first
         os.kill(worker.pid, 9)
         time.sleep(0.2)

@@ -195,8 +195,10 @@ class WorkerHandle:
         started = time.monotonic()
         with contextlib.suppress(OSError, BrokenPipeError):  # a dead worker: the receive below reports it
             self._conn.send(request)
-        reply = self._receive(timeout_s if ready_s is None else ready_s, started,
-                              "the task's inputs and references were not ready within {limit:g} s")
+        if ready_s is None:
+            reply = self._receive(timeout_s, started, "no result within {limit:g} s (a kernel that never terminates?)")
+        else:
+            reply = self._receive(ready_s, started, "the task's inputs and references were not ready within {limit:g} s")
         if reply.get("started") is True:  # the candidate's own runs begin: its time limit starts now
             reply = self._receive(timeout_s, started,
                                   "no result within {limit:g} s of its own runs (a kernel that never terminates?)")
