@@ -773,3 +773,32 @@ def test_candidates_get_a_limit_from_the_baseline_s_own_runs_and_the_cap_for_ref
     assert asked == [(LIMIT_FLOOR_S, 60.0)] * 2
     assert phases["verifyLimits"] == {"gemm": LIMIT_FLOOR_S}
     assert f"limits {LIMIT_FLOOR_S:.1f}-{LIMIT_FLOOR_S:.1f} s over 1 tasks" in tail_summary(phases)
+
+
+def test_the_next_group_to_time_keeps_to_the_task_timed_last():
+    from cudanalyst.runner.kernels.stage import next_group
+
+    ready = [("gemm", "f1"), ("atax", "f1"), ("gemm", "f2"), ("atax", "f2")]
+    assert next_group(ready, None) == ("gemm", "f1")  # nothing timed yet: arrival order
+    assert next_group(ready, "atax") == ("atax", "f1")
+    assert next_group(ready[1:], "gemm") == ("gemm", "f2")  # the same task before an earlier arrival of another
+    assert next_group([("atax", "f2")], "gemm") == ("atax", "f2")
+
+
+@needs_nvcc
+def test_groups_of_one_task_are_timed_together_whatever_order_they_came_in(tmp_path, monkeypatch):
+    """Issue 32: groups come ready in arrival order, which goes round the tasks; the timing worker keeps a few
+    tasks' data, so they are timed task by task (each task's data loaded once, not once per request)."""
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    atax = get_task("atax")
+    jobs = []
+    for k in range(3):  # gemm f0, atax f0, gemm f1, atax f1, ...: three frozen programs of each task, interleaved
+        for task, base in (("gemm", GEMM.baseline_source), ("atax", atax.baseline_source)):
+            frozen = base + f"\n// frozen {k}\n"
+            jobs.append(KernelJob(f"{task}-{k}", task, base + f"\n// candidate {k}\n", frozen))
+    pool = _StandInPool(wrong=set(), medians={}, problems={})
+    results = evaluate_candidates(jobs, EvalSettings(), gpu=True, pool=pool)
+    assert {r.label for r in results} <= {"pass", "fast"}
+    order = [r.task for r in pool.requests]
+    assert len(order) == 6
+    assert order in (["gemm"] * 3 + ["atax"] * 3, ["atax"] * 3 + ["gemm"] * 3), order

@@ -111,6 +111,14 @@ def own_seconds(verdict: dict[str, Any] | None) -> float | None:
     return max(0.0, float(verdict["seconds"]) - float(verdict.get("referenceSeconds", 0.0)))
 
 
+def next_group(ready: Sequence[tuple[str, str | None]], last_task: str | None) -> tuple[str, str | None]:
+    """The next group (task, frozen source) to time: a ready one of the task timed last, else the first ready
+    (pure). The timing worker keeps only a few tasks' data on the GPU (trials.py, _task_data), and groups are
+    ready in their arrival order, which goes round the tasks: taken as they came, a run of more tasks than it
+    keeps could make each request load its task's data again."""
+    return next((g for g in ready if g[0] == last_task), ready[0])
+
+
 def tail_summary(phases: dict[str, Any]) -> str:
     """The stage's own part of a run's tail, for its summary line: from the last candidate in to the end, split into
     timing and the compiles and verifications still running (timing waits for all of them), and the verifications
@@ -204,7 +212,8 @@ class KernelStage:
     `restartSeconds`, `references` (units timed against each reference), and what the candidates' compiles and
     verifications cost where they ran: `compiles` / `compileSeconds` (nvcc runs, their summed wall) and
     `verifications` / `verifySeconds` (in the GPU workers), with `gpuWorkers`: which of the two keeps a lane's
-    kernel stage behind its LLM stage; `fences` ("vmm" or "guards"), `fenceReruns` and `rebuiltTaskData`
+    kernel stage behind its LLM stage; `madeTaskData` (the task data the timing worker loaded onto the GPU, once per
+    task when groups of a task are timed together); `fences` ("vmm" or "guards"), `fenceReruns` and `rebuiltTaskData`
     (fences.py), and what the fences' audits cost: `verifyAuditSeconds` (worker wall, within verifySeconds) and
     `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker);
     `verifyTimeouts` / `verifyTimeoutSeconds` (verifications that ran to their time limit), `verifyLimits` (each
@@ -422,11 +431,14 @@ class KernelStage:
             job = self.jobs[key]
             groups.setdefault((job.task, job.frozen_source), []).append(job)
         timing = Timing(self)
+        last_task: str | None = None
         while groups:
             pending = self.poll(timeout=0.0)
             ready = self._ready(groups)
             if ready and not self._verifying():
-                jobs = [j for j in groups.pop(ready[0]) if j.key in self.verdicts]  # the correct ones
+                group = next_group(ready, last_task)
+                last_task = group[0]
+                jobs = [j for j in groups.pop(group) if j.key in self.verdicts]  # the correct ones
                 if jobs:
                     timing.run(jobs)
                 continue
@@ -527,6 +539,7 @@ class Timing:
             phases["fences"] = reply["fences"]
         phases["fenceReruns"] = phases.get("fenceReruns", 0) + int(reply.get("fenceReruns", 0))
         phases["rebuiltTaskData"] = phases.get("rebuiltTaskData", 0) + int(reply.get("rebuiltTaskData", 0))
+        phases["madeTaskData"] = phases.get("madeTaskData", 0) + int(reply.get("madeTaskData", 0))
         phases["timingAuditSeconds"] = phases.get("timingAuditSeconds", 0.0) + float(reply.get("auditSeconds", 0.0))
         return reply
 

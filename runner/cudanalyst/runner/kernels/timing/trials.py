@@ -393,6 +393,7 @@ def _task_data(session: GpuSession, task: Task, seeds: Sequence[int], auditor: A
         session.__dict__["_rebuilt"] = session.__dict__.get("_rebuilt", 0) + 1
     if key not in cache:
         cache[key] = TaskData(session, task, seeds, auditor)
+        session.__dict__["_made"] = session.__dict__.get("_made", 0) + 1
         while len(cache) > 6:
             cache.popitem(last=False)[1].free()
     cache.move_to_end(key)
@@ -489,7 +490,7 @@ def handle_compare(session: GpuSession, wire: dict[str, Any]) -> dict[str, Any]:
             "prepSeconds": prepared - started, "l2FlushBytes": session.flush_buffer()[1] * 4,
             "trials": request.trials, "fences": session.fence_mode, "fenceReruns": reruns,
             "auditSeconds": session.audit_seconds,
-            "rebuiltTaskData": session.__dict__.pop("_rebuilt", 0)}
+            "rebuiltTaskData": session.__dict__.pop("_rebuilt", 0), "madeTaskData": session.__dict__.pop("_made", 0)}
 
 
 def _attempt(session: GpuSession, data: TaskData, task: Task, tol: Any, request: CompareRequest,
