@@ -449,19 +449,15 @@ def unseeded(doc: dict[str, Any]) -> dict[str, Any]:
 def with_api_servers(doc: dict[str, Any], count: int) -> dict[str, Any]:
     """The run's document with every locally served model's server fed by `count` API-server processes (the `api2`
     run); a model whose extraArgs already name a count keeps it, and the document it came from is left as it was."""
-    spec = dict(doc["spec"])
-    models = dict(spec.get("models") or {})
-    for role, model in models.items():
-        if not isinstance(model, dict):
-            continue
-        # As ModelSpec reads it: no `serve` means endpoint when an endpoint is given, else local.
-        if (model.get("serve") or ("endpoint" if model.get("endpoint") else "local")) != "local":
-            continue
-        extra = list(model.get("extraArgs") or [])
-        if not any(a.split("=")[0] in API_SERVER_FLAGS for a in extra):
-            models[role] = {**model, "extraArgs": [*extra, API_SERVER_FLAGS[0], str(count)]}
-    spec["models"] = models
-    return {**doc, "spec": spec}
+    spec = AttributionRun.model_validate(doc).spec  # its ModelSpecs say which models are served locally
+    models = {}
+    for role in type(spec.models).model_fields:
+        model = getattr(spec.models, role)
+        if model is not None and model.serve == "local" and not any(
+                a.split("=")[0] in API_SERVER_FLAGS for a in model.extra_args):
+            models[role] = model.model_copy(update={"extra_args": [*model.extra_args, API_SERVER_FLAGS[0], str(count)]})
+    changed = spec.model_copy(update={"models": spec.models.model_copy(update=models)})
+    return {**doc, "spec": changed.model_dump(by_alias=True, exclude_none=True, mode="json")}
 
 
 def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: int | None) -> dict[str, Any]:
