@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cudanalyst.runner.llm import timeline
-from cudanalyst.runner.llm.server_metrics import parse, summarize
+from cudanalyst.runner.llm.server_metrics import cpu_times, parse, read_cpu_times, summarize
 from cudanalyst.runner.local.clock import WallClock, process_started
 
 METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -131,6 +131,44 @@ def test_a_server_fed_by_several_api_servers_gives_no_step_figures() -> None:
     # A server with several API servers that never stepped in the window says nothing either way.
     idle = [(0.0, {"a": parse(METRICS), "b": parse(METRICS)}), (1.0, {"a": later, "b": parse(METRICS)})]
     assert summarize(idle, several_frontends={"b"})["stepSeconds"] == pytest.approx(1 / 60)
+
+
+def test_the_machine_s_cpu_times_from_proc_stat() -> None:
+    stat = ("cpu  100 5 20 800 40 1 2 3 7 0\ncpu0 50 2 10 400 20 0 1 1 3 0\nintr 1 2\n")
+    # busy: user nice system irq softirq steal (guest is counted inside user); idle and iowait are not
+    assert cpu_times(stat) == (131.0, 971.0)
+    assert cpu_times("intr 1 2\n") is None
+    assert read_cpu_times(Path("/nonexistent/stat")) is None
+    here = read_cpu_times()  # this machine's (Linux)
+    assert here is not None and 0 <= here[0] <= here[1]
+
+
+def test_the_engine_s_step_apart_under_busy_and_idle_cpus() -> None:
+    def at(steps: float, generated: float) -> dict[str, float]:
+        return {**parse(METRICS), "steps": steps, "generated": generated}
+
+    samples = [(0.0, {"a": at(0, 0)}), (2.0, {"a": at(100, 1000)}), (4.0, {"a": at(120, 1200)}),
+               (6.0, {"a": at(220, 2200)})]
+    # CPUs 50 % busy, then 95 %, then 40 %: the 20 steps in the busy interval took 100 ms each, the 200 in the
+    # others 20 ms each.
+    cpu = [(0.0, 0.0), (100.0, 200.0), (290.0, 400.0), (370.0, 600.0)]
+    summary = summarize(samples, cpu=cpu)
+    assert summary["cpuBusy"] == pytest.approx(370 / 600)
+    assert summary["byCpu"]["busy"] == {"intervals": 1, "stepSeconds": pytest.approx(0.1)}
+    assert summary["byCpu"]["idle"] == {"intervals": 2, "stepSeconds": pytest.approx(0.02)}
+    line = WallClock(server=summary).lines()[-1]
+    assert line == ("  machine's CPUs 62 % busy over the stage; the engine's step 20.0 ms in the 2 intervals under 90 % "
+                    "busy, 100.0 ms in the 1 at 90 % or more")
+    json.dumps(summary)
+    # A reading missing (no /proc) drops only the intervals beside it; none at all, no CPU figures and no line.
+    gappy = summarize(samples, cpu=[(0.0, 0.0), None, (290.0, 400.0), (370.0, 600.0)])
+    assert gappy["byCpu"]["busy"]["intervals"] == 0 and gappy["byCpu"]["idle"]["intervals"] == 1
+    assert "machine's CPUs" in WallClock(server=gappy).lines()[-1] and "step" not in WallClock(server=gappy).lines()[-1]
+    bare = summarize(samples, cpu=[None] * 4)
+    assert "cpuBusy" not in bare and not any("CPUs" in x for x in WallClock(server=bare).lines())
+    # Where the step histogram is not the engine's (several API servers), the CPUs' share stays, the split goes.
+    several = summarize(samples, several_frontends={"a"}, cpu=cpu)
+    assert several["cpuBusy"] == pytest.approx(370 / 600) and "byCpu" not in several
 
 
 def test_marks_never_go_back_when_the_system_clock_steps_back(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudanalyst.runner.llm.server_metrics import BUSY_CPUS
+
 
 def process_started() -> float:
     """When this process started (epoch seconds). On Linux from /proc/self/stat (its start in clock ticks since boot)
@@ -145,4 +147,16 @@ def llm_lines(llm: dict[str, Any], server: dict[str, Any]) -> list[str]:
             gap = f", a request's tokens {s['tokenGapSeconds'] * 1000:.0f} ms apart" if s.get("tokenGapSeconds") else ""
             out.append(f"model server's engine: a step every {s['stepSeconds'] * 1000:.1f} ms, "
                        f"{s['tokensPerStep']:.0f} tokens a step (prompt and generated){gap}")
+        if s.get("cpuBusy") is not None:
+            out.append(f"machine's CPUs {s['cpuBusy'] * 100:.0f} % busy over the stage{cpu_split(s.get('byCpu'))}")
     return out
+
+
+def cpu_split(by: dict[str, Any] | None) -> str:
+    """The engine's step apart in the intervals with the CPUs busy and in the others, where both stepped."""
+    if not by or any(by[k]["stepSeconds"] is None for k in ("busy", "idle")):
+        return ""
+    limit = f"{BUSY_CPUS * 100:.0f} %"
+    return (f"; the engine's step {by['idle']['stepSeconds'] * 1000:.1f} ms in the {by['idle']['intervals']} "
+            f"intervals under {limit} busy, {by['busy']['stepSeconds'] * 1000:.1f} ms in the "
+            f"{by['busy']['intervals']} at {limit} or more")
