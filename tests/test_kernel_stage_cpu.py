@@ -741,7 +741,53 @@ def test_the_stage_says_what_its_tail_was_made_of(tmp_path, monkeypatch):
     assert phases["timing"] <= phases["afterLastIn"] <= time.monotonic() - stage.started
     line = tail_summary(phases)
     assert f"after the last candidate came in {phases['afterLastIn']:.1f} s" in line
-    assert "the longest verification then 2.5 s" in line and "1 verifications ran to their time limit (2.5 s;" in line
+    assert "the longest verification then 2.5 s" in line and "1 verifications ran to their time limit (2.5 s, " in line
+    # Its verdict came after finish() began: only the part of its 2.5 s before then counts as beside the LLM stage.
+    assert 0.0 <= phases["verifyTimeoutSecondsBeforeLastIn"] <= 2.5
+    assert f"{phases['verifyTimeoutSecondsBeforeLastIn']:.1f} s of it while candidates still came in; limits" in line
+
+
+@needs_nvcc
+def test_a_hung_candidate_s_spin_while_candidates_still_come_in_is_counted_apart(tmp_path, monkeypatch):
+    """Issue 32: a hung candidate spins on the GPU until its limit; while candidates still come in (a whole run's
+    LLM stage) it spins beside the model server. The seconds of timeouts that ended before the last job came in count
+    whole; the line says them."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.stage import KernelStage, tail_summary
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    hung = variant(4, 64)
+    hung_cubin = compile_task_source(GEMM, hung).cubin
+
+    class Pool(_StandInPool):
+        def verify(self, request, timeout_s, ready_s=None):
+            if request.cubin == hung_cubin:
+                return {"ok": False, "kind": "timeout", "seconds": 4.0, "error": "no answer within 4.0 s"}
+            return super().verify(request, timeout_s)
+
+    phases: dict = {}
+    with KernelStage(EvalSettings(), gpu=True, pool=Pool(set(), {}, {}), phases=phases) as stage:
+        stage.add([KernelJob("hung", "gemm", hung, base)])
+        while "hung" not in stage.results:
+            stage.poll(timeout=0.05)  # settled before the last job comes in
+        stage.add([KernelJob("late", "gemm", variant(32, 8), base)])
+        results = stage.finish()
+    assert "timeout" in results["hung"].reason and results["late"].label == "pass"
+    assert phases["verifyTimeoutSeconds"] == phases["verifyTimeoutSecondsBeforeLastIn"] == pytest.approx(4.0)
+    assert "1 verifications ran to their time limit (4.0 s, 4.0 s of it while candidates still came in" in (
+        tail_summary(phases))
+    # No timeout, no such clause.
+    assert "while candidates" not in tail_summary({"verifyTimeouts": 0, "verifyTimeoutSecondsBeforeLastIn": 0.0})
+
+
+def test_the_part_of_a_span_before_a_mark():
+    from cudanalyst.runner.kernels.stage import spent_before
+
+    assert spent_before(10.0, 100.0, None) == 10.0  # no mark yet: all of it
+    assert spent_before(10.0, 100.0, 95.0) == 5.0  # began at 90, the mark at 95
+    assert spent_before(10.0, 100.0, 89.0) == 0.0  # began after the mark
+    assert spent_before(10.0, 100.0, 200.0) == 10.0  # the mark after its end
 
 
 @needs_nvcc

@@ -119,6 +119,11 @@ def next_group(ready: Sequence[tuple[str, str | None]], last_task: str | None) -
     return next((g for g in ready if g[0] == last_task), ready[0])
 
 
+def spent_before(seconds: float, ended: float, mark: float | None) -> float:
+    """How much of a span of `seconds` that ended at `ended` lay before `mark` (all of it without a mark) (pure)."""
+    return seconds if mark is None else min(seconds, max(0.0, mark - (ended - seconds)))
+
+
 def tail_summary(phases: dict[str, Any]) -> str:
     """The stage's own part of a run's tail, for its summary line: from the last candidate in to the end, split into
     timing and the compiles and verifications still running (timing waits for all of them), and the verifications
@@ -132,8 +137,10 @@ def tail_summary(phases: dict[str, Any]) -> str:
     limits = phases.get("verifyLimits") or {}
     span = (f"; limits {min(limits.values()):.1f}-{max(limits.values()):.1f} s over {len(limits)} tasks"
             if limits else "")
+    before = (f", {phases['verifyTimeoutSecondsBeforeLastIn']:.1f} s of it while candidates still came in"
+              if phases.get("verifyTimeouts") and "verifyTimeoutSecondsBeforeLastIn" in phases else "")
     return text + (f"{int(phases.get('verifyTimeouts', 0))} verifications ran to their time limit "
-                   f"({phases.get('verifyTimeoutSeconds', 0.0):.1f} s{span}), ")
+                   f"({phases.get('verifyTimeoutSeconds', 0.0):.1f} s{before}{span}), ")
 
 
 @functools.cache
@@ -216,8 +223,10 @@ class KernelStage:
     task when groups of a task are timed together); `fences` ("vmm" or "guards"), `fenceReruns` and `rebuiltTaskData`
     (fences.py), and what the fences' audits cost: `verifyAuditSeconds` (worker wall, within verifySeconds) and
     `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker);
-    `verifyTimeouts` / `verifyTimeoutSeconds` (verifications that ran to their time limit), `verifyLimits` (each
-    task's candidates' time limit), and what `finish()`
+    `verifyTimeouts` / `verifyTimeoutSeconds` (verifications that ran to their time limit) with
+    `verifyTimeoutSecondsBeforeLastIn` (the part of those seconds before the last job came in: in a whole run, a
+    hung candidate's spin beside the model server), `verifyLimits` (each task's candidates' time limit), and what
+    `finish()`
     took after the last job came in (`afterLastIn`, timing included: the part of a run's tail the kernel stage owns)
     with the longest verification that ended then (`afterLastInLongestVerify`): timing waits for every
     verification, so one hung candidate among the last holds the whole timing back by its time limit."""
@@ -404,6 +413,10 @@ class KernelStage:
                 self.phases["verifyTimeouts"] = self.phases.get("verifyTimeouts", 0) + 1
                 self.phases["verifyTimeoutSeconds"] = (self.phases.get("verifyTimeoutSeconds", 0.0)
                                                        + float(verdict["seconds"]))
+                # Its span ends about now (verdicts are taken as they come): the part of it before finish() began.
+                before = spent_before(float(verdict["seconds"]), time.monotonic(), self._finishing)
+                self.phases["verifyTimeoutSecondsBeforeLastIn"] = (
+                    self.phases.get("verifyTimeoutSecondsBeforeLastIn", 0.0) + before)
             if self._finishing is not None:
                 self.phases["afterLastInLongestVerify"] = max(self.phases.get("afterLastInLongestVerify", 0.0),
                                                               float(verdict["seconds"]))
