@@ -42,7 +42,10 @@ runs leave out; its server's line in the run's console says whether the store ha
 `runner-v1` and `runner-v2` are store's run with vLLM's model runner named (VLLM_USE_V2_MODEL_RUNNER 0 or 1: V2 draws
 every seeded request's noise in one kernel; our servers' default for the coder since 2026-12-07). `api2` is store's
 run on the spec with every local model's server fed by two API-server processes (`--api-server-count 2` in its
-`extraArgs`: the outputs' host work split, bench/servers_per_gpu.py's `1x2` in a whole run). Each run's
+`extraArgs`: the outputs' host work split, bench/servers_per_gpu.py's `1x2` in a whole run). `first3` is store's run
+with a brief first attempt of 3 s for the verifications that start while candidates still come in
+(CUDANALYST_FIRST_ATTEMPT_SECONDS=3, runner/cudanalyst/runner/kernels/limits.py: a hung candidate spins beside the
+model server for 3 s instead of its full limit, and is verified again after the LLM stage). Each run's
 table is the command's own (its clock starts at its process start; a staged run's two tables are added); the
 bench's clock (Popen to exit) is printed beside it.
 """
@@ -77,6 +80,7 @@ from cudanalyst.runfolder import (
     planner_text_key,
     run_store,
 )
+from cudanalyst.runner.kernels.limits import FIRST_ATTEMPT_ENV
 from cudanalyst.runner.llm.serving import API_SERVER_FLAGS
 from cudanalyst.runner.local.display import shard_summaries
 from cudanalyst.runner.local.executor import KernelStages, LaneServers, lanes_for, llm_stage_in_lanes, prepare
@@ -397,7 +401,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "no verification beside the model server), unseeded (as warm, with sampling.requestSeeds "
                         "false), store (a fresh folder and the store), runner-v1 and runner-v2 (as store, with "
                         "vLLM's model runner V1 or V2), api2 (as store, each local model's server fed by two "
-                        "API-server processes); default cold,warm")
+                        "API-server processes), first3 (as store, with a first attempt of 3 s for verifications "
+                        "beside the model server); default cold,warm")
     args = p.parse_args(argv)
     if args.serial_units < 0 or (args.units is not None and args.units < 1) or (args.rollouts or 1) < 1:
         p.error("--serial-units must be at least 0, --units and --rollouts at least 1")
@@ -424,10 +429,12 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ the user's clock
-USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2", "api2")
+USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2", "api2", "first3")
 # The A/B of vLLM's model runner (issue 32): each a `store` run whose command names the runner (V1 is vLLM 0.22's
 # default for the coder; ours is V2 since 2026-12-07, runner/cudanalyst/runner/llm/serving.py says why).
-RUNNER_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"}}
+RUNNER_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"},
+              # The A/B of a brief first attempt for verifications beside the model server (kernels/limits.py).
+              "first3": {FIRST_ATTEMPT_ENV: "3"}}
 STORE_RUNS = ("store", *RUNNER_ENV, "api2")
 
 

@@ -305,6 +305,27 @@ def test_the_runner_runs_are_store_runs_that_name_vllms_model_runner(tmp_path: P
     assert "runner-v2" in (err := capsys.readouterr().err) and CACHE_URI_ENV in err and not seen
 
 
+def test_the_first3_run_is_a_store_run_with_a_brief_first_attempt_beside_the_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--user-clock store,first3 (issue 32): the A/B of the first attempt (kernels/limits.py); first3's command
+    sets it, from an empty folder of its own and the store, and store's leaves it as the caller has it (unset)."""
+    from cudanalyst.runner.kernels.limits import FIRST_ATTEMPT_ENV, first_attempt_seconds
+    from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV, DIR_ENV
+
+    bench = _bench()
+    seen = _environments_seen(bench, monkeypatch)
+    monkeypatch.setenv(CACHE_URI_ENV, str(tmp_path / "store"))
+    monkeypatch.delenv(FIRST_ATTEMPT_ENV, raising=False)
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    assert bench.user_runs("store,first3") == ["store", "first3"]
+    for name in ("store", "first3"):
+        assert bench.run_as_user(spec, tmp_path, name, tmp_path / "warm-cache", None)["exit"] == 0
+    assert first_attempt_seconds(seen["runs-first3"]) == 3.0 and first_attempt_seconds(seen["runs-store"]) is None
+    assert seen["runs-first3"][CACHE_URI_ENV] == str(tmp_path / "store")
+    assert seen["runs-first3"][DIR_ENV] != seen["runs-store"][DIR_ENV]
+
+
 def test_each_user_clock_run_leaves_its_console_and_timings_beside_the_json_as_it_ends(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a device call brings back while the bench still runs (keep_running.sh's job-progress.tgz): a machine

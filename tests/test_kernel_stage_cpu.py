@@ -197,7 +197,7 @@ def test_a_time_limit_counts_from_the_candidate_s_own_runs_not_from_the_referenc
 
 
 def test_the_limit_s_base_is_the_baseline_s_own_runs():
-    from cudanalyst.runner.kernels.stage import LIMIT_FLOOR_S, LIMIT_MULTIPLE, own_seconds, time_limit
+    from cudanalyst.runner.kernels.limits import LIMIT_FLOOR_S, LIMIT_MULTIPLE, own_seconds, time_limit
 
     # The worker that verifies a task's baseline first also makes the task's float64 references (seconds on a
     # CPU for the large tasks): the harness's seconds, which must not multiply into every candidate's limit
@@ -289,7 +289,7 @@ def test_a_completion_without_code_is_a_fail_record_of_its_unit(tmp_path, monkey
 
 
 def test_time_limit_follows_the_reference_under_the_cap():
-    from cudanalyst.runner.kernels.stage import LIMIT_FLOOR_S, LIMIT_MULTIPLE, time_limit
+    from cudanalyst.runner.kernels.limits import LIMIT_FLOOR_S, LIMIT_MULTIPLE, time_limit
 
     assert time_limit(None, 60) == 60  # nothing measured yet: the spec's cap
     assert time_limit(0.05, 60) == LIMIT_FLOOR_S  # a fast reference: the floor
@@ -796,7 +796,8 @@ def test_candidates_get_a_limit_from_the_baseline_s_own_runs_and_the_cap_for_ref
     limit is 20 times its own 0.5 s, floored at 10 s, not the 60 s cap that 20 x 5 s would give; the references
     a candidate's worker may still have to make get the spec's cap, before the limit starts."""
     from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
-    from cudanalyst.runner.kernels.stage import LIMIT_FLOOR_S, KernelStage, tail_summary
+    from cudanalyst.runner.kernels.limits import LIMIT_FLOOR_S
+    from cudanalyst.runner.kernels.stage import KernelStage, tail_summary
 
     monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
     base = GEMM.baseline_source
@@ -848,3 +849,121 @@ def test_groups_of_one_task_are_timed_together_whatever_order_they_came_in(tmp_p
     order = [r.task for r in pool.requests]
     assert len(order) == 6
     assert order in (["gemm"] * 3 + ["atax"] * 3, ["atax"] * 3 + ["gemm"] * 3), order
+
+
+def test_the_first_attempt_s_setting_and_the_limit_a_verification_gets():
+    """Issue 32: the brief first attempt beside the model server is off unless the environment sets it; a bad value
+    names the variable; a verification started while candidates still come in gets it only when it is shorter."""
+    from cudanalyst.runner.kernels.limits import FIRST_ATTEMPT_ENV, attempt_limit, first_attempt_seconds
+
+    assert first_attempt_seconds({}) is None
+    for off in ("", " ", "0", "off", "OFF"):
+        assert first_attempt_seconds({FIRST_ATTEMPT_ENV: off}) is None
+    assert first_attempt_seconds({FIRST_ATTEMPT_ENV: "2.5"}) == 2.5
+    for bad in ("-1", "two", "nan", "inf"):
+        with pytest.raises(ValueError, match=f"{FIRST_ATTEMPT_ENV}='{bad}': expected a positive number"):
+            first_attempt_seconds({FIRST_ATTEMPT_ENV: bad})
+    assert attempt_limit(10.0, 2.0, all_in=False) == (2.0, True)
+    assert attempt_limit(10.0, 2.0, all_in=True) == (10.0, False)  # every candidate in: the server has stopped
+    assert attempt_limit(1.5, 2.0, all_in=False) == (1.5, False)  # the full limit is the briefer one
+    assert attempt_limit(10.0, None, all_in=False) == (10.0, False)  # off
+
+
+class _NeedsSecondsPool(_StandInPool):
+    """A stand-in whose candidates need given seconds of their own runs: under the limit asked they are correct,
+    over it the worker answers as for a kernel that has not returned (a timeout of the limit's seconds)."""
+
+    def __init__(self, needs: dict[bytes, float], finishing=None) -> None:
+        super().__init__(set(), {}, {})
+        self.needs, self.finishing = needs, finishing
+        self.asked: list[tuple[bytes, float]] = []
+        self.lock = threading.Lock()
+
+    def verify(self, request, timeout_s, ready_s=None):
+        need = self.needs.get(request.cubin)
+        if need is None:  # a reference
+            return super().verify(request, timeout_s)
+        with self.lock:
+            self.asked.append((request.cubin, timeout_s))
+        if need > timeout_s:
+            if self.finishing is not None:
+                self.finishing()  # hold the answer until the stage's finish() has begun
+            return {"ok": False, "kind": "timeout", "seconds": timeout_s, "error": f"no answer within {timeout_s} s"}
+        return {**super().verify(request, timeout_s), "seconds": need}
+
+
+@needs_nvcc
+def test_a_first_attempt_that_runs_out_is_verified_again_with_the_full_limit_once_every_candidate_is_in(
+        tmp_path, monkeypatch):
+    """Issue 32: beside the model server a verification gets a brief first attempt. One that runs out of it is no
+    verdict: once every candidate is in (the server stopped) it runs again with its full limit, so a slow but correct
+    candidate still passes and a hung one is a timeout at its full limit, as without first attempts. A verification
+    that starts once every candidate is in gets its full limit at once."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.limits import LIMIT_FLOOR_S
+    from cudanalyst.runner.kernels.stage import KernelStage, tail_summary
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    quick, slow, hung, late = variant(32, 8), variant(8, 32), variant(4, 64), variant(64, 4)
+    cubin = {src: compile_task_source(GEMM, src).cubin for src in (quick, slow, hung, late)}
+    pool = _NeedsSecondsPool({cubin[quick]: 0.5, cubin[slow]: 4.0, cubin[hung]: 1e9, cubin[late]: 3.0})
+    phases: dict = {}
+    with KernelStage(EvalSettings(), gpu=True, pool=pool, phases=phases, first_attempt_s=2.0) as stage:
+        stage.add([KernelJob(k, "gemm", src, base) for k, src in (("quick", quick), ("slow", slow), ("hung", hung))])
+        deadline = time.monotonic() + 120
+        while phases.get("verifyDeferred", 0) < 2 or "quick" not in stage.verdicts:  # every first attempt over
+            assert time.monotonic() < deadline, "the first attempts never ended"
+            stage.poll(timeout=0.05)
+        assert "slow" not in stage.results and "hung" not in stage.results  # ran out: no verdict, no record
+        stage.add([KernelJob("late", "gemm", late, base)])
+        results = stage.finish()
+    assert results["quick"].label in ("pass", "fast") and results["slow"].label in ("pass", "fast")
+    assert results["late"].label in ("pass", "fast")
+    assert results["hung"].label == "compile" and "timeout" in results["hung"].reason
+    asked = {src: [t for c, t in pool.asked if c == cubin[src]] for src in (quick, slow, hung, late)}
+    assert asked[quick] == [2.0]
+    assert asked[slow] == asked[hung] == [2.0, LIMIT_FLOOR_S]  # the first attempt, then the full limit
+    assert asked[late] == [LIMIT_FLOOR_S]  # began once every candidate was in
+    assert phases["verifyDeferred"] == 2 and phases["verifyDeferredSeconds"] == pytest.approx(4.0)
+    assert phases["verifyTimeouts"] == 1 and phases["verifyTimeoutSeconds"] == pytest.approx(LIMIT_FLOOR_S)
+    assert phases["verifications"] == 6  # the first attempts are worker time too
+    line = tail_summary(phases)
+    assert "1 verifications ran to their time limit (10.0 s" in line
+    assert ("2 first attempts of 2.0 s ran out while candidates still came in (4.0 s) and were verified again with "
+            "their full limit") in line
+
+
+@needs_nvcc
+def test_a_first_attempt_that_runs_out_after_every_candidate_is_in_runs_again_at_once(tmp_path, monkeypatch):
+    """Issue 32: a first attempt began while candidates still came in, and its answer came after finish() began:
+    it is verified again at once with its full limit, not held for a later flush that never comes."""
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.limits import LIMIT_FLOOR_S
+    from cudanalyst.runner.kernels.stage import KernelStage
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    slow = variant(8, 32)
+    slow_cubin = compile_task_source(GEMM, slow).cubin
+    stage_box: list = []
+
+    def until_finishing() -> None:
+        deadline = time.monotonic() + 60
+        while stage_box[0]._finishing is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+    pool = _NeedsSecondsPool({slow_cubin: 4.0}, finishing=until_finishing)
+    phases: dict = {}
+    with KernelStage(EvalSettings(), gpu=True, pool=pool, phases=phases, first_attempt_s=2.0) as stage:
+        stage_box.append(stage)
+        stage.add([KernelJob("slow", "gemm", slow, base)])
+        deadline = time.monotonic() + 120
+        while not pool.asked:  # its first attempt has begun, before finish()
+            assert time.monotonic() < deadline, "the first attempt never began"
+            stage.poll(timeout=0.05)
+        results = stage.finish()
+    assert results["slow"].label in ("pass", "fast")
+    assert [t for _, t in pool.asked] == [2.0, LIMIT_FLOOR_S]
+    assert phases["verifyDeferred"] == 1 and "verifyTimeouts" not in phases

@@ -158,3 +158,15 @@ def test_a_pass_with_every_candidate_written_needs_no_model(tmp_path):
     assert llm_units_left(planned) == 1 and stage_to_run(planned, "all") == "all"
     with pytest.raises(PlanError, match="no-such-model"):
         prepare(run)
+
+
+def test_a_bad_first_attempt_setting_is_named_before_work(tmp_path):
+    import os
+
+    from cudanalyst.runner.kernels.limits import FIRST_ATTEMPT_ENV
+
+    res = subprocess.run([sys.executable, "-m", "cudanalyst", "run", str(spec_file(tmp_path)), "--output",
+                          str(tmp_path / "runs")], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, FIRST_ATTEMPT_ENV: "soon"})
+    assert res.returncode == 2 and f"{FIRST_ATTEMPT_ENV}='soon'" in res.stderr, res.stderr
+    assert not (tmp_path / "runs").exists()  # nothing written

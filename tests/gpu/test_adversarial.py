@@ -270,3 +270,34 @@ def test_a_hung_kernel_s_limit_counts_from_its_own_runs_not_from_the_task_s_refe
         assert limit <= took < limit + 60, took  # the limit, its references, a worker's replacement at most
     print(f"mg_resid: references {made:.2f} s, the baseline's own runs {own:.2f} s; the hung candidate "
           f"killed after {took:.2f} s (limit {limit:g} s from its own first step)")
+
+
+def test_a_first_attempt_beside_the_server_changes_no_verdict():
+    """Issue 32: while candidates still come in (a whole run's LLM stage), a verification gets a brief first attempt
+    (kernels/limits.py). A hung candidate and a slow but correct one (each launch spins about 0.4 s) both run out
+    of a 0.5 s first attempt; once every candidate is in they are verified again with their full limit: the slow
+    one passes, the hung one is a timeout, as without first attempts, and one pool serves it all."""
+    import time
+
+    from cudanalyst.runner.kernels.stage import KernelStage
+
+    hung = ADVERSARIES["never-terminates"][0]
+    slow = BASE.replace("if (j < N) {", "long long t0 = clock64(); while (clock64() - t0 < 800000000LL) { }\n"
+                        "    if (j < N) {")
+    assert slow != BASE
+    phases: dict = {}
+    began = time.monotonic()
+    with KernelStage(EvalSettings(correctness_trials=3), gpu=True, phases=phases, first_attempt_s=0.5) as stage:
+        stage.add([KernelJob("hung", "atax", hung, BASE), KernelJob("slow", "atax", slow, BASE)])
+        while phases.get("verifyDeferred", 0) < 2:  # both first attempts over, before the last candidate comes in
+            assert time.monotonic() - began < 300, phases
+            stage.poll(timeout=0.1)
+        stage.add([KernelJob("honest", "atax", BASE + "\n// a copy\n", BASE)])
+        results = stage.finish()
+    assert results["slow"].label == "pass", results["slow"].reason
+    assert results["honest"].label in ("pass", "fast"), results["honest"].reason
+    assert results["hung"].label == "compile" and "no result within" in results["hung"].reason, results["hung"].reason
+    assert phases["verifyDeferred"] == 2 and phases["verifyTimeouts"] == 1
+    assert phases["verifyTimeoutSeconds"] >= phases["verifyLimits"]["atax"] > 0.5  # the full limit, not the brief one
+    print(f"first attempts {phases['verifyDeferredSeconds']:.2f} s; the hung candidate's full limit "
+          f"{phases['verifyLimits']['atax']:.1f} s ({phases['verifyTimeoutSeconds']:.1f} s)")

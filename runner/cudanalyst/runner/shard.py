@@ -33,6 +33,7 @@ from cudanalyst.outcomes import UnitOutcome, unit_identity
 from cudanalyst.plan import Unit, shard_units
 from cudanalyst.planned_run import PlanError, PlannedRun
 from cudanalyst.runfolder import feedback_key, run_secret
+from cudanalyst.runner.kernels.limits import first_attempt_seconds
 from cudanalyst.runner.llm.client import ClientSettings
 from cudanalyst.runner.llm.credentials import CredentialError, check_keys, forget_keys, read_keys
 from cudanalyst.runner.llm.model_servers import StageSettings
@@ -226,8 +227,10 @@ def run_kernel_stage(run: AttributionRun, programs: dict[str, FrozenProgram], un
         nice = SIDE_JOB_NICE if follow is not None else 0
         # The inputs derive from the run folder's secret (written when the run started), never from the spec.
         secret = run_secret(store.store, run.spec.evaluation)
+        # A brief first attempt is for verifications beside the model server only (limits.py): off unless set.
+        first_attempt_s = first_attempt_seconds(os.environ) if follow is not None else None
         with kernels.KernelStage(run.spec.evaluation, on_outcome=store_outcome, phases=phases,
-                                 nice=nice, secret=secret) as stage:
+                                 nice=nice, secret=secret, first_attempt_s=first_attempt_s) as stage:
             while True:
                 over = follow is None or follow()  # asked before listing: nothing stored after it is missed
                 stage.add(new_jobs())

@@ -13,7 +13,9 @@
    is a multiple of its task baseline's verification time (the baseline's own runs, without the task's
    references its worker made first), with a floor, and the spec's `timeoutSeconds` as the cap; it counts
    from the candidate's own first step, once the references are ready, so a kernel that never terminates
-   costs seconds, not a minute.
+   costs seconds, not a minute. With a first attempt (limits.py), a verification started while candidates
+   still come in gets a briefer limit, and one that runs out of it is verified again with its full limit
+   once every candidate is in.
 5. Once every compile and verification is over, the correct candidates are timed with the GPU alone,
    in interleaved trials beside their reference (timing.py): the frozen program when it verified
    correct, else the task baseline (the record's `reference` says which). A candidate whose timed
@@ -45,6 +47,7 @@ from cudanalyst.runner.kernels.compile.nvcc import (
     task_translation_unit,
 )
 from cudanalyst.runner.kernels.feedback.reports import frozen_program_reports
+from cudanalyst.runner.kernels.limits import attempt_limit, own_seconds, time_limit
 from cudanalyst.runner.kernels.timing.trials import speedup
 from cudanalyst.runner.kernels.verify.verdicts import VerdictCache, verify_once
 from cudanalyst.runner.kernels.workers.pool import WorkerPool
@@ -59,8 +62,6 @@ from cudanalyst.tasks import Task, UnknownTaskError, get_task
 from cudanalyst.tasks.conformance import contract_problems
 from cudanalyst.tasks.source_text import same_code
 
-LIMIT_FLOOR_S = 10.0  # a candidate's verification time limit is never below this ...
-LIMIT_MULTIPLE = 20.0  # ... and otherwise this many times the task baseline's own verification runs
 CANDIDATES_PER_COMPARISON = 8  # candidates timed in one request beside their reference
 # A candidate whose fastest warm-up launch is this many times slower than its references' slowest is not timed
 # further (timing/trials.py, too_slow): fast needs 1 + fastTolerance the other way, so its label cannot change.
@@ -95,22 +96,6 @@ def label_for(correct: bool, speedup_vs_reference: float | None, fast_tolerance:
     return Label.PASS
 
 
-def time_limit(reference_seconds: float | None, cap: float) -> float:
-    """A candidate's verification time limit: a multiple of its reference's, with a floor, under the cap (pure)."""
-    if reference_seconds is None or reference_seconds <= 0:
-        return cap
-    return min(cap, max(LIMIT_FLOOR_S, LIMIT_MULTIPLE * reference_seconds))
-
-
-def own_seconds(verdict: dict[str, Any] | None) -> float | None:
-    """A correct verdict's seconds without those its worker spent making the task's inputs and references
-    (`referenceSeconds`: the harness's, once per task and seed): what a candidate's own runs are limited by
-    (pure). None for no verdict, a wrong one, or one without seconds."""
-    if not verdict or not verdict.get("correct") or "seconds" not in verdict:
-        return None
-    return max(0.0, float(verdict["seconds"]) - float(verdict.get("referenceSeconds", 0.0)))
-
-
 def next_group(ready: Sequence[tuple[str, str | None]], last_task: str | None) -> tuple[str, str | None]:
     """The next group (task, frozen source) to time: a ready one of the task timed last, else the first ready
     (pure). The timing worker keeps only a few tasks' data on the GPU (trials.py, _task_data), and groups are
@@ -127,7 +112,8 @@ def spent_before(seconds: float, ended: float, mark: float | None) -> float:
 def tail_summary(phases: dict[str, Any]) -> str:
     """The stage's own part of a run's tail, for its summary line: from the last candidate in to the end, split into
     timing and the compiles and verifications still running (timing waits for all of them), and the verifications
-    that ran to their time limit (issue 32: what a tail is made of, on every run's console) (pure)."""
+    that ran to their time limit, and the first attempts that ran out, when there were first attempts (issue 32:
+    what a tail is made of, on every run's console) (pure)."""
     text = ""
     if "afterLastIn" in phases:
         after, timing = phases["afterLastIn"], phases.get("timing", 0.0)
@@ -139,8 +125,11 @@ def tail_summary(phases: dict[str, Any]) -> str:
             if limits else "")
     before = (f", {phases['verifyTimeoutSecondsBeforeLastIn']:.1f} s of it while candidates still came in"
               if phases.get("verifyTimeouts") and "verifyTimeoutSecondsBeforeLastIn" in phases else "")
+    first = (f"{int(phases.get('verifyDeferred', 0))} first attempts of {phases['firstAttemptSeconds']:.1f} s ran "
+             f"out while candidates still came in ({phases.get('verifyDeferredSeconds', 0.0):.1f} s) and were "
+             "verified again with their full limit, " if "firstAttemptSeconds" in phases else "")
     return text + (f"{int(phases.get('verifyTimeouts', 0))} verifications ran to their time limit "
-                   f"({phases.get('verifyTimeoutSeconds', 0.0):.1f} s{before}{span}), ")
+                   f"({phases.get('verifyTimeoutSeconds', 0.0):.1f} s{before}{span}), {first}")
 
 
 @functools.cache
@@ -225,21 +214,30 @@ class KernelStage:
     `timingAuditSeconds` (GPU time, one audit timed alone times the audits made, within timingWorker);
     `verifyTimeouts` / `verifyTimeoutSeconds` (verifications that ran to their time limit) with
     `verifyTimeoutSecondsBeforeLastIn` (the part of those seconds before the last job came in: in a whole run, a
-    hung candidate's spin beside the model server), `verifyLimits` (each task's candidates' time limit), and what
-    `finish()`
-    took after the last job came in (`afterLastIn`, timing included: the part of a run's tail the kernel stage owns)
+    hung candidate's spin beside the model server), `verifyLimits` (each task's candidates' time limit),
+    `firstAttemptSeconds` with `verifyDeferred` / `verifyDeferredSeconds` (first attempts that ran out, each verified
+    again with its full limit: not verdicts, and not among the timeouts), and what `finish()` took after the last
+    job came in (`afterLastIn`, timing included: the part of a run's tail the kernel stage owns)
     with the longest verification that ended then (`afterLastInLongestVerify`): timing waits for every
     verification, so one hung candidate among the last holds the whole timing back by its time limit."""
 
     def __init__(self, settings: Any, *, gpu: bool | None = None, pool: WorkerPool | None = None,
                  on_outcome: Callable[[UnitOutcome], None] | None = None,
-                 phases: dict[str, float] | None = None, nice: int = 0, secret: int | None = None) -> None:
+                 phases: dict[str, float] | None = None, nice: int = 0, secret: int | None = None,
+                 first_attempt_s: float | None = None) -> None:
         """`nice` > 0: nvcc and the GPU workers at a lower CPU priority (beside a model server). `secret`: the
         run's (runfolder.run_secret), which every input derives from; without one (and no fixed `seed` in the
-        settings) a fresh secret is drawn, so nobody can know the inputs in advance either way."""
+        settings) a fresh secret is drawn, so nobody can know the inputs in advance either way.
+        `first_attempt_s`: the limit of a candidate's verification started before finish() (beside a model
+        server), where it is under the full limit; one that runs out of it is verified again with its full limit
+        once finish() begins (limits.py). None: every verification gets its full limit at once."""
         self.phases: dict[str, Any] = {} if phases is None else phases
         self.started = time.monotonic()
         self._finishing: float | None = None  # when finish() began: every job is in
+        self.first_attempt_s = first_attempt_s
+        self._deferred: list[KernelJob] = []  # out of their first attempt, verified again once finish() begins
+        if first_attempt_s is not None:
+            self.phases["firstAttemptSeconds"] = first_attempt_s
         self.cfg = EvalSettings.of(settings)
         self.seeds = seeds_for(self.cfg, secret)
         self.on_outcome = on_outcome
@@ -369,8 +367,9 @@ class KernelStage:
                         if (verify := self._after_compile(job, fut.result())) is not None:
                             self.by_future[verify] = [("verify", job)]
                             pending.add(verify)
-                    else:
-                        self._after_verify(job, fut.result())
+                    elif (again := self._after_verify(job, fut.result())) is not None:
+                        self.by_future[again] = [("verify", job)]
+                        pending.add(again)
             if deadline is not None and time.monotonic() >= deadline:
                 break
         return len(self.by_future)
@@ -394,21 +393,46 @@ class KernelStage:
             self._emit(job, Label.COMPILE, Label.COMPILE, resources=_resources(c),
                        reason=f"compiled; not run: {self.no_gpu_reason}; pass and fast were not evaluated")
         else:
-            task = self.tasks[job.key]
-            request = verify_request(task, c.cubin, self.cfg, self.seeds)
-            return self.verifier.submit(lambda: verify_once(self.pool, self.stored, request, self._limit(task),
-                                                            self.cfg.timeout_seconds))
+            return self.verifier.submit(self._verify, job)
         return None
 
-    def _after_verify(self, job: KernelJob, verdict: dict[str, Any]) -> None:
+    def _verify(self, job: KernelJob) -> dict[str, Any]:
+        """A candidate's verification (in a verifier thread), with the limit of the moment it starts: a first
+        attempt's while candidates still come in, else its full limit. A first attempt that ran out says so
+        (`firstAttempt`), and its job is verified again (_after_verify)."""
+        task = self.tasks[job.key]
+        cubin = self.compiled[job.key].cubin
+        assert cubin is not None  # only a job that compiled is verified
+        limit, brief = attempt_limit(self._limit(task), self.first_attempt_s, self._finishing is not None)
+        verdict = verify_once(self.pool, self.stored, verify_request(task, cubin, self.cfg, self.seeds), limit,
+                              self.cfg.timeout_seconds)
+        return {**verdict, "firstAttempt": True} if brief and verdict.get("kind") == "timeout" else verdict
+
+    def _again(self, job: KernelJob) -> Future[Any] | None:
+        """A job out of its first attempt: verified again with its full limit now if every job is in, else once
+        finish() begins (the model server has stopped by then)."""
+        if self._finishing is None:
+            self._deferred.append(job)
+            return None
+        return self.verifier.submit(self._verify, job)
+
+    def _after_verify(self, job: KernelJob, verdict: dict[str, Any]) -> Future[Any] | None:
+        """Record a verification; return the verification it starts again, if any (a first attempt ran out)."""
         self.phases["verifiedBefore"] = self.phases.get("verifiedBefore", 0) + (1 if verdict.get("cached") else 0)
         if "fences" in verdict:
             self.phases["fences"] = verdict["fences"]
-        if not verdict.get("cached") and "seconds" in verdict:
+        spent = not verdict.get("cached") and "seconds" in verdict  # a worker's run, not a stored verdict
+        if spent:
             self.phases["verifications"] = self.phases.get("verifications", 0) + 1
             self.phases["verifySeconds"] = self.phases.get("verifySeconds", 0.0) + float(verdict["seconds"])
             self.phases["verifyAuditSeconds"] = (self.phases.get("verifyAuditSeconds", 0.0)
                                                  + float(verdict.get("auditSeconds", 0.0)))
+        if verdict.get("firstAttempt"):  # not a verdict: the job runs again with its full limit
+            self.phases["verifyDeferred"] = self.phases.get("verifyDeferred", 0) + 1
+            self.phases["verifyDeferredSeconds"] = (self.phases.get("verifyDeferredSeconds", 0.0)
+                                                    + float(verdict.get("seconds", 0.0)))
+            return self._again(job)
+        if spent:
             if verdict.get("kind") == "timeout":
                 self.phases["verifyTimeouts"] = self.phases.get("verifyTimeouts", 0) + 1
                 self.phases["verifyTimeoutSeconds"] = (self.phases.get("verifyTimeoutSeconds", 0.0)
@@ -423,10 +447,11 @@ class KernelStage:
         if verdict.get("ok") and verdict.get("correct"):
             self.correct.append(job)
             self.verdicts[job.key] = verdict
-            return
+            return None
         why = str(verdict.get("reason")) if verdict.get("ok") else f"{verdict.get('kind')}: {verdict.get('error')}"
         self._emit(job, Label.COMPILE, Label.FAST, why, resources=_resources(self.compiled[job.key]),
                    gpu_seconds=float(verdict.get("seconds", 0.0)))
+        return None
 
     # ---- timing ---------------------------------------------------------------------------------
 
@@ -439,6 +464,9 @@ class KernelStage:
         made that convoy take 75 s of wall for 22 s of timing. Verification runs on several workers at once
         and decides which groups are complete; timing fills the gaps while nvcc works through its backlog."""
         self._finishing = time.monotonic()
+        for job in self._deferred:  # out of their first attempt beside the server: their full limit now
+            self.by_future[self.verifier.submit(self._verify, job)] = [("verify", job)]
+        self._deferred = []
         groups: dict[tuple[str, str | None], list[KernelJob]] = {}
         for key in sorted(self.order, key=self.order.__getitem__):  # the jobs that went to nvcc, in arrival order
             job = self.jobs[key]

@@ -44,6 +44,7 @@ from cudanalyst.runfolder import (
     write_start,
 )
 from cudanalyst.runner import lifeline
+from cudanalyst.runner.kernels.limits import first_attempt_seconds
 from cudanalyst.runner.llm.client import warming
 from cudanalyst.runner.llm.compile_cache import SWITCH_ENV as COMPILE_CACHE_SWITCH
 from cudanalyst.runner.llm.credentials import CredentialError, check_keys, key_names, read_keys
@@ -422,8 +423,13 @@ def write_spec_file(run: AttributionRun, folder: str, name: str = "spec.json") -
 def check_set_up(run: AttributionRun, stage: str) -> None:
     """What this machine must have installed for the stage, named before any work starts: for models served
     here, vLLM (installed apart from the extras; the runner's own extra is named by cudanalyst.entrypoints,
-    exit 2, when this module cannot be imported without it)."""
+    exit 2, when this module cannot be imported without it), and the environment's settings of the kernel stage."""
     import importlib.util
+
+    try:  # read again by each kernel stage's shard: a bad value stops the run here, not in a shard's log
+        first_attempt_seconds(os.environ)
+    except ValueError as exc:
+        raise RunInputError(str(exc)) from None
 
     models = (run.spec.models.planner, run.spec.models.resolved_coder, run.spec.models.resolved_summarizer)
     if stage != "kernels" and any(m.serve == "local" for m in models) and importlib.util.find_spec("vllm") is None:
