@@ -45,7 +45,9 @@ run on the spec with every local model's server fed by two API-server processes 
 `extraArgs`: the outputs' host work split, bench/servers_per_gpu.py's `1x2` in a whole run). `first3` is store's run
 with a brief first attempt of 3 s for the verifications that start while candidates still come in
 (CUDANALYST_FIRST_ATTEMPT_SECONDS=3, runner/cudanalyst/runner/kernels/limits.py: a hung candidate spins beside the
-model server for 3 s instead of its full limit, and is verified again after the LLM stage). Each run's
+model server for 3 s instead of its full limit, and is verified again after the LLM stage). `servers2` is store's run
+with two model servers on each GPU (`--servers-per-gpu 2`: started together, each with half of the model's GPU
+memory and of the running sequences, the GPU's shards dealt over them). Each run's
 table is the command's own (its clock starts at its process start; a staged run's two tables are added); the
 bench's clock (Popen to exit) is printed beside it.
 """
@@ -206,7 +208,7 @@ def runner_lines(folder: str, stage: str) -> list[str]:
     return [f"{name}: {text}" for name, text in shard_summaries(Path(folder), stage)]
 
 
-def run_pipeline(run: AttributionRun, lanes: list[Lane], served: dict[int, AttributionRun], folder: str,
+def run_pipeline(run: AttributionRun, lanes: list[Lane], served: dict[int, list[AttributionRun]], folder: str,
                  side: Side) -> None:
     """What `cudanalyst run --gpus G` does: per lane (GPU), the kernel stage of its shards in one process,
     started beside the lane's shards' LLM stage, compiling and verifying as candidates come, timing once the
@@ -402,7 +404,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "false), store (a fresh folder and the store), runner-v1 and runner-v2 (as store, with "
                         "vLLM's model runner V1 or V2), api2 (as store, each local model's server fed by two "
                         "API-server processes), first3 (as store, with a first attempt of 3 s for verifications "
-                        "beside the model server); default cold,warm")
+                        "beside the model server), servers2 (as store, two model servers on each GPU); default "
+                        "cold,warm")
     args = p.parse_args(argv)
     if args.serial_units < 0 or (args.units is not None and args.units < 1) or (args.rollouts or 1) < 1:
         p.error("--serial-units must be at least 0, --units and --rollouts at least 1")
@@ -429,13 +432,15 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ the user's clock
-USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2", "api2", "first3")
+USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2", "api2", "first3", "servers2")
 # The A/B of vLLM's model runner (issue 32): each a `store` run whose command names the runner (V1 is vLLM 0.22's
 # default for the coder; ours is V2 since 2026-12-07, runner/cudanalyst/runner/llm/serving.py says why).
 RUNNER_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"},
               # The A/B of a brief first attempt for verifications beside the model server (kernels/limits.py).
               "first3": {FIRST_ATTEMPT_ENV: "3"}}
-STORE_RUNS = ("store", *RUNNER_ENV, "api2")
+# The A/B of two model servers sharing each GPU (`cudanalyst run --servers-per-gpu 2`): the arguments of its command.
+RUN_ARGS = {"servers2": ["--servers-per-gpu", "2"]}
+STORE_RUNS = ("store", *RUNNER_ENV, "api2", *RUN_ARGS)
 
 
 def user_runs(text: str) -> list[str]:
@@ -473,8 +478,8 @@ def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: 
     the kernel stage's GPU workers slow generation?). Each from a new run folder and nvcc cache, with the vLLM
     compile cache in `vllm_cache`."""
     if name in STORE_RUNS:  # a folder of its own, empty: what the run finds comes from the store
-        return _user_command(spec_file, work, name, name, work / f"vllm-cache-{name}", gpus, [], keep_store=True,
-                             env=RUNNER_ENV.get(name))
+        return _user_command(spec_file, work, name, name, work / f"vllm-cache-{name}", gpus, RUN_ARGS.get(name, []),
+                             keep_store=True, env=RUNNER_ENV.get(name))
     if name != "staged":
         return _user_command(spec_file, work, name, name, vllm_cache, gpus, [])
     llm = _user_command(spec_file, work, "staged", "staged-llm", vllm_cache, gpus, ["--stage", "llm", "--no-report"])
@@ -680,9 +685,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             store = prepare(with_output(base, side_run.spec.output.uri)).store
             folder = logs / f"pipeline-{count or 0}gpu"
             folder.mkdir()
-            served = {lane.index: with_output(servers.served[lane.index], side_run.spec.output.uri) for lane in lanes}
-            served = {i: r.model_copy(update={"spec": r.spec.model_copy(update={"resources": local.spec.resources})})
-                      for i, r in served.items()}
+            served = {lane.index: [with_output(r, side_run.spec.output.uri) for r in servers.served[lane.index]]
+                      for lane in lanes}
+            served = {i: [r.model_copy(update={"spec": r.spec.model_copy(update={"resources": local.spec.resources})})
+                          for r in runs] for i, runs in served.items()}
             with compile_cache(work / f"cache-pipeline-{count or 0}gpu"):
                 run_pipeline(side_run, lanes, served, str(folder), side)
             side.notes += runner_lines(str(folder), "llm") + runner_lines(str(folder), "kernels")
@@ -700,7 +706,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             serial = Side("serial")
             serial_run = with_output(base, str(work / "serial"))
             with compile_cache(work / "cache-serial"):
-                SerialPipeline(with_output(servers.served[lanes_all[0].index], serial_run.spec.output.uri),
+                SerialPipeline(with_output(servers.served[lanes_all[0].index][0], serial_run.spec.output.uri),
                                serial_units, gpu).run_all(serial)
             serial.labels = label_counts(run_store(serial_run))
             print(f"serial: {serial.units} units in {serial.seconds:.1f} s", flush=True)

@@ -326,6 +326,31 @@ def test_the_first3_run_is_a_store_run_with_a_brief_first_attempt_beside_the_ser
     assert seen["runs-first3"][DIR_ENV] != seen["runs-store"][DIR_ENV]
 
 
+def test_the_servers2_run_is_a_store_run_with_two_servers_on_each_gpu(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """--user-clock store,servers2 (issue 32): servers2's command asks for two model servers on each GPU, from an
+    empty folder of its own and the store; store's command does not."""
+    from cudanalyst.runner.llm.compile_cache import CACHE_URI_ENV
+
+    bench = _bench()
+    commands: dict[str, list[str]] = {}
+
+    def fake_run(cmd, stdout, stderr, stdin, env):
+        commands[Path(cmd[cmd.index("--output") + 1]).name] = cmd
+        assert env[CACHE_URI_ENV] == str(tmp_path / "store")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setenv(CACHE_URI_ENV, str(tmp_path / "store"))
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    assert bench.user_runs("store,servers2") == ["store", "servers2"]
+    for name in ("store", "servers2"):
+        assert bench.run_as_user(spec, tmp_path, name, tmp_path / "warm-cache", None)["exit"] == 0
+    assert commands["runs-servers2"][-2:] == ["--servers-per-gpu", "2"]
+    assert "--servers-per-gpu" not in commands["runs-store"]
+
+
 def test_each_user_clock_run_leaves_its_console_and_timings_beside_the_json_as_it_ends(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a device call brings back while the bench still runs (keep_running.sh's job-progress.tgz): a machine

@@ -332,3 +332,36 @@ def test_a_gpu_servers_engine_is_forked_unless_the_environment_says_otherwise(mo
     assert "VLLM_WORKER_MULTIPROC_METHOD" not in platform_defaults(ModelSpec(model="/m"), cpu=True)[1]
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # a user's (or the bench's) choice stays theirs
     assert platform_defaults(ModelSpec(model="/m"), cpu=False)[1] == {}
+
+
+def test_each_of_several_servers_on_a_gpu_gets_its_share_and_a_kv_cache_of_a_fixed_size(tmp_path):
+    """Issue 32: K servers of a model started together on one GPU. Each gets its share of the model's GPU memory and
+    of the running sequences, and a KV cache of a fixed size (a profile of the GPU's memory would count the other
+    servers' loading as its own): its share less the weights and the headroom. What the spec decides stays."""
+    from cudanalyst.runner.llm.serving import (
+        GPU_MAX_NUM_SEQS,
+        KV_CACHE_FLAG,
+        SHARED_GPU_HEADROOM_BYTES,
+        ServingError,
+        platform_defaults,
+        sharing_gpu,
+        weights_bytes,
+    )
+
+    gib = 1 << 30
+    spec = ModelSpec(model="m", serve="local", gpu_memory_utilization=0.5)
+    assert sharing_gpu(spec, 1, 80 * gib, 3 * gib) is spec  # one server: the spec as it is
+    two = sharing_gpu(spec, 2, 80 * gib, 3 * gib)
+    assert two.gpu_memory_utilization == 0.25
+    kv = 20 * gib - 3 * gib - SHARED_GPU_HEADROOM_BYTES
+    assert two.extra_args == ["--max-num-seqs", str(GPU_MAX_NUM_SEQS // 2), KV_CACHE_FLAG, str(kv)]
+    assert platform_defaults(two, cpu=False)[0] == []  # its own batch bound, not the GPU default on top
+    own = spec.model_copy(update={"extra_args": ["--max-num-seqs=64", f"{KV_CACHE_FLAG}=1000000000"]})
+    assert sharing_gpu(own, 2, 80 * gib, 3 * gib).extra_args == own.extra_args  # the spec's own say stays
+    assert sharing_gpu(spec, 2, None, 3 * gib).extra_args == []  # no GPU (vLLM's CPU build): the share only
+    with pytest.raises(ServingError, match="4 servers of m on one GPU of 24 GiB.*raise gpuMemoryUtilization"):
+        sharing_gpu(spec, 4, 24 * gib, 3 * gib)  # 3 GiB a server: nothing left for a KV cache
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"x" * 300)
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"x" * 200)
+    (tmp_path / "tokenizer.json").write_bytes(b"x" * 999)
+    assert weights_bytes(str(tmp_path)) == 500

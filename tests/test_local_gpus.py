@@ -25,8 +25,10 @@ from cudanalyst.runner.local.gpus import (
     count_from_smi,
     local_shard_count,
     make_lanes,
+    memory_from_smi,
     parse_visible,
     requested_count,
+    split_shards,
     visible_gpus,
 )
 
@@ -94,9 +96,21 @@ def test_every_shard_goes_to_exactly_one_lane_and_the_lanes_are_even(gpus, asked
 
 def test_each_lane_s_servers_have_a_vllm_cache_of_their_own():
     lanes = make_lanes(2, ["0", "1"])
-    caches = [vllm_cache(lane, {"VLLM_CACHE_ROOT": "/c"})["VLLM_CACHE_ROOT"] for lane in lanes]
+    caches = [vllm_cache(lane.name, {"VLLM_CACHE_ROOT": "/c"})["VLLM_CACHE_ROOT"] for lane in lanes]
     assert caches == ["/c/gpu0", "/c/gpu1"]
-    assert vllm_cache(lanes[1], {"XDG_CACHE_HOME": "/x"}) == {"VLLM_CACHE_ROOT": "/x/vllm/gpu1"}
+    assert vllm_cache(lanes[1].name, {"XDG_CACHE_HOME": "/x"}) == {"VLLM_CACHE_ROOT": "/x/vllm/gpu1"}
+
+
+def test_a_lane_s_shards_are_dealt_over_its_servers_and_a_gpu_s_memory_is_read():
+    assert split_shards((0, 2, 4, 6), 2) == [(0, 4), (2, 6)]
+    assert split_shards((1, 3, 5), 2) == [(1, 5), (3,)]
+    assert split_shards((0, 1), 1) == [(0, 1)]
+    with pytest.raises(ValueError, match="2 model servers per GPU need at least as many shards per GPU, and a lane has 1"):
+        split_shards((0,), 2)
+    with pytest.raises(ValueError, match="at least 1"):
+        split_shards((0,), 0)
+    assert memory_from_smi("81559\n") == 81559 << 20 and memory_from_smi("[N/A]\n") is None
+    assert memory_from_smi("") is None
 
 
 def test_uneven_shards_are_refused_rather_than_one_gpu_getting_more():

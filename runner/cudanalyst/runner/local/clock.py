@@ -143,6 +143,9 @@ def llm_lines(llm: dict[str, Any], server: dict[str, Any]) -> list[str]:
         out.append(f"model server: mean {s['runningMean']:.0f} requests running (max {s['runningMax']:.0f}), "
                    f"requests waiting in its queue {s['waitingShare'] * 100:.0f} % of the time, "
                    f"{s['generationTokensPerS']:,.0f} tokens/s{hits}, {s['preemptions']:.0f} preemptions")
+        if len(by := s.get("generatedByServer") or {}) > 1 and (total := sum(by.values())) > 0:
+            out.append(f"model servers: {len(by)}, their shares of the tokens generated "
+                       + ", ".join(f"{100 * n / total:.0f} %" for n in by.values()))
         if s.get("stepSeconds") and s.get("tokensPerStep"):
             gap = f", a request's tokens {s['tokenGapSeconds'] * 1000:.0f} ms apart" if s.get("tokenGapSeconds") else ""
             out.append(f"model server's engine: a step every {s['stepSeconds'] * 1000:.1f} ms, "

@@ -46,7 +46,7 @@ from cudanalyst.runner.local.executor import (
     work_dir,
     write_spec_file,
 )
-from cudanalyst.runner.local.gpus import Lane
+from cudanalyst.runner.local.gpus import Lane, split_shards
 from cudanalyst.store import StoreError
 
 # The model server is ours and on this machine: a slow request is slow, not lost, and a retry would start it
@@ -79,6 +79,12 @@ def resolve(run: AttributionRun, args: argparse.Namespace) -> tuple[PlannedRun, 
     prepared, and the stages this pass runs (stage_to_run); bad input exits 2 before any work."""
     try:
         local, lanes = lanes_for(run, args.gpus)
+        per_gpu = getattr(args, "servers_per_gpu", 1)
+        for lane in lanes:  # every GPU's shards dealt over its servers (one each at least)
+            try:
+                split_shards(lane.shards, per_gpu)
+            except ValueError as exc:
+                raise RunInputError(f"--servers-per-gpu {per_gpu}: {exc}") from None
         planned = PlannedRun.resolve(local)  # planned once: the stage and the folder's preparation both use it
         stage = stage_to_run(planned, args.stage)
         check_set_up(run, stage)
@@ -123,14 +129,15 @@ class Timed:
 
 
 def run_stages(planned: PlannedRun, lanes: list[Lane], stage: str, folder: str, watcher: Watcher,
-               health_timeout: float, clock: WallClock | None = None) -> Codes:
+               health_timeout: float, clock: WallClock | None = None, servers_per_gpu: int = 1) -> Codes:
     """The stages asked for, over the lanes: both (each lane's kernel stage beside its LLM stage), the LLM stage
-    alone, or the kernel stage alone over candidates already stored. `clock` gets the marks of the user's clock."""
+    alone, or the kernel stage alone over candidates already stored. `clock` gets the marks of the user's clock;
+    `servers_per_gpu` sets of model servers share each lane's GPU (LaneServers)."""
     run, codes = planned.run, Codes()
     timed = Timed(watcher, clock or WallClock())
 
     def servers() -> LaneServers:
-        timed.lane_servers = LaneServers(planned, lanes, folder, health_timeout, watcher.say)
+        timed.lane_servers = LaneServers(planned, lanes, folder, health_timeout, watcher.say, servers_per_gpu)
         return timed.lane_servers
 
     if stage == "all":
@@ -186,7 +193,8 @@ def main(run: AttributionRun, args: argparse.Namespace) -> int:
     folder = work_dir(planned.run)
     try:
         with RunDisplay(console, planned, stage) as display:
-            codes = run_stages(planned, lanes, stage, folder, display, args.health_timeout, clock)
+            codes = run_stages(planned, lanes, stage, folder, display, args.health_timeout, clock,
+                               getattr(args, "servers_per_gpu", 1))
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C; a model server that never got healthy, a missing model
         return ended_early(exc, console, folder, "finished units are kept")
     if failed := show_failed_stages(console, codes, folder, planned):

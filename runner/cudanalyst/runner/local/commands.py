@@ -52,6 +52,9 @@ def register_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="use the first N visible GPUs, one model server and one kernel stage each (default: "
                         "$CUDANALYST_GPUS, else every GPU in CUDA_VISIBLE_DEVICES or nvidia-smi -L)")
+    p.add_argument("--servers-per-gpu", type=int, default=1, metavar="K",
+                   help="serve each local model with K vLLM servers on every GPU, started together, each with its "
+                        "share of the model's GPU memory, the GPU's shards dealt over them (default 1)")
     p.add_argument("--timings", metavar="FILE",
                    help="also write where the wall time went (the table the run ends with) to FILE as JSON")
     p.add_argument("--keep-logs", action="store_true",

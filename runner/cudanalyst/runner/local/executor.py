@@ -52,15 +52,20 @@ from cudanalyst.runner.llm.serving import (
     SERVED_HERE_ANNOTATION,
     Endpoint,
     LocalServer,
+    ServingError,
+    sharing_gpu,
     start_local_server,
+    weights_bytes,
 )
 from cudanalyst.runner.local.gpus import (
     GpuChoiceError,
     Lane,
     choose_gpus,
+    gpu_memory_bytes,
     local_shard_count,
     make_lanes,
     requested_count,
+    split_shards,
     visible_gpus,
 )
 from cudanalyst.runner.weights import resolve_model_path
@@ -135,11 +140,13 @@ def read_snapshot(store: ObjectStore, shards: int) -> Snapshot:
 def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                    say: Callable[[str], None] = lambda _: None,
                    env: dict[str, str] | None = None, cache_part: str = "",
-                   started: list[LocalServer] | None = None) -> Iterator[AttributionRun]:
+                   started: list[LocalServer] | None = None, sharing: int = 1,
+                   gpu_bytes: int | None = None) -> Iterator[AttributionRun]:
     """Serve each distinct local model once; yield the run with those models as endpoints. `say` hears what
     is happening (a minute or more on a small machine, with nothing else to show for it). `env`: what the
     servers get in their environment besides ours (a lane's CUDA_VISIBLE_DEVICES); `cache_part`: the lane's
-    subfolder of the compile cache; `started` gets each server once it is healthy."""
+    subfolder of the compile cache; `started` gets each server once it is healthy. `sharing`: how many such sets
+    of servers share the GPU (of `gpu_bytes`; None: no GPU), each with its share of it (serving.sharing_gpu)."""
     run = planned.run
     data = run.model_dump(by_alias=True, mode="json", exclude_none=True)
     models = data["spec"]["models"]
@@ -151,8 +158,8 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
                 continue
             name = model["model"]
             if name not in served:
-                spec_model = getattr(run.spec.models, role)
                 path = resolve_model_path(name, planned.s3)
+                spec_model = sharing_gpu(getattr(run.spec.models, role), sharing, gpu_bytes, weights_bytes(path))
                 # A folder path is not a server-friendly name (it also names the log file).
                 short = Path(name.rstrip("/")).name or name
                 say(f"starting the model server ({short}, vLLM)")
@@ -172,40 +179,62 @@ def shared_servers(planned: PlannedRun, log_dir: str, health_timeout_s: float,
         yield AttributionRun.model_validate(data)
 
 
-def vllm_cache(lane: Lane, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A lane's own vLLM cache folder (VLLM_CACHE_ROOT/<lane>) when the compile cache of ours is off
-    (CUDANALYST_VLLM_CACHE=off; else compile_cache.py keeps a lane's subfolder): servers that start together must
-    not write the same compile-cache files, and a lane's stays warm for the next run on this machine."""
+def vllm_cache(part: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A lane's (or one of its sets of servers') own vLLM cache folder (VLLM_CACHE_ROOT/<part>) when the compile
+    cache of ours is off (CUDANALYST_VLLM_CACHE=off; else compile_cache.py keeps the part's subfolder): servers that
+    start together must not write the same compile-cache files, and a part stays warm for the next run here."""
     env = os.environ if environ is None else environ
     root = env.get("VLLM_CACHE_ROOT") or str(Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm")
-    return {"VLLM_CACHE_ROOT": str(Path(root) / lane.name)}
+    return {"VLLM_CACHE_ROOT": str(Path(root) / part)}
 
 
 class LaneServers:
     """Every lane's model servers (shared_servers, pinned to the lane's GPU), started at once: a server's
-    start-up is a minute or two, so lanes must not queue for it. `served[i]` is lane i's run with its
-    servers as endpoints; `stop(i)` stops lane i's servers alone (its GPU is then free for timing)."""
+    start-up is a minute or two, so lanes must not queue for it. With `per_gpu` > 1 each lane starts that many
+    sets of servers at once, each with its share of the GPU (serving.sharing_gpu). `served[i]` is lane i's run
+    with its servers as endpoints, one run per set; `stop(i)` stops lane i's servers alone (its GPU is then free
+    for timing)."""
 
     def __init__(self, planned: PlannedRun, lanes: Sequence[Lane], log_dir: str, health_timeout_s: float,
-                 say: Callable[[str], None] = lambda _: None) -> None:
+                 say: Callable[[str], None] = lambda _: None, per_gpu: int = 1) -> None:
         self.planned, self.lanes, self.log_dir, self.timeout, self.say = planned, list(lanes), log_dir, health_timeout_s, say
-        self.served: dict[int, AttributionRun] = {}
+        self.per_gpu = per_gpu
+        self.served: dict[int, list[AttributionRun]] = {}
         self.servers: list[LocalServer] = []  # every lane's, once healthy: their URLs, start times and caches
-        self._stacks: dict[int, contextlib.ExitStack] = {}
+        self._stacks: dict[int, list[contextlib.ExitStack]] = {lane.index: [] for lane in self.lanes}
 
-    def _start(self, lane: Lane) -> AttributionRun:
+    def _start(self, lane: Lane, k: int = 0, gpu_bytes: int | None = None) -> AttributionRun:
+        """Set `k` of the lane's servers (0 when there is one)."""
         stack = contextlib.ExitStack()
-        self._stacks[lane.index] = stack
+        self._stacks[lane.index].append(stack)
         several = len(self.lanes) > 1
-        # Each lane's server logs in a folder of its own: the log file is named after the model.
-        folder = Path(self.log_dir) / lane.name if several else Path(self.log_dir)
+        # Each lane's server logs in a folder of its own (the log file is named after the model), and each set of a
+        # lane in one of the lane's; each set keeps its compiled artefacts apart too, since they start together.
+        part = lane.name if several else ""
+        if k:
+            part = f"{part}-server{k}" if part else f"server{k}"
+        folder = Path(self.log_dir) / part if part else Path(self.log_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        say = (lambda text: self.say(f"{text} on GPU {lane.gpu}")) if several else self.say
+        where = (f" on GPU {lane.gpu}" if several else "") + (f" (server {k + 1} of {self.per_gpu})"
+                                                                if self.per_gpu > 1 else "")
+        say = (lambda text: self.say(text + where)) if where else self.say
         own_cache = os.environ.get(COMPILE_CACHE_SWITCH, "").lower() != "off"
         return stack.enter_context(shared_servers(
             self.planned, str(folder), self.timeout, say,
-            env={**lane.env(), **(vllm_cache(lane) if several and not own_cache else {})},
-            cache_part=lane.name if several else "", started=self.servers))
+            env={**lane.env(), **(vllm_cache(part) if part and not own_cache else {})},
+            cache_part=part, started=self.servers, sharing=self.per_gpu, gpu_bytes=gpu_bytes))
+
+    def _start_lane(self, lane: Lane) -> list[AttributionRun]:
+        """The lane's sets of servers, started together; the first error once every set has ended its start."""
+        if self.per_gpu == 1:
+            return [self._start(lane)]
+        gpu_bytes = None
+        if lane.gpu is not None and (gpu_bytes := gpu_memory_bytes(lane.gpu)) is None:
+            raise ServingError(f"the memory of GPU {lane.gpu} could not be read (nvidia-smi), and {self.per_gpu} "
+                               "servers on it each need their share of it")
+        with ThreadPoolExecutor(self.per_gpu, thread_name_prefix=f"{lane.name}-server") as pool:
+            futures = [pool.submit(self._start, lane, k, gpu_bytes) for k in range(self.per_gpu)]
+        return [f.result() for f in futures]  # the others' servers are stopped by close()
 
     def start_notes(self) -> list[str]:
         """One line per server: when it was healthy, and where its compiled artefacts came from."""
@@ -224,26 +253,23 @@ class LaneServers:
         return out
 
     def __enter__(self) -> LaneServers:
-        if len(self.lanes) == 1:
-            self.served[self.lanes[0].index] = self._start(self.lanes[0])
-            return self
-        with ThreadPoolExecutor(len(self.lanes), thread_name_prefix="lane-server") as pool:
-            futures = {lane.index: pool.submit(self._start, lane) for lane in self.lanes}
-        errors = []
-        for index, fut in futures.items():
-            try:
+        try:
+            if len(self.lanes) == 1:
+                self.served[self.lanes[0].index] = self._start_lane(self.lanes[0])
+                return self
+            with ThreadPoolExecutor(len(self.lanes), thread_name_prefix="lane-server") as pool:
+                futures = {lane.index: pool.submit(self._start_lane, lane) for lane in self.lanes}
+            for index, fut in futures.items():
                 self.served[index] = fut.result()
-            except BaseException as exc:  # noqa: BLE001 - every lane's servers are stopped, then the first error raised
-                errors.append(exc)
-        if errors:
+        except BaseException:  # every lane's servers are stopped, then the first error raised
             self.close()
-            raise errors[0]
+            raise
         return self
 
     def stop(self, index: int) -> None:
-        stack = self._stacks.pop(index, None)
-        if stack is not None:
+        for stack in self._stacks.get(index, []):
             stack.close()
+        self._stacks[index] = []
 
     def close(self) -> None:
         for index in list(self._stacks):
@@ -356,18 +382,22 @@ def kernel_stage_alongside(run: AttributionRun, shards: list[int], log_dir: str,
         yield stages.finish
 
 
-def llm_stage_in_lanes(lanes: Sequence[Lane], served: Mapping[int, AttributionRun], log_dir: str,
+def llm_stage_in_lanes(lanes: Sequence[Lane], served: Mapping[int, Sequence[AttributionRun]], log_dir: str,
                        tick: Callable[[], None], extra: Sequence[str] = (),
                        lane_over: Callable[[Lane], None] = lambda lane: None) -> dict[int, int]:
-    """Every lane's shards' LLM stage, each shard a process against its lane's servers (`served[lane.index]`,
-    the run with those servers as endpoints), all at once. When a lane's shards have all exited,
-    `lane_over(lane)` is called (stop its servers, release its kernel stage) while other lanes go on.
-    Returns each shard's exit status."""
+    """Every lane's shards' LLM stage, each shard a process against its lane's servers (`served[lane.index]`: the
+    run with those servers as endpoints, one per set of servers on the lane's GPU, the shards dealt over them), all
+    at once. When a lane's shards have all exited, `lane_over(lane)` is called (stop its servers, release its kernel
+    stage) while other lanes go on. Returns each shard's exit status."""
     of = sum(len(lane.shards) for lane in lanes)
     procs: dict[int, Procs] = {}
     for lane in lanes:
-        spec_path = write_spec_file(served[lane.index], log_dir, f"spec-llm-{lane.name}.json")
-        procs[lane.index] = start_stage(spec_path, lane.shards, of, "llm", log_dir, True, extra, lane.env())
+        runs = served[lane.index]
+        procs[lane.index] = {}
+        for k, (run, shards) in enumerate(zip(runs, split_shards(lane.shards, len(runs)), strict=True)):
+            name = f"spec-llm-{lane.name}" + (f"-server{k}" if k else "")
+            spec_path = write_spec_file(run, log_dir, f"{name}.json")
+            procs[lane.index].update(start_stage(spec_path, shards, of, "llm", log_dir, True, extra, lane.env()))
 
     def over(lane: Lane) -> Callable[[], None]:
         return lambda: lane_over(lane)

@@ -72,6 +72,27 @@ def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
     return [str(i) for i in range(count_from_smi(out.stdout))] if out.returncode == 0 else []
 
 
+def memory_from_smi(listing: str) -> int | None:
+    """Bytes of GPU memory from `nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits` output for one GPU
+    (MiB, one line) (pure); None when it says no number."""
+    first = (listing.strip().splitlines() or [""])[0].strip()
+    return int(first) << 20 if first.isdigit() else None
+
+
+def gpu_memory_bytes(gpu: str) -> int | None:
+    """The memory of one GPU (a CUDA_VISIBLE_DEVICES entry: an index or a UUID), from nvidia-smi; None when it cannot
+    be read."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", gpu],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return memory_from_smi(out.stdout) if out.returncode == 0 else None
+
+
 def requested_count(flag: int | None, environ: Mapping[str, str] | None = None) -> int | None:
     """The GPU count asked for: the --gpus flag, else $CUDANALYST_GPUS, else None (every visible GPU)."""
     if flag is not None:
@@ -117,5 +138,16 @@ def make_lanes(shards: int, gpus: list[str]) -> list[Lane]:
     return [Lane(i, gpu, tuple(range(i, shards, len(slots)))) for i, gpu in enumerate(slots)]
 
 
-__all__ = ["GPUS_ENV", "GpuChoiceError", "Lane", "choose_gpus", "count_from_smi", "local_shard_count", "make_lanes",
-           "parse_visible", "requested_count", "visible_gpus"]
+def split_shards(shards: tuple[int, ...], servers: int) -> list[tuple[int, ...]]:
+    """A lane's shards dealt round-robin over its `servers` model servers (pure), as make_lanes deals them over the
+    GPUs; ValueError when a server would get none."""
+    if servers < 1:
+        raise ValueError("give at least 1 model server per GPU")
+    if len(shards) < servers:
+        raise ValueError(f"{servers} model servers per GPU need at least as many shards per GPU, and a lane has "
+                         f"{len(shards)}: raise spec.resources.shards or give fewer servers per GPU")
+    return [shards[k::servers] for k in range(servers)]
+
+
+__all__ = ["GPUS_ENV", "GpuChoiceError", "Lane", "choose_gpus", "count_from_smi", "gpu_memory_bytes", "local_shard_count",
+           "make_lanes", "memory_from_smi", "parse_visible", "requested_count", "split_shards", "visible_gpus"]
