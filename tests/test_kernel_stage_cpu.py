@@ -967,3 +967,52 @@ def test_a_first_attempt_that_runs_out_after_every_candidate_is_in_runs_again_at
     assert results["slow"].label in ("pass", "fast")
     assert [t for _, t in pool.asked] == [2.0, LIMIT_FLOOR_S]
     assert phases["verifyDeferred"] == 1 and "verifyTimeouts" not in phases
+
+
+@needs_nvcc
+def test_with_first_attempts_every_job_gets_one_record_however_the_jobs_and_polls_interleave(tmp_path, monkeypatch):
+    """Issue 32, at more than a handful: 40 jobs over 8 cubins (copies share a compile), two that never end and two
+    slow, added in batches between polls as a whole run's LLM stage writes them. Every job ends with exactly one
+    record, once; the hung copies are timeouts at the full limit and the slow ones pass; no first attempt is lost."""
+    import random
+
+    from cudanalyst.runner.kernels.compile.nvcc import compile_task_source
+    from cudanalyst.runner.kernels.limits import LIMIT_FLOOR_S
+    from cudanalyst.runner.kernels.stage import KernelStage
+
+    monkeypatch.setenv("CUDANALYST_COMPILE_CACHE", str(tmp_path))
+    base = GEMM.baseline_source
+    shapes = [(32, 8), (8, 32), (4, 64), (64, 4), (128, 2), (2, 128), (32, 16), (16, 32)]
+    sources = [variant(x, y) for x, y in shapes]
+    cubins = [compile_task_source(GEMM, src).cubin for src in sources]
+    compile_task_source(GEMM, base)  # in the cache: the limit's base comes while the first jobs are verified
+    needs = dict(zip(cubins, [1e9, 1e9, 4.0, 5.0, 0.1, 0.2, 0.3, 0.4], strict=True))  # hung, hung, slow, slow, quick
+    pool = _NeedsSecondsPool(needs)
+    rng = random.Random(7)
+    jobs = [KernelJob(f"j{i}", "gemm", sources[i % 8], base) for i in range(40)]
+    rng.shuffle(jobs)
+    seen: list[str] = []
+    phases: dict = {}
+    with KernelStage(EvalSettings(), gpu=True, pool=pool, phases=phases, first_attempt_s=2.0,
+                     on_outcome=lambda r: seen.append(r.key)) as stage:
+        while jobs:  # as the LLM stage writes them: a few at a time, polled between
+            n = rng.randint(1, 7)
+            stage.add(jobs[:n])
+            jobs = jobs[n:]
+            stage.poll(timeout=rng.choice([0.0, 0.05, 0.2]))
+        deadline = time.monotonic() + 120
+        while stage.poll(timeout=0.05):  # the first attempts settle before the last job comes in
+            assert time.monotonic() < deadline
+        results = stage.finish()
+    assert sorted(seen) == sorted(f"j{i}" for i in range(40))  # one record each, once
+    hung = {f"j{i}" for i in range(40) if i % 8 in (0, 1)}
+    assert {k for k, r in results.items() if r.label == "compile"} == hung
+    assert all("timeout" in results[k].reason for k in hung)
+    assert all(r.label in ("pass", "fast") for k, r in results.items() if k not in hung)
+    # Every hung copy's last try had the full limit; a first attempt that ran out was tried again, never left.
+    by_cubin = {c: [t for cc, t in pool.asked if cc == c] for c in cubins}
+    for c in cubins[:2]:
+        assert by_cubin[c].count(LIMIT_FLOOR_S) == 5 and set(by_cubin[c]) <= {2.0, LIMIT_FLOOR_S}
+    assert phases["verifyTimeouts"] == 10
+    deferred = sum(1 for c, t in pool.asked if t == 2.0 and needs[c] > 2.0)
+    assert phases["verifyDeferred"] == deferred >= 10  # every hung copy ran out of its first attempt
