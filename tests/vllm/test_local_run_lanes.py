@@ -18,18 +18,32 @@ import yaml
 from llm_support import tiny_quickstart
 
 
-def test_a_run_over_two_lanes_takes_every_unit_once_each_lane_on_its_gpu(tmp_path, tiny_models):
+def small_run(tmp_path: Path, tiny_models: dict[str, Path], *, shards: int, rollouts: int, max_tokens: int,
+              visible: str, **model: object) -> tuple[Path, dict[str, str]]:
+    """Two programs of one task, two players, implicit planning, on the tiny model (with `model`'s fields), and the
+    environment `cudanalyst run` gets: CUDA_VISIBLE_DEVICES `visible`, one summary a line, temporary files (the
+    kept logs among them) under tmp_path."""
     spec = tiny_quickstart(
         tmp_path / "run.yaml", tiny_models,
         trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 2, "tasks": ["sum_reduction"]},
         players=["debugger", "analyzer"], planning="implicit", controls=[],
-        sampling={"rollouts": 1, "samplesPerCoalition": 1, "maxTokens": 16, "temperature": 0.8, "seed": 0},
-        resources={"shards": 1, "gpusPerShard": 0},
+        sampling={"rollouts": rollouts, "samplesPerCoalition": 1, "maxTokens": max_tokens, "temperature": 0.8,
+                  "seed": 0},
+        resources={"shards": shards, "gpusPerShard": 0},
     )
+    if model:
+        data = yaml.safe_load(spec.read_text())
+        data["spec"]["models"]["planner"].update(model)
+        spec.write_text(yaml.safe_dump(data))
     work = tmp_path / "tmp"
     work.mkdir()
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "COLUMNS": "2000", "TMPDIR": str(work)}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible, "COLUMNS": "2000", "TMPDIR": str(work)}
     env.pop("CUDANALYST_GPUS", None)
+    return spec, env
+
+
+def test_a_run_over_two_lanes_takes_every_unit_once_each_lane_on_its_gpu(tmp_path, tiny_models):
+    spec, env = small_run(tmp_path, tiny_models, shards=1, rollouts=1, max_tokens=16, visible="0,1")
     res = subprocess.run([sys.executable, "-m", "cudanalyst", "run", str(spec), "--output", str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=1500, env=env)
     assert res.returncode == 0, res.stderr[-4000:]
@@ -54,20 +68,9 @@ def test_two_servers_on_one_lane_start_together_and_share_its_shards(tmp_path, t
     the lane's two shards dealt one to each (each set's spec names its own server), both servers generating, every
     unit once, the report. On this machine the lane is unpinned (no GPU), so no KV cache size is set: what the
     servers' GPU share does is sharing_gpu's unit test, and its effect on the H200 bench/pipeline.py's `servers2`."""
-    spec = tiny_quickstart(
-        tmp_path / "run.yaml", tiny_models,
-        trajectory={"uri": "builtin://example", "generations": [0], "programsPerGeneration": 2, "tasks": ["sum_reduction"]},
-        players=["debugger", "analyzer"], planning="implicit", controls=[],
-        sampling={"rollouts": 2, "samplesPerCoalition": 1, "maxTokens": 32, "temperature": 0.8, "seed": 0},
-        resources={"shards": 2, "gpusPerShard": 0},
-    )
-    data = yaml.safe_load(spec.read_text())  # each server's log names the requests it received
-    data["spec"]["models"]["planner"]["extraArgs"] = ["--enable-log-requests"]
-    spec.write_text(yaml.safe_dump(data))
-    work = tmp_path / "tmp"
-    work.mkdir()
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "COLUMNS": "2000", "TMPDIR": str(work)}
-    env.pop("CUDANALYST_GPUS", None)
+    # No GPU visible: one unpinned lane. Each server's log names the requests it received.
+    spec, env = small_run(tmp_path, tiny_models, shards=2, rollouts=2, max_tokens=32, visible="",
+                          extraArgs=["--enable-log-requests"])
     timings = tmp_path / "timings.json"
     res = subprocess.run([sys.executable, "-m", "cudanalyst", "run", str(spec), "--output", str(tmp_path / "runs"),
                           "--servers-per-gpu", "2", "--timings", str(timings), "--keep-logs"],
