@@ -82,11 +82,12 @@ def resolve(run: AttributionRun, args: argparse.Namespace) -> tuple[PlannedRun, 
         planned = PlannedRun.resolve(local)  # planned once: the stage and the folder's preparation both use it
         stage = stage_to_run(planned, args.stage)
         per_gpu = getattr(args, "servers_per_gpu", 1)
-        try:  # every GPU's shards dealt over its model servers, one each at least (no server: nothing to deal)
-            for lane in lanes if stage != "kernels" else []:
-                split_shards(lane.shards, per_gpu)
-        except ValueError as exc:
-            raise RunInputError(f"--servers-per-gpu {per_gpu}: {exc}") from None
+        if stage != "kernels":  # every GPU's shards dealt over its model servers, one each at least
+            try:
+                for lane in lanes:
+                    split_shards(lane.shards, per_gpu)
+            except ValueError as exc:
+                raise RunInputError(f"--servers-per-gpu {per_gpu}: {exc}") from None
         check_set_up(run, stage)
         return prepare_planned(planned, stage), lanes, stage
     except StoreError as exc:  # the output folder's URI (the trajectory's errors are PlanErrors)

@@ -57,19 +57,25 @@ def count_from_smi(listing: str) -> int:
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
 
 
+def smi(*args: str) -> str | None:
+    """nvidia-smi's output for `args`; None when it is not installed, does not answer or fails."""
+    found = shutil.which("nvidia-smi")
+    if found is None:
+        return None
+    try:
+        out = subprocess.run([found, *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
 def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
     """The GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else every GPU nvidia-smi lists."""
     env = os.environ if environ is None else environ
     if "CUDA_VISIBLE_DEVICES" in env:
         return parse_visible(env["CUDA_VISIBLE_DEVICES"])
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [str(i) for i in range(count_from_smi(out.stdout))] if out.returncode == 0 else []
+    listing = smi("-L")
+    return [str(i) for i in range(count_from_smi(listing))] if listing is not None else []
 
 
 def memory_from_smi(listing: str) -> int | None:
@@ -82,15 +88,8 @@ def memory_from_smi(listing: str) -> int | None:
 def gpu_memory_bytes(gpu: str) -> int | None:
     """The memory of one GPU (a CUDA_VISIBLE_DEVICES entry: an index or a UUID), from nvidia-smi; None when it cannot
     be read."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", gpu],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return memory_from_smi(out.stdout) if out.returncode == 0 else None
+    listing = smi("--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", gpu)
+    return memory_from_smi(listing) if listing is not None else None
 
 
 def requested_count(flag: int | None, environ: Mapping[str, str] | None = None) -> int | None:
