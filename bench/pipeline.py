@@ -433,14 +433,14 @@ def against_lines(path: str, digest: str, pipelines: list[Side]) -> list[str]:
 
 # ------------------------------------------------------------------------------------ the user's clock
 USER_RUNS = ("cold", "warm", "staged", "unseeded", "store", "runner-v1", "runner-v2", "api2", "first3", "servers2")
-# The A/B of vLLM's model runner (issue 32): each a `store` run whose command names the runner (V1 is vLLM 0.22's
-# default for the coder; ours is V2 since 2026-12-07, runner/cudanalyst/runner/llm/serving.py says why).
-RUNNER_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"},
-              # The A/B of a brief first attempt for verifications beside the model server (kernels/limits.py).
-              "first3": {FIRST_ATTEMPT_ENV: "3"}}
+# The `store` runs whose command's environment differs (issue 32): vLLM's model runner named (V1 is vLLM 0.22's
+# default for the coder; ours is V2 since 2026-12-07, runner/cudanalyst/runner/llm/serving.py says why), ...
+RUN_ENV = {"runner-v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "runner-v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"},
+           # ... and a brief first attempt for verifications beside the model server (kernels/limits.py).
+           "first3": {FIRST_ATTEMPT_ENV: "3"}}
 # The A/B of two model servers sharing each GPU (`cudanalyst run --servers-per-gpu 2`): the arguments of its command.
 RUN_ARGS = {"servers2": ["--servers-per-gpu", "2"]}
-STORE_RUNS = ("store", *RUNNER_ENV, "api2", *RUN_ARGS)
+STORE_RUNS = ("store", *RUN_ENV, "api2", *RUN_ARGS)
 
 
 def user_runs(text: str) -> list[str]:
@@ -479,7 +479,7 @@ def run_as_user(spec_file: Path, work: Path, name: str, vllm_cache: Path, gpus: 
     compile cache in `vllm_cache`."""
     if name in STORE_RUNS:  # a folder of its own, empty: what the run finds comes from the store
         return _user_command(spec_file, work, name, name, work / f"vllm-cache-{name}", gpus, RUN_ARGS.get(name, []),
-                             keep_store=True, env=RUNNER_ENV.get(name))
+                             keep_store=True, env=RUN_ENV.get(name))
     if name != "staged":
         return _user_command(spec_file, work, name, name, vllm_cache, gpus, [])
     llm = _user_command(spec_file, work, "staged", "staged-llm", vllm_cache, gpus, ["--stage", "llm", "--no-report"])
